@@ -1,0 +1,1 @@
+"""The paper's studies, runnable as ``lwl experiment NAME --preset quick|paper``."""

@@ -1,0 +1,45 @@
+"""Positive-definite kernels on R^d (torch, any device).
+
+- ``squared_exponential``: k(x, x') = exp(-||x - x'||^2 / l^2), the paper's convention
+  (SM "Model architecture"); the authors' code uses exp(-||x-x'||^2 / (2 s^2)), i.e.
+  l = sqrt(2) s. lwl follows the paper.
+- ``laplace``: k(x, x') = exp(-||x - x'||_1 / l).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+KERNELS = ("squared_exponential", "laplace")
+
+
+def squared_exponential(x: torch.Tensor, y: torch.Tensor, lengthscale: float) -> torch.Tensor:
+    """exp(-||x_i - y_j||^2 / l^2) as an (n, m) matrix.
+
+    The exponent is one matrix product of augmented vectors,
+    [2x, -|x|^2, -1] . [y, 1, |y|^2] / l^2 = -||x - y||^2 / l^2, so the (n, m) matrix is
+    written once and exponentiated in place (about 2x faster than cdist at d = 2).
+    """
+    s = 1.0 / lengthscale
+    xs, ys = x * s, y * s
+    ones_x = torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)
+    ones_y = torch.ones(y.shape[0], 1, dtype=y.dtype, device=y.device)
+    xa = torch.cat([2.0 * xs, -(xs * xs).sum(1, keepdim=True), -ones_x], 1)
+    ya = torch.cat([ys, ones_y, (ys * ys).sum(1, keepdim=True)], 1)
+    # round-off can make the exponent slightly positive for coincident points
+    return torch.mm(xa, ya.T).clamp_max_(0.0).exp_()
+
+
+def laplace(x: torch.Tensor, y: torch.Tensor, lengthscale: float) -> torch.Tensor:
+    """exp(-||x_i - y_j||_1 / l) as an (n, m) matrix."""
+    return torch.cdist(x, y, p=1.0).div_(-lengthscale).exp_()
+
+
+def get_kernel(name: str) -> Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]:
+    if name == "squared_exponential":
+        return squared_exponential
+    if name == "laplace":
+        return laplace
+    raise ValueError(f"kernel: unknown kernel {name!r}; known: {list(KERNELS)}")

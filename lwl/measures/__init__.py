@@ -1,0 +1,13 @@
+"""Probability measures: samplers with explicit seeds and versioned distribution specs."""
+
+from lwl.measures.base import Measure, as_generator, from_spec
+from lwl.measures.empirical import Empirical
+from lwl.measures.gaussian import MIN_DIAG, Gaussian, gaussian_log_prob, project_cholesky
+from lwl.measures.mixture import Mixture
+from lwl.measures.uniform import UniformBox
+
+__all__ = [
+    "Measure", "from_spec", "as_generator",
+    "Gaussian", "gaussian_log_prob", "project_cholesky", "MIN_DIAG",
+    "UniformBox", "Mixture", "Empirical",
+]

@@ -1,0 +1,74 @@
+"""Samples of the meta test distribution Q = sum_k w_k delta_{nu'_k} (paper eqn app_rand_measure).
+
+Each member nu'_k is known by M_k samples; the first ``validation_per_member`` drive the adjoint
+state and the validation error during design (paper SM: 500 of 5000), the rest are held out for
+the final evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from lwl.measures import Gaussian
+from lwl.spec import TestDistributionsSpec
+
+DatasetResolver = Callable[[str], np.ndarray]
+
+# Stream ids for seeding: every random draw of a job derives from (seed, stream, index), so a
+# resumed job and a fresh one draw exactly the same numbers.
+STREAM_Q = 1
+STREAM_DESIGN = 2
+STREAM_EVAL = 3
+
+
+def _no_datasets(ref: str) -> np.ndarray:
+    raise ValueError(f"dataset: {ref!r} cannot be resolved here (no dataset store configured)")
+
+
+@dataclass
+class MetaTestSamples:
+    members: list[np.ndarray]  # full (M_k, d) samples of each member
+    weights: np.ndarray  # (K,), sums to 1
+    n_validation: int
+
+    @classmethod
+    def from_spec(cls, spec: TestDistributionsSpec, seed: int,
+                  resolve: DatasetResolver = _no_datasets) -> "MetaTestSamples":
+        members = []
+        for k, m in enumerate(spec.members):
+            if m.gaussian is not None:
+                x = Gaussian(m.gaussian.mean, cov=m.gaussian.cov).sample(m.size, [seed, STREAM_Q, k])
+            elif m.samples is not None:
+                x = np.asarray(m.samples, dtype=np.float64)
+            else:
+                x = np.asarray(resolve(m.dataset), dtype=np.float64)
+                if x.ndim != 2 or not np.all(np.isfinite(x)):
+                    raise ValueError(f"test_distributions.members.{k}.dataset: expected a finite (M, d) array")
+            if x.shape[0] <= spec.validation_per_member:
+                raise ValueError(f"test_distributions.members.{k}: {x.shape[0]} samples leave none held out")
+            members.append(x)
+        dims = {x.shape[1] for x in members}
+        if len(dims) != 1:
+            raise ValueError(f"test_distributions.members: dimensions differ: {sorted(dims)}")
+        w = np.ones(len(members)) if spec.weights is None else np.asarray(spec.weights, dtype=np.float64)
+        return cls(members, w / w.sum(), spec.validation_per_member)
+
+    @property
+    def dim(self) -> int:
+        return self.members[0].shape[1]
+
+    @property
+    def validation(self) -> list[np.ndarray]:
+        return [x[: self.n_validation] for x in self.members]
+
+    @property
+    def heldout(self) -> list[np.ndarray]:
+        return [x[self.n_validation:] for x in self.members]
+
+    @staticmethod
+    def point_weights(parts: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
+        """Weights w_k / M_k of the stacked points, so sum_points a f = E_{Q} E_{nu'} f."""
+        return np.concatenate([np.full(len(x), w / len(x)) for x, w in zip(parts, weights)])

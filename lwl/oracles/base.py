@@ -1,0 +1,79 @@
+"""The oracle protocol and the registry behind :func:`make_oracle`.
+
+An oracle labels a batch: ``label(inputs)`` maps an (n, d) array to an (n,) array (scalar
+outputs) or an (n, m) array. Built-in oracles are deterministic functions of their parameters
+and accept numpy arrays or torch tensors (CPU or CUDA), returning the same kind.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable
+
+import numpy as np
+
+
+class Oracle(ABC):
+    name: str = ""
+    #: smallest input dimension the function is defined for
+    min_dim: int = 1
+    #: output shape of one label: () for scalar functions
+    output_shape: tuple[int, ...] = ()
+
+    def __init__(self, dim: int | None = None):
+        if dim is not None and dim < self.min_dim:
+            raise ValueError(f"oracle.params.dim: {self.name} needs inputs of dimension >= {self.min_dim}, got {dim}")
+        self.dim = dim
+
+    def check_inputs(self, inputs) -> None:
+        if inputs.ndim != 2:
+            raise ValueError(f"inputs: expected an (n, d) batch, got shape {tuple(inputs.shape)}")
+        d = inputs.shape[1]
+        if d < self.min_dim or (self.dim is not None and d != self.dim):
+            want = self.dim if self.dim is not None else f">= {self.min_dim}"
+            raise ValueError(f"inputs: {self.name} takes dimension {want}, got {d}")
+
+    def label(self, inputs):
+        """Labels of a batch of inputs (rows)."""
+        self.check_inputs(inputs)
+        return self._label(inputs)
+
+    @abstractmethod
+    def _label(self, inputs): ...
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "min_dim": self.min_dim, "output_shape": list(self.output_shape)}
+
+
+_REGISTRY: dict[str, Callable[..., Oracle]] = {}
+
+
+def register_oracle(name: str):
+    def wrap(cls):
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def oracle_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make_oracle(spec: dict[str, Any] | Any) -> Oracle:
+    """Build an oracle from ``{"name": ..., "params": {...}}`` (a dict or an OracleSpec)."""
+    if hasattr(spec, "model_dump"):
+        spec = spec.model_dump()
+    name = spec.get("name")
+    if name not in _REGISTRY:
+        raise ValueError(f"oracle.name: unknown oracle {name!r}; known: {oracle_names()}")
+    params = dict(spec.get("params") or {})
+    try:
+        return _REGISTRY[name](**params)
+    except TypeError as exc:  # unexpected keyword
+        raise ValueError(f"oracle.params: {exc}") from None
+
+
+def as_numpy(a) -> np.ndarray:
+    return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)

@@ -1,0 +1,281 @@
+"""The job spec: one JSON document that runs the same design job through ``lwl run``,
+``POST /v1/jobs`` and a Python call (:func:`lwl.run_job`).
+
+Every model forbids unknown fields and non-finite numbers, and cross-field checks (dimensions,
+positive definiteness, oracle input dimension) run before any work, so an invalid spec is
+refused with the offending field named. ``docs/job-spec.md`` documents every field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+MAX_MEMBER_SIZE = 1_000_000
+BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
+
+
+def _check_spd(mean: list[float], cov: list[list[float]], what: str = "cov") -> None:
+    d = len(mean)
+    if d == 0:
+        raise ValueError("mean: must have at least one entry")
+    c = np.asarray(cov, dtype=np.float64)
+    if c.shape != (d, d):
+        raise ValueError(f"{what}: expected a {d}x{d} matrix to match mean, got shape {c.shape}")
+    if not np.allclose(c, c.T, rtol=1e-10, atol=1e-12):
+        raise ValueError(f"{what}: must be symmetric")
+    try:
+        np.linalg.cholesky(c)
+    except np.linalg.LinAlgError:
+        raise ValueError(f"{what}: must be positive definite") from None
+
+
+def _check_rectangular(rows: list[list[float]], what: str) -> int:
+    if not rows:
+        raise ValueError(f"{what}: must hold at least one row")
+    widths = {len(r) for r in rows}
+    if len(widths) != 1 or 0 in widths:
+        raise ValueError(f"{what}: rows must all have the same, non-zero length (got lengths {sorted(widths)[:5]})")
+    return widths.pop()
+
+
+class OracleSpec(StrictModel):
+    """The labelling oracle: a built-in name (``sobol_g``, ``friedman1``, ``friedman2``,
+    ``kernel_expansion``) and its parameters."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _buildable(self):
+        from lwl.oracles import make_oracle
+
+        make_oracle(self.model_dump())  # raises "oracle.name: ..." / "oracle.params: ..."
+        return self
+
+
+class GaussianMember(StrictModel):
+    mean: list[float]
+    cov: list[list[float]]
+
+    @model_validator(mode="after")
+    def _spd(self):
+        _check_spd(self.mean, self.cov)
+        return self
+
+
+class MemberSpec(StrictModel):
+    """One test distribution nu'_k of Q, given by exactly one of: ``gaussian`` parameters
+    (lwl draws ``size`` samples from the job's seed), ``samples`` (an (M, d) array the user
+    drew), or ``dataset`` (the id of an uploaded array, resolved by the service or the CLI)."""
+
+    gaussian: GaussianMember | None = None
+    samples: list[list[float]] | None = None
+    dataset: str | None = None
+    size: int | None = Field(default=None, ge=1, le=MAX_MEMBER_SIZE)
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        given = [k for k in ("gaussian", "samples", "dataset") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of gaussian, samples, dataset (got {given or 'none'})")
+        if self.gaussian is not None and self.size is None:
+            raise ValueError("size: a gaussian member needs the number of samples to draw")
+        if self.samples is not None:
+            _check_rectangular(self.samples, "samples")
+            if self.size is not None and self.size != len(self.samples):
+                raise ValueError(f"size: {self.size} does not match the {len(self.samples)} rows of samples")
+        return self
+
+    @property
+    def dim(self) -> int | None:
+        if self.gaussian is not None:
+            return len(self.gaussian.mean)
+        if self.samples is not None:
+            return len(self.samples[0])
+        return None  # a dataset's dimension is known once it is resolved
+
+    @property
+    def count(self) -> int | None:
+        if self.samples is not None:
+            return len(self.samples)
+        return self.size
+
+
+class TestDistributionsSpec(StrictModel):
+    """The meta test distribution Q = sum_k w_k delta_{nu'_k}."""
+
+    members: list[MemberSpec] = Field(min_length=1, max_length=1000)
+    weights: list[float] | None = None
+    validation_per_member: int = Field(default=500, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.weights is not None:
+            if len(self.weights) != len(self.members):
+                raise ValueError(f"weights: {len(self.weights)} weights for {len(self.members)} members")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights: must be non-negative with a positive sum")
+        dims = {m.dim for m in self.members if m.dim is not None}
+        if len(dims) > 1:
+            raise ValueError(f"members: all members must have the same dimension, got {sorted(dims)}")
+        for k, m in enumerate(self.members):
+            if m.count is not None and m.count <= self.validation_per_member:
+                raise ValueError(
+                    f"members.{k}: {m.count} samples leave none held out after validation_per_member="
+                    f"{self.validation_per_member}")
+        return self
+
+    @property
+    def dim(self) -> int | None:
+        return next((m.dim for m in self.members if m.dim is not None), None)
+
+
+class GaussianFamilySpec(StrictModel):
+    """nu_theta = N(m, LL^T) with theta^0 = (mean, chol(cov)); ``free`` lists what moves."""
+
+    name: Literal["gaussian"] = "gaussian"
+    mean: list[float]
+    cov: list[list[float]] | None = None  # identity when omitted
+    free: list[Literal["mean", "cov"]] = Field(default_factory=lambda: ["mean", "cov"])
+
+    @model_validator(mode="after")
+    def _spd(self):
+        if self.cov is None:
+            self.cov = np.eye(len(self.mean)).tolist()
+        _check_spd(self.mean, self.cov)
+        return self
+
+    @property
+    def dim(self) -> int:
+        return len(self.mean)
+
+
+class KRRSpec(StrictModel):
+    """Kernel ridge regression, k(x,x') = exp(-||x-x'||^2 / lengthscale^2) (the paper's
+    convention) or the Laplace kernel exp(-||x-x'||_1 / lengthscale)."""
+
+    name: Literal["krr"] = "krr"
+    kernel: Literal["squared_exponential", "laplace"] = "squared_exponential"
+    lengthscale: float = Field(default=1.0, gt=0)
+
+
+class BilevelSpec(StrictModel):
+    """Bilevel gradient descent (paper Alg. 3) with cosine-annealed step size and nugget.
+
+    ``gradient_scale="relative"`` divides the gradient by E_Q(0) (the mean squared label on
+    the validation samples), i.e. descends 1/2 Err^2 instead of 1/2 E_Q: the step size then
+    no longer depends on the scale of the oracle's outputs. The paper's setting is "absolute".
+    """
+
+    name: Literal["bilevel"] = "bilevel"
+    iterations: int = Field(default=1000, ge=1, le=1_000_000)
+    samples_per_iteration: int = Field(default=250, ge=2, le=100_000)
+    learning_rate: float = Field(default=1e-2, gt=0)
+    final_learning_rate: float = Field(default=0.0, ge=0)
+    nugget: float = Field(default=1e-3, gt=0, description="sigma^2 at the first iteration")
+    final_nugget: float = Field(default=1e-7, gt=0, description="sigma^2 at the last iteration")
+    gradient_scale: Literal["absolute", "relative"] = "absolute"
+
+
+class EvaluationSpec(StrictModel):
+    """Err of the final distribution and of baselines on the held-out Q samples: a KRR model
+    is trained on ``train_size`` labelled samples with ridge N sigma^2 = ``ridge``."""
+
+    enabled: bool = True
+    train_size: int = Field(default=1024, ge=1, le=100_000)
+    ridge: float = Field(default=1e-3, gt=0)
+    baselines: list[Literal["normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset"]] = Field(
+        default_factory=list)
+    sizes: list[int] = Field(default_factory=list, description="extra N for an Err-vs-N curve")
+
+    @field_validator("sizes")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if any(n < 1 for n in v):
+            raise ValueError("every size must be >= 1")
+        return sorted(set(v))
+
+
+class JobSpec(StrictModel):
+    """A design job: oracle, meta test distribution Q, family, model, algorithm, seed."""
+
+    oracle: OracleSpec
+    test_distributions: TestDistributionsSpec
+    family: GaussianFamilySpec
+    model: KRRSpec = Field(default_factory=KRRSpec)
+    algorithm: BilevelSpec = Field(default_factory=BilevelSpec)
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("family")
+    @classmethod
+    def _family_dim(cls, family: GaussianFamilySpec, info: ValidationInfo):
+        tests = info.data.get("test_distributions")
+        d = tests.dim if tests is not None else None
+        if d is not None and family.dim != d:
+            raise ValueError(f"mean: dimension {family.dim} does not match the test distributions' dimension {d}")
+        oracle = info.data.get("oracle")
+        if oracle is not None:
+            from lwl.oracles import make_oracle
+
+            o = make_oracle(oracle.model_dump())
+            if family.dim < o.min_dim or (o.dim is not None and family.dim != o.dim):
+                want = o.dim if o.dim is not None else f">= {o.min_dim}"
+                raise ValueError(f"mean: oracle {oracle.name} takes inputs of dimension {want}, got {family.dim}")
+        return family
+
+    @field_validator("evaluation")
+    @classmethod
+    def _pool_size(cls, ev: EvaluationSpec, info: ValidationInfo):
+        tests = info.data.get("test_distributions")
+        if tests is not None and any(b in ev.baselines for b in ("ncoreset", "acoreset")):
+            pool = tests.validation_per_member * len(tests.members)
+            if max([ev.train_size, *ev.sizes]) > pool:
+                raise ValueError(f"train_size: coreset baselines select from the {pool} validation points; "
+                                 f"ask for at most {pool}")
+        return ev
+
+    @property
+    def dim(self) -> int:
+        return self.family.dim
+
+
+class SpecError(ValueError):
+    """An invalid job spec; ``errors`` lists (field path, message) pairs."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
+
+
+def _loc(parts) -> str:
+    return ".".join(str(p) for p in parts) or "(root)"
+
+
+def parse_job_spec(doc: dict[str, Any] | str | bytes) -> JobSpec:
+    """Validate a job spec (a dict or JSON text); raise :class:`SpecError` naming each field."""
+    try:
+        if isinstance(doc, (str, bytes)):
+            return JobSpec.model_validate_json(doc)
+        return JobSpec.model_validate(doc)
+    except ValidationError as exc:
+        errors = []
+        for e in exc.errors(include_url=False):
+            msg = e["msg"].removeprefix("Value error, ")
+            loc = list(e["loc"])
+            # messages of the form "sub.field: why" name a field below the validator's location
+            head, sep, rest = msg.partition(": ")
+            if sep and " " not in head and head.replace(".", "").replace("_", "").isalnum():
+                sub = head.split(".")
+                loc = (loc[:-1] if loc and loc[-1] == sub[0] else loc) + sub
+                msg = rest
+            errors.append((_loc(loc), msg))
+        raise SpecError(errors) from None
