@@ -1,0 +1,28 @@
+"""Shared helpers for experiment outputs: summary statistics, JSON and figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def mean_2sd(values) -> tuple[float, float]:
+    """Mean and two (sample) standard deviations, the paper's Table 1 convention."""
+    v = np.asarray(values, dtype=np.float64)
+    sd = float(v.std(ddof=1)) if v.size > 1 else 0.0
+    return float(v.mean()), 2.0 * sd
+
+
+def write_json(path: Path, doc) -> None:
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
