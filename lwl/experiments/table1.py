@@ -49,12 +49,12 @@ _P = {
 }
 
 COLUMNS = [
-    Column("g1", "g1 (d=2)", "sobol_g", 2, 1.0, 0.0, 1e-2, paper_ours=(.040, .010)),
-    Column("g2_d5", "g2 (d=5)", "friedman1", 5, 3.0, 0.5, 1e-2, paper_ours=(.169, .007)),
-    Column("g2_d8", "g2 (d=8)", "friedman1", 8, 3.0, 0.5, 1e-2, paper_ours=(.556, .007)),
-    Column("g3_d4", "g3 (d=4)", "friedman2", 4, 2 / 1.1, 0.5, 1e-2, paper_ours=(.276, .019)),
-    Column("g3_d5", "g3 (d=5)", "friedman2", 5, 2 / 1.1, 0.5, 1e-2, paper_ours=(.558, .009)),
-    Column("g4", "g4 (d=10)", "kernel_expansion", 10, 5.0, 0.5, 1e-2,
+    Column("g1", "g1 (d=2)", "sobol_g", 2, 1.0, 0.0, 3.0, paper_ours=(.040, .010)),
+    Column("g2_d5", "g2 (d=5)", "friedman1", 5, 3.0, 0.5, 10.0, paper_ours=(.169, .007)),
+    Column("g2_d8", "g2 (d=8)", "friedman1", 8, 3.0, 0.5, 10.0, paper_ours=(.556, .007)),
+    Column("g3_d4", "g3 (d=4)", "friedman2", 4, 2 / 1.1, 0.5, 10.0, paper_ours=(.276, .019)),
+    Column("g3_d5", "g3 (d=5)", "friedman2", 5, 2 / 1.1, 0.5, 10.0, paper_ours=(.558, .009)),
+    Column("g4", "g4 (d=10)", "kernel_expansion", 10, 5.0, 0.5, 3.0,
            oracle_params={"dim": 10, "centres": 1000, "lengthscale": 5.0 * SQRT2, "seed": 0},
            paper_ours=(.025, .000)),
 ]
