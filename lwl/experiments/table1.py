@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import wishart
 
+from lwl.experiments.report import mean_2sd
 from lwl.spec import BASELINES
 
 

@@ -1,0 +1,137 @@
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from lwl.design import BilevelDesign, pack, unpack
+from lwl.design.schedules import cosine
+from lwl.oracles import make_oracle
+from lwl.spec import parse_job_spec
+from tests.conftest import devices
+
+
+def _design(small_spec, **algo):
+    s = copy.deepcopy(small_spec)
+    s["algorithm"].update(algo)
+    spec = parse_job_spec(s)
+    design = BilevelDesign.from_spec(spec)
+    oracle = make_oracle(spec.oracle)
+    state = design.init()
+    state = design.step(state, oracle.label(design.queries(state)))  # label Q's validation points
+    return design, oracle, state
+
+
+def _weighted_objective(design, state, U, y, sigma2, mean, chol):
+    """1/2 E_Q|G_hat - G*|^2 for KRR trained on the importance-reweighted empirical measure
+    sum_i p_theta(u_i) / (N p_theta0(u_i)) delta_{u_i}, written with dense numpy solves."""
+    from lwl.measures import Gaussian
+
+    n = len(U)
+    w = np.exp(Gaussian(mean, chol).log_prob(U) - design.distribution(state).log_prob(U)) / n
+    k = design.spec.model
+    from lwl.models import KernelRidge
+
+    km = KernelRidge(k.kernel, k.lengthscale).fit(U[:2], y[:2])
+    K = km.kernel_matrix(U, U).numpy()
+    V = np.concatenate(design.q.validation)
+    Kvu = km.kernel_matrix(V, U).numpy()
+    beta = np.linalg.solve(K + sigma2 * np.diag(1.0 / w), y)
+    a = design.q.point_weights(design.q.validation, design.q.weights)
+    r = state["validation_labels"] - Kvu @ beta
+    return 0.5 * a @ r**2
+
+
+@pytest.mark.parametrize("kernel", ["squared_exponential", "laplace"])
+def test_bilevel_gradient_matches_finite_differences(small_spec, kernel):
+    small_spec["model"]["kernel"] = kernel
+    design, oracle, state = _design(small_spec)
+    U = design.queries(state)
+    y = oracle.label(U)
+    sigma2 = 1e-3
+    objective, err, g_mean, g_chol = design.gradient(state, U, y, sigma2)
+    mean, chol = state["mean"], state["chol"]
+    assert np.isclose(0.5 * objective, _weighted_objective(design, state, U, y, sigma2, mean, chol))
+    h = 1e-6
+    for i in range(len(mean)):
+        e = np.zeros_like(mean)
+        e[i] = h
+        fd = (_weighted_objective(design, state, U, y, sigma2, mean + e, chol)
+              - _weighted_objective(design, state, U, y, sigma2, mean - e, chol)) / (2 * h)
+        assert np.isclose(g_mean[i], fd, rtol=1e-5, atol=1e-9 * abs(objective)), (i, g_mean[i], fd)
+    for i, j in [(0, 0), (2, 1), (4, 4), (3, 0)]:
+        e = np.zeros_like(chol)
+        e[i, j] = h
+        fd = (_weighted_objective(design, state, U, y, sigma2, mean, chol + e)
+              - _weighted_objective(design, state, U, y, sigma2, mean, chol - e)) / (2 * h)
+        assert np.isclose(g_chol[i, j], fd, rtol=1e-5, atol=1e-9 * abs(objective)), ((i, j), g_chol[i, j], fd)
+    assert np.all(np.triu(g_chol, 1) == 0)
+
+
+def test_relative_scale_divides_by_mean_squared_label(small_spec):
+    design, oracle, state = _design(small_spec)
+    U = design.queries(state)
+    y = oracle.label(U)
+    _, _, g_abs, _ = design.gradient(state, U, y, 1e-3)
+    design.algo.gradient_scale = "relative"
+    a = design.q.point_weights(design.q.validation, design.q.weights)
+    _, _, g_rel, _ = design.gradient(state, U, y, 1e-3)
+    np.testing.assert_allclose(g_rel, g_abs / (a @ state["validation_labels"] ** 2), rtol=1e-12)
+
+
+def test_cosine_schedule_endpoints():
+    assert cosine(1e-2, 0.0, 0, 100) == 1e-2
+    assert cosine(1e-3, 1e-7, 50, 100) == pytest.approx((1e-3 + 1e-7) / 2)
+    assert cosine(1e-2, 0.0, 99, 100) < 1e-5
+
+
+def test_steps_follow_the_schedules_and_fixed_parameters_stay(small_spec):
+    small_spec["family"]["free"] = ["mean"]
+    design, oracle, state = _design(small_spec, iterations=4)
+    chol0 = state["chol"].copy()
+    while not design.done(state):
+        state = design.step(state, oracle.label(design.queries(state)))
+    assert np.array_equal(state["chol"], chol0)
+    hist = state["history"]
+    assert [h["iteration"] for h in hist] == [0, 1, 2, 3]
+    assert hist[0]["step_size"] == 1e-2 and hist[0]["nugget"] == 1e-3
+    assert all(np.isfinite(h["objective"]) and 0 < h["validation_err"] for h in hist)
+
+
+def test_checkpoint_resume_equals_uninterrupted_run(small_spec):
+    design, oracle, state = _design(small_spec, iterations=6)
+    full = state
+    while not design.done(full):
+        full = design.step(full, oracle.label(design.queries(full)))
+    part = state
+    for _ in range(3):
+        part = design.step(part, oracle.label(design.queries(part)))
+    blob = pack(part)
+    resumed = unpack(blob)  # no pickle involved
+    again = BilevelDesign.from_spec(design.spec)  # a fresh process would rebuild the stepper
+    while not again.done(resumed):
+        resumed = again.step(resumed, oracle.label(again.queries(resumed)))
+    assert np.array_equal(resumed["mean"], full["mean"]) and np.array_equal(resumed["chol"], full["chol"])
+    assert [h["objective"] for h in resumed["history"]] == [h["objective"] for h in full["history"]]
+
+
+def test_bad_labels_are_refused(small_spec):
+    design, oracle, state = _design(small_spec)
+    U = design.queries(state)
+    with pytest.raises(ValueError, match="labels"):
+        design.step(state, oracle.label(U)[:-1])
+    bad = oracle.label(U)
+    bad[0] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        design.step(state, bad)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_gradient_matches_cpu(small_spec):
+    grads = []
+    for device in devices():
+        small_spec["device"] = device
+        design, oracle, state = _design(small_spec)
+        U = design.queries(state)
+        grads.append(design.gradient(state, U, oracle.label(U), 1e-3)[2])
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-8)

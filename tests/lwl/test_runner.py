@@ -1,0 +1,48 @@
+import numpy as np
+import pytest
+
+from lwl import run_job
+from lwl.measures import from_spec
+from lwl.runner import Cancelled
+
+
+def test_same_spec_and_seed_give_the_same_result(small_spec):
+    a, b = run_job(small_spec), run_job(small_spec)
+    assert a["distribution"] == b["distribution"]
+    assert a["evaluation"] == b["evaluation"]
+    small_spec["seed"] = 1
+    c = run_job(small_spec)
+    assert c["distribution"]["mean"] != a["distribution"]["mean"]
+
+
+def test_result_document(small_spec):
+    res = run_job(small_spec)
+    assert set(res) >= {"distribution", "history", "evaluation", "spec", "timings"}
+    assert len(res["history"]) == 5
+    assert set(res["history"][0]) >= {"objective", "validation_err", "step_size", "seconds"}
+    assert set(res["evaluation"]["err"]) == {"optimized", "normal", "mixture"}
+    assert res["evaluation"]["held_out"] == 2 * 200
+    assert from_spec(res["distribution"]).sample(3, 0).shape == (3, 5)
+
+
+def test_progress_checkpoint_and_cancel(small_spec):
+    seen, blobs = [], []
+    run_job(small_spec, progress=seen.append, checkpoint=blobs.append, evaluate=False)
+    assert [p["iteration"] for p in seen] == [0, 1, 2, 3, 4, 5]  # validation labels, then 5 steps
+    assert seen[-1]["total"] == 5
+    # resuming from the third checkpoint finishes with the uninterrupted distribution
+    full = run_job(small_spec, evaluate=False)
+    resumed = run_job(small_spec, state=blobs[2], evaluate=False)
+    assert resumed["distribution"] == full["distribution"]
+    calls = iter([False, False, True])
+    with pytest.raises(Cancelled) as exc:
+        run_job(small_spec, should_stop=lambda: next(calls))
+    assert exc.value.state["iteration"] == 1
+
+
+def test_samples_members_and_weights(small_spec):
+    rng = np.random.default_rng(0)
+    small_spec["test_distributions"]["members"][0] = {"samples": (rng.standard_normal((250, 5)) + 1).tolist()}
+    small_spec["test_distributions"]["weights"] = [3, 1]
+    res = run_job(small_spec)
+    assert res["evaluation"]["held_out"] == 150 + 200

@@ -1,0 +1,65 @@
+import copy
+import json
+
+import pytest
+
+from lwl.spec import SpecError, parse_job_spec
+
+
+def test_issue_spec_is_valid_with_documented_defaults(issue_spec):
+    spec = parse_job_spec(issue_spec)
+    assert spec.dim == 5
+    assert spec.algorithm.learning_rate == 1e-2 and spec.algorithm.nugget == 1e-3
+    assert spec.family.free == ["mean", "cov"]
+    # JSON text parses the same way
+    assert parse_job_spec(json.dumps(issue_spec)) == spec
+
+
+def _errors(doc):
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(doc)
+    return dict(exc.value.errors)
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda s: s["family"]["cov"][0].__setitem__(0, -1.0), "family.cov"),
+    (lambda s: s["family"].__setitem__("mean", [0.0] * 4), "family"),
+    (lambda s: s["test_distributions"]["members"][1]["gaussian"].__setitem__("mean", [0] * 4),
+     "test_distributions.members.1.gaussian.cov"),
+    (lambda s: s.__setitem__("extra", 1), "extra"),
+    (lambda s: s["model"].__setitem__("lengthscale", float("inf")), "model.lengthscale"),
+    (lambda s: s["model"].__setitem__("lengthscale", -1.0), "model.lengthscale"),
+    (lambda s: s["oracle"].__setitem__("name", "nope"), "oracle.name"),
+    (lambda s: s["algorithm"].__setitem__("name", "sgd"), "algorithm.name"),
+    (lambda s: s["test_distributions"]["members"][0].pop("size"), "test_distributions.members.0"),
+    (lambda s: s["test_distributions"]["members"][0].__setitem__("samples", [[0.0] * 5]),
+     "test_distributions.members.0"),
+    (lambda s: s["test_distributions"].__setitem__("weights", [1.0]), "test_distributions"),
+    (lambda s: s["test_distributions"].__setitem__("validation_per_member", 5000), "test_distributions"),
+    (lambda s: s["evaluation"].__setitem__("baselines", ["bogus"]), "evaluation.baselines.0"),
+])
+def test_invalid_specs_name_the_field(issue_spec, mutate, field):
+    doc = copy.deepcopy(issue_spec)
+    mutate(doc)
+    errors = _errors(doc)
+    assert any(loc.startswith(field) for loc in errors), errors
+
+
+def test_nan_in_json_text_is_refused(issue_spec):
+    text = json.dumps(issue_spec).replace('"lengthscale": 3.0', '"lengthscale": NaN')
+    assert "model.lengthscale" in _errors(text)
+
+
+def test_oracle_dimension_mismatch_is_refused(issue_spec):
+    doc = copy.deepcopy(issue_spec)
+    doc["oracle"]["name"] = "kernel_expansion"
+    doc["oracle"]["params"] = {"dim": 10}
+    assert any("dimension" in m for m in _errors(doc).values())
+
+
+def test_samples_member_accepted(issue_spec):
+    doc = copy.deepcopy(issue_spec)
+    doc["test_distributions"]["members"][0] = {"samples": [[0.1 * i] * 5 for i in range(600)]}
+    doc["test_distributions"]["weights"] = [1, 3]
+    spec = parse_job_spec(doc)
+    assert spec.test_distributions.members[0].count == 600
