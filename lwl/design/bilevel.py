@@ -48,10 +48,10 @@ def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tens
     n = model.X_.shape[0]
     k_uv = model.kernel_matrix(model.X_, V)  # (N, |V|), the one large matrix of the iteration
     residual_v = yV - model.predict_from_kernel(k_uv)  # G*(V) - G_hat(V), out of place
-    objective = float(a @ residual_v.square())
-    lam = model.solve(k_uv @ (a * residual_v) * n)
+    weighted = a * residual_v
+    lam = model.solve(k_uv @ weighted * n)
     train_residual = -n * model.sigma2 * model.coef_  # G_hat(U) - y
-    return objective, train_residual * lam / n
+    return float(weighted @ residual_v), train_residual * lam / n
 
 
 class BilevelDesign:
@@ -75,6 +75,7 @@ class BilevelDesign:
         self._v = torch.as_tensor(np.concatenate(q.validation), dtype=DTYPE, device=self.device)
         self._a = torch.as_tensor(MetaTestSamples.point_weights(q.validation, q.weights), dtype=DTYPE,
                                   device=self.device)
+        self._queries_cache: tuple = (None, None)
 
     @classmethod
     def from_spec(cls, spec: JobSpec, resolve: DatasetResolver = _no_datasets) -> "BilevelDesign":
@@ -93,8 +94,13 @@ class BilevelDesign:
             return self._v.cpu().numpy()
         if state["phase"] == PHASE_DONE:
             return np.zeros((0, self.q.dim))
-        return self.distribution(state).sample(self.algo.samples_per_iteration,
-                                               [self.spec.seed, STREAM_DESIGN, state["iteration"]])
+        # the loop asks for an iteration's queries and step() needs them again: draw once
+        key = (state["iteration"], state["mean"].tobytes(), state["chol"].tobytes())
+        if self._queries_cache[0] != key:
+            x = self.distribution(state).sample(self.algo.samples_per_iteration,
+                                                [self.spec.seed, STREAM_DESIGN, state["iteration"]])
+            self._queries_cache = (key, x)
+        return self._queries_cache[1].copy()
 
     def step(self, state: dict[str, Any], labels) -> dict[str, Any]:
         labels = np.asarray(labels, dtype=np.float64).reshape(-1)

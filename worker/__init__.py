@@ -1,0 +1,1 @@
+"""The Celery face of lwl. Not built yet: see the service issue and DESIGN.md."""
