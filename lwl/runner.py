@@ -21,11 +21,12 @@ from lwl.oracles import Oracle, as_numpy, make_oracle
 from lwl.spec import JobSpec, parse_job_spec
 
 
-class Cancelled(Exception):
-    """Raised by :func:`run_job` when ``should_stop`` returns True between steps."""
+class Interrupted(Exception):
+    """Raised by :func:`run_job` when ``should_stop`` returns True between steps (cancellation,
+    or the end of a worker's time slice); ``state`` is where the job stopped."""
 
     def __init__(self, state: dict[str, Any]):
-        super().__init__("job cancelled")
+        super().__init__("job interrupted between steps")
         self.state = state
 
 
@@ -67,7 +68,7 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
     total = spec.algorithm.iterations
     while not stepper.done(state):
         if should_stop is not None and should_stop():
-            raise Cancelled(state)
+            raise Interrupted(state)
         labels = as_numpy(oracle.label(stepper.queries(state)))
         state = stepper.step(state, labels)
         if checkpoint is not None:
@@ -75,7 +76,8 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         if progress is not None:
             last = state["history"][-1] if state["history"] else {}
             progress({"iteration": state["iteration"], "total": total, "objective": last.get("objective"),
-                      "validation_err": last.get("validation_err"), "elapsed": time.perf_counter() - t0})
+                      "validation_err": last.get("validation_err"), "elapsed": time.perf_counter() - t0,
+                      "record": last or None})
     design_seconds = time.perf_counter() - t0
     out = stepper.result(state)
     do_eval = spec.evaluation.enabled if evaluate is None else evaluate

@@ -3,7 +3,7 @@ import pytest
 
 from lwl import run_job
 from lwl.measures import from_spec
-from lwl.runner import Cancelled
+from lwl.runner import Interrupted
 
 
 def test_same_spec_and_seed_give_the_same_result(small_spec):
@@ -35,7 +35,7 @@ def test_progress_checkpoint_and_cancel(small_spec):
     resumed = run_job(small_spec, state=blobs[2], evaluate=False)
     assert resumed["distribution"] == full["distribution"]
     calls = iter([False, False, True])
-    with pytest.raises(Cancelled) as exc:
+    with pytest.raises(Interrupted) as exc:
         run_job(small_spec, should_stop=lambda: next(calls))
     assert exc.value.state["iteration"] == 1
 

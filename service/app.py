@@ -1,0 +1,381 @@
+"""The FastAPI application: validates, stores, enqueues, reads back. No algorithm code.
+
+Routes are thin: parsing and validation come from :mod:`lwl.spec`, state from
+:class:`service.store.Store`, work goes to the queue as one message per job slice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from functools import lru_cache
+from typing import Annotated, Any, Callable, Literal
+
+import numpy as np
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+import lwl
+from lwl.measures import from_spec
+from lwl.spec import SpecError, parse_job_spec
+from service import problems
+from service.metrics import Metrics
+from service.problems import Problem
+from service.settings import Settings, get_settings
+from service.store import STATUSES, IdempotencyConflict, Store
+
+NPY = "application/x-npy"
+
+
+class SampleRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int = Field(ge=1, description="number of samples")
+    seed: int = Field(ge=0, lt=2**63, description="same seed, same samples as lwl.measures.from_spec(doc).sample(n, seed)")
+
+
+class JobCreated(BaseModel):
+    id: str
+    status: str
+
+
+# -- dependencies -------------------------------------------------------------------------------
+def store_dep(request: Request) -> Store:
+    return request.app.state.store
+
+
+def settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def owner_dep(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    """The owner of the request: from ``Authorization: Bearer KEY`` when keys are configured."""
+    keys = request.app.state.keys
+    if not keys:
+        return "local"
+    scheme, _, token = (authorization or "").partition(" ")
+    owner = keys.get(token.strip()) if scheme.lower() == "bearer" else None
+    if owner is None:
+        raise Problem(401, "Unauthorized", "send Authorization: Bearer <api key>",
+                      headers={"WWW-Authenticate": "Bearer"})
+    return owner
+
+
+StoreDep = Annotated[Store, Depends(store_dep)]
+OwnerDep = Annotated[str, Depends(owner_dep)]
+SettingsDep = Annotated[Settings, Depends(settings_dep)]
+
+
+def own_job(store: Store, job_id: str, owner: str) -> dict:
+    job = store.get_job(job_id, owner)
+    if job is None:  # another owner's job is indistinguishable from a missing one
+        raise Problem(404, "Job not found", f"no job {job_id!r}", field="id")
+    return job
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, "Request body too large", f"the limit is {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, "Request body too large", f"the limit is {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a finite number")
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise Problem(400, "Malformed JSON", str(exc)) from None
+
+
+def job_view(job: dict) -> dict:
+    out = {k: job.get(k) for k in ("id", "status", "created_at", "updated_at", "started_at", "finished_at",
+                                    "progress", "error", "attempts", "worker")}
+    out["links"] = {rel: f"/v1/jobs/{job['id']}{suffix}" for rel, suffix in
+                    (("self", ""), ("history", "/history"), ("distribution", "/distribution"),
+                     ("result", "/result"), ("samples", "/samples"), ("cancel", "/cancel"))}
+    return out
+
+
+def check_datasets(spec, store: Store, owner: str) -> None:
+    """Every dataset a spec names exists, belongs to the owner and has a usable shape."""
+    tests = spec.test_distributions
+    for k, m in enumerate(tests.members):
+        if m.dataset is None:
+            continue
+        field = f"test_distributions.members.{k}.dataset"
+        meta = store.get_dataset(m.dataset, owner)
+        if meta is None:
+            raise Problem(422, "Unknown dataset", f"no dataset {m.dataset!r}", field=field)
+        shape = meta["shape"]
+        if len(shape) != 2 or shape[1] != spec.dim:
+            raise Problem(422, "Dataset has the wrong shape",
+                          f"expected an (M, {spec.dim}) array, dataset has shape {tuple(shape)}", field=field)
+        if shape[0] <= tests.validation_per_member:
+            raise Problem(422, "Dataset too small", f"{shape[0]} rows leave none held out after "
+                          f"validation_per_member={tests.validation_per_member}", field=field)
+
+
+def load_array(raw: bytes) -> np.ndarray:
+    """A dataset upload: .npy bytes, or .npz with exactly one array. Never unpickles."""
+    try:
+        data = np.load(io.BytesIO(raw), allow_pickle=False)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            if len(data.files) != 1:
+                raise ValueError(f"an .npz upload must hold exactly one array, found {len(data.files)}")
+            data = data[data.files[0]]
+    except Exception as exc:
+        raise Problem(400, "Unreadable dataset", f"expected .npy or .npz bytes: {exc}") from None
+    if data.dtype.kind not in "fiu":
+        raise Problem(422, "Dataset must be numeric", f"dtype {data.dtype} is not a real number type")
+    arr = np.asarray(data, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise Problem(422, "Dataset has the wrong shape", f"expected a non-empty (M, d) array, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise Problem(422, "Dataset has non-finite values", "NaN or infinite entries")
+    return arr
+
+
+def catalog() -> dict:
+    import inspect
+
+    from lwl.oracles.base import _REGISTRY
+    from lwl.spec import BilevelSpec, EvaluationSpec, GaussianFamilySpec, JobSpec, KRRSpec
+
+    oracles = []
+    for name, cls in sorted(_REGISTRY.items()):
+        params = {p.name: (None if p.default is inspect.Parameter.empty else p.default)
+                  for p in list(inspect.signature(cls.__init__).parameters.values())[1:]}
+        oracles.append({"name": name, "min_dim": cls.min_dim, "params": params,
+                        "doc": (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""})
+    return {
+        "oracles": oracles,
+        "families": [{"name": "gaussian", "schema": GaussianFamilySpec.model_json_schema()}],
+        "models": [{"name": "krr", "schema": KRRSpec.model_json_schema()}],
+        "algorithms": [{"name": "bilevel", "schema": BilevelSpec.model_json_schema()}],
+        "evaluation": EvaluationSpec.model_json_schema(),
+        "job_spec": JobSpec.model_json_schema(),
+    }
+
+
+# -- the application ----------------------------------------------------------------------------
+def create_app(settings: Settings | None = None, store: Store | None = None,
+               enqueue: Callable[[str, int], None] | None = None,
+               broker_check: Callable[[], None] | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(title="lwl", version=lwl.__version__,
+                  description="Training-data distribution design for scientific machine learning "
+                              "(learning where to learn). Errors are application/problem+json.")
+    app.state.settings = settings
+    app.state.keys = settings.owners_by_key()
+    if store is None or enqueue is None:
+        from service.queue import make_celery, sender
+
+        celery = make_celery(settings)
+        enqueue = enqueue or sender(celery)
+
+        def broker_check():  # noqa: F811
+            with celery.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1, timeout=2)
+
+    app.state.store = store or Store(settings.resolved_database_url())
+    app.state.enqueue = enqueue
+    app.state.broker_check = broker_check
+    metrics = Metrics(app.state.store)
+    app.state.metrics = metrics
+    problems.install(app)
+
+    @app.middleware("http")
+    async def _count(request: Request, call_next):
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        metrics.observe(request.method, getattr(route, "path", "unmatched"), response.status_code,
+                        time.perf_counter() - t0)
+        return response
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict:
+        """The process is alive."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"])
+    def readyz(request: Request):
+        """The job store and the broker are reachable."""
+        checks = {}
+        for name, check in (("store", app.state.store.ping), ("broker", app.state.broker_check)):
+            try:
+                if check is not None:
+                    check()
+                checks[name] = "ok"
+            except Exception as exc:
+                checks[name] = f"unreachable: {type(exc).__name__}"
+        if any(v != "ok" for v in checks.values()):
+            raise Problem(503, "Not ready", json.dumps(checks), checks=checks)
+        return {"status": "ready", "checks": checks}
+
+    @app.get("/metrics", tags=["ops"])
+    def prometheus() -> Response:
+        """Prometheus metrics: requests, job counts by state, iteration durations."""
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
+    @app.get("/v1/catalog", tags=["catalog"])
+    def get_catalog(owner: OwnerDep) -> dict:
+        """Oracles, families, models and algorithms with their parameter schemas."""
+        return _catalog()
+
+    @app.post("/v1/jobs", status_code=202, response_model=JobCreated, tags=["jobs"],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}}}}})
+    async def create_job(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
+                         idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> dict:
+        """Submit a job spec (the JSON ``lwl run`` takes). 202 with ``Location``."""
+        raw = await read_body(request, settings.max_body_bytes)
+        doc = parse_json(raw)
+        try:
+            spec = parse_job_spec(doc)
+        except SpecError as exc:
+            raise problems.spec_problem(exc.errors) from None
+        check_datasets(spec, store, owner)
+        canonical = spec.model_dump(mode="json")
+        digest = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+        try:
+            job, created = store.create_job(owner, canonical, spec.algorithm.iterations, idempotency_key, digest)
+        except IdempotencyConflict:
+            raise Problem(409, "Idempotency key reused", "this Idempotency-Key was used with another body",
+                          field="Idempotency-Key") from None
+        if created:
+            try:
+                app.state.enqueue(job["id"], 0)
+            except Exception as exc:  # nothing half-made stays behind
+                store.delete_job(job["id"])
+                raise Problem(503, "Queue unavailable", f"could not enqueue the job: {type(exc).__name__}") from None
+        response.headers["Location"] = f"/v1/jobs/{job['id']}"
+        return {"id": job["id"], "status": job["status"]}
+
+    @app.get("/v1/jobs", tags=["jobs"])
+    def list_jobs(store: StoreDep, owner: OwnerDep,
+                  status: Annotated[Literal[STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
+                  limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                  cursor: Annotated[str | None, Query(max_length=200)] = None) -> dict:
+        """The owner's jobs, newest first; pass ``next_cursor`` back as ``cursor`` for more."""
+        before = None
+        if cursor:
+            ts, _, jid = cursor.partition("_")
+            try:
+                before = (float(ts), jid)
+            except ValueError:
+                raise Problem(400, "Bad cursor", "use the next_cursor of a previous page", field="cursor") from None
+        rows = store.list_jobs(owner, status, limit + 1, before)
+        items = [job_view(r) for r in rows[:limit]]
+        nxt = f"{rows[limit - 1]['created_at']!r}_{rows[limit - 1]['id']}" if len(rows) > limit else None
+        return {"items": items, "next_cursor": nxt}
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    def get_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+        """Status, progress (iteration/total, objective, validation error, elapsed) and error."""
+        return job_view(own_job(store, job_id, owner))
+
+    @app.get("/v1/jobs/{job_id}/history", tags=["jobs"])
+    def get_history(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+        """Per-iteration records: objective, validation Err, step size, nugget, seconds."""
+        own_job(store, job_id, owner)
+        return {"id": job_id, "history": store.history(job_id)}
+
+    @app.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"])
+    def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+        """Stop the job between iterations (at once when still queued)."""
+        job = own_job(store, job_id, owner)
+        if job["status"] not in ("succeeded", "failed", "cancelled"):
+            store.request_cancel(job_id)
+        return job_view(store.get_job(job_id))
+
+    def finished_result(job_id: str, store: Store, owner: str) -> dict:
+        job = own_job(store, job_id, owner)
+        if job["status"] != "succeeded":
+            raise Problem(409, "Job has no result yet", f"the job is {job['status']}", status_text=job["status"])
+        return store.result(job_id)
+
+    @app.get("/v1/jobs/{job_id}/result", tags=["results"])
+    def get_result(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+        """The whole result: distribution, history, evaluation, timings, spec."""
+        return finished_result(job_id, store, owner)
+
+    @app.get("/v1/jobs/{job_id}/distribution", tags=["results"])
+    def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+        """The optimised distribution spec, the document ``lwl.measures.from_spec`` reads."""
+        return finished_result(job_id, store, owner)["distribution"]
+
+    @lru_cache(maxsize=256)
+    def measure_for(job_id: str):  # results never change once a job succeeded
+        return from_spec(store_of_app().result(job_id)["distribution"])
+
+    def store_of_app() -> Store:
+        return app.state.store
+
+    @app.post("/v1/jobs/{job_id}/samples", tags=["results"],
+              responses={200: {"content": {"application/json": {}, NPY: {}}}})
+    def post_samples(job_id: str, body: SampleRequest, request: Request, store: StoreDep, owner: OwnerDep):
+        """``n`` samples of the optimised distribution from ``seed``: JSON, or ``.npy`` bytes
+        with ``Accept: application/x-npy`` (streamed)."""
+        job = own_job(store, job_id, owner)
+        if job["status"] != "succeeded":
+            raise Problem(409, "Job has no result yet", f"the job is {job['status']}")
+        measure = measure_for(job_id)
+        if body.n * measure.dim > settings.max_samples:
+            raise Problem(422, "Too many samples", f"n * d must be at most {settings.max_samples}", field="n")
+        x = measure.sample(body.n, body.seed)
+        if NPY in request.headers.get("accept", ""):
+            return StreamingResponse(_npy_chunks(x), media_type=NPY,
+                                     headers={"Content-Disposition": f'attachment; filename="{job_id}-{body.seed}.npy"'})
+        return JSONResponse({"n": body.n, "d": measure.dim, "seed": body.seed, "samples": x.tolist()})
+
+    @app.post("/v1/datasets", status_code=201, tags=["datasets"],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+    async def upload_dataset(request: Request, response: Response, store: StoreDep, owner: OwnerDep) -> dict:
+        """Upload an (M, d) array as ``.npy`` or single-array ``.npz`` bytes; a job spec then
+        names it with ``{"dataset": id}``."""
+        raw = await read_body(request, settings.max_dataset_bytes)
+        meta = store.put_dataset(owner, load_array(raw))
+        response.headers["Location"] = f"/v1/datasets/{meta['id']}"
+        return _dataset_view(meta)
+
+    @app.get("/v1/datasets/{dataset_id}", tags=["datasets"])
+    def get_dataset(dataset_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+        meta = store.get_dataset(dataset_id, owner)
+        if meta is None:
+            raise Problem(404, "Dataset not found", f"no dataset {dataset_id!r}", field="id")
+        return _dataset_view(meta)
+
+    return app
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict:
+    return catalog()
+
+
+def _dataset_view(meta: dict) -> dict:
+    return {"id": meta["id"], "shape": meta["shape"], "dtype": meta["dtype"], "created_at": meta["created_at"]}
+
+
+def _npy_chunks(x: np.ndarray, chunk: int = 1 << 20):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(x))
+    yield buf.getvalue()
+    data = memoryview(np.ascontiguousarray(x)).cast("B")
+    for i in range(0, len(data), chunk):
+        yield bytes(data[i:i + chunk])

@@ -1,0 +1,67 @@
+"""RFC 9457 problem documents (``application/problem+json``) for every error the API returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+PROBLEM = "application/problem+json"
+
+
+class Problem(Exception):
+    def __init__(self, status: int, title: str, detail: str = "", *, field: str | None = None,
+                 errors: list[dict] | None = None, headers: dict | None = None, **extra: Any):
+        self.status, self.title, self.detail = status, title, detail
+        self.field, self.errors, self.headers, self.extra = field, errors, headers, extra
+
+    def document(self, instance: str | None = None) -> dict:
+        doc: dict[str, Any] = {"type": "about:blank", "title": self.title, "status": self.status}
+        if self.detail:
+            doc["detail"] = self.detail
+        if instance:
+            doc["instance"] = instance
+        if self.field:
+            doc["field"] = self.field
+        if self.errors:
+            doc["errors"] = self.errors
+        doc.update(self.extra)
+        return doc
+
+
+def problem_response(p: Problem, request: Request | None = None) -> JSONResponse:
+    instance = str(request.url.path) if request is not None else None
+    return JSONResponse(p.document(instance), status_code=p.status, media_type=PROBLEM, headers=p.headers)
+
+
+def spec_problem(errors: list[tuple[str, str]], title: str = "Invalid job spec") -> Problem:
+    items = [{"field": loc, "message": msg} for loc, msg in errors]
+    detail = "; ".join(f"{loc}: {msg}" for loc, msg in errors)
+    return Problem(422, title, detail, field=items[0]["field"] if items else None, errors=items)
+
+
+def install(app) -> None:
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem):
+        return problem_response(exc, request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        errors = []
+        for e in exc.errors():
+            loc = [str(p) for p in e["loc"] if p not in ("body", "query", "path", "header")]
+            errors.append((".".join(loc) or "(body)", e["msg"].removeprefix("Value error, ")))
+        return problem_response(spec_problem(errors, "Invalid request"), request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized"}
+        return problem_response(Problem(exc.status_code, titles.get(exc.status_code, "HTTP error"),
+                                        str(exc.detail or ""), headers=getattr(exc, "headers", None)), request)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        return problem_response(Problem(500, "Internal server error", type(exc).__name__), request)

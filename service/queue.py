@@ -1,0 +1,42 @@
+"""The Celery configuration shared by the API (which only sends) and the workers.
+
+JSON only (never pickle), late acks, reject on worker loss, prefetch 1, no result backend.
+The API sends tasks by name, so it never imports worker code.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from service.settings import Settings
+
+TASK_RUN_SLICE = "lwl.run_slice"
+
+
+def make_celery(settings: Settings, include: list[str] | None = None) -> Celery:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app = Celery("lwl", broker=settings.resolved_broker_url(), include=include or [])
+    app.conf.update(
+        task_serializer="json", accept_content=["json"], result_serializer="json",
+        task_ignore_result=True,
+        task_acks_late=True,  # a message is acked only after its slice ended...
+        task_reject_on_worker_lost=True,  # ...and requeued if the worker process died
+        worker_prefetch_multiplier=1,  # a worker holds one message at a time
+        task_default_queue="lwl",
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=5,
+        worker_hijack_root_logger=False,
+    )
+    if app.conf.broker_url.startswith(("redis", "rediss")):
+        # slices are bounded (slice_seconds) far below Redis' redelivery timeout
+        app.conf.broker_transport_options = {"visibility_timeout": 3600}
+    return app
+
+
+def sender(app: Celery):
+    """``enqueue(job_id, generation)`` that sends one slice message."""
+
+    def enqueue(job_id: str, generation: int) -> None:
+        app.send_task(TASK_RUN_SLICE, args=[job_id, generation])
+
+    return enqueue

@@ -1,0 +1,47 @@
+"""Operator settings, read from ``LWL_*`` environment variables (pydantic-settings)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LWL_", extra="ignore")
+
+    data_dir: Path = Field(default=Path("lwl-data"), description="embedded mode: SQLite store and broker")
+    database_url: str | None = Field(default=None, description="default sqlite:///DATA_DIR/lwl.db")
+    broker_url: str | None = Field(default=None, description="default sqla+sqlite:///DATA_DIR/broker.db")
+    api_keys: str = Field(default="", description='"owner1:key1,owner2:key2"; empty = no auth')
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_dataset_bytes: int = 64 * 1024 * 1024
+    max_samples: int = 20_000_000  # floats per sampling request
+    slice_seconds: float = 60.0  # one Celery task steps a job at most this long
+    max_attempts: int = 3  # slices that started without finishing, before the job fails
+    heartbeat_seconds: float = 2.0
+    stale_seconds: float = 120.0  # a running job with an older heartbeat is re-enqueued
+    reaper_interval: float = 10.0
+    worker_device: str = Field(default="auto", description="auto|cpu|cuda for jobs whose spec says auto")
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'lwl.db').resolve()}"
+
+    def resolved_broker_url(self) -> str:
+        return self.broker_url or f"sqla+sqlite:///{(self.data_dir / 'broker.db').resolve()}"
+
+    def owners_by_key(self) -> dict[str, str]:
+        out = {}
+        for item in filter(None, (p.strip() for p in self.api_keys.split(","))):
+            owner, sep, key = item.partition(":")
+            if not sep or not owner or not key:
+                raise ValueError("LWL_API_KEYS: expected 'owner:key' pairs separated by commas")
+            out[key] = owner
+        return out
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

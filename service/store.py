@@ -1,0 +1,306 @@
+"""The job store: tables, queries and checkpoints (SQLAlchemy Core, no web imports).
+
+SQLite in embedded mode, PostgreSQL in distributed mode. The database, not Celery's result
+backend, is the source of truth for a job's state. A running job holds a *lease* (the id of
+the task slice stepping it) and writes a heartbeat with every checkpoint; writes that carry a
+lease which is no longer the job's are refused, so a slice that was presumed dead and re-run
+elsewhere can never overwrite its successor.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (Boolean, Column, Float, Integer, LargeBinary, MetaData, String, Table, Text,
+                        UniqueConstraint, create_engine, delete, event, func, insert, select, update)
+from sqlalchemy.engine import Engine
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("owner", String(200), nullable=False, index=True),
+    Column("status", String(20), nullable=False, index=True),
+    Column("spec", Text, nullable=False),
+    Column("idempotency_key", String(200)),
+    Column("request_hash", String(64)),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("total", Integer, nullable=False),
+    Column("progress", Text),
+    Column("error", Text),
+    Column("result", Text),
+    Column("checkpoint", LargeBinary),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("lease", String(64)),
+    Column("worker", String(200)),
+    Column("heartbeat_at", Float),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    # each enqueued slice message carries the generation it was sent for; only the current
+    # generation may take the job, so duplicate or redelivered messages are dropped
+    Column("generation", Integer, nullable=False, default=0),
+    UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),
+)
+
+history = Table(
+    "history", metadata,
+    Column("job_id", String(32), primary_key=True),
+    Column("iteration", Integer, primary_key=True),
+    Column("seconds", Float, nullable=False, default=0.0),
+    Column("record", Text, nullable=False),
+)
+
+datasets = Table(
+    "datasets", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("owner", String(200), nullable=False, index=True),
+    Column("shape", Text, nullable=False),
+    Column("dtype", String(20), nullable=False),
+    Column("nbytes", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+STATUSES = ("queued", "running", "awaiting_labels", "succeeded", "failed", "cancelled")
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class IdempotencyConflict(Exception):
+    """The same Idempotency-Key was used with another request body."""
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _json(value) -> str | None:
+    return None if value is None else json.dumps(value, allow_nan=False)
+
+
+def _unjson(text):
+    return None if text is None else json.loads(text)
+
+
+class Store:
+    def __init__(self, url: str):
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kwargs.update(pool_pre_ping=True, pool_size=5, max_overflow=5)
+        self.engine: Engine = create_engine(url, **kwargs)
+        if url.startswith("sqlite"):
+            @event.listens_for(self.engine, "connect")
+            def _pragmas(conn, _):  # WAL lets the API read while a worker writes
+                cur = conn.cursor()
+                cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute("PRAGMA synchronous=NORMAL")
+                cur.execute("PRAGMA busy_timeout=30000")
+                cur.close()
+        metadata.create_all(self.engine)
+
+    def ping(self) -> None:
+        with self.engine.connect() as c:
+            c.execute(select(1))
+
+    # -- jobs: API side -----------------------------------------------------------------------
+    def create_job(self, owner: str, spec: dict, total: int, idempotency_key: str | None = None,
+                   request_hash: str | None = None) -> tuple[dict, bool]:
+        """Insert a queued job; with an idempotency key, return the existing job instead."""
+        now = time.time()
+        with self.engine.begin() as c:
+            if idempotency_key is not None:
+                row = c.execute(select(jobs).where(jobs.c.owner == owner,
+                                                   jobs.c.idempotency_key == idempotency_key)).mappings().first()
+                if row is not None:
+                    if row["request_hash"] != request_hash:
+                        raise IdempotencyConflict(idempotency_key)
+                    return self._job(row), False
+            job_id = _new_id()
+            c.execute(insert(jobs).values(
+                id=job_id, owner=owner, status="queued", spec=_json(spec), idempotency_key=idempotency_key,
+                request_hash=request_hash, created_at=now, updated_at=now, total=total, attempts=0,
+                cancel_requested=False, generation=0, progress=_json({"iteration": 0, "total": total})))
+        return self.get_job(job_id), True
+
+    def delete_job(self, job_id: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(delete(history).where(history.c.job_id == job_id))
+            c.execute(delete(jobs).where(jobs.c.id == job_id))
+
+    def get_job(self, job_id: str, owner: str | None = None, *, full: bool = False) -> dict | None:
+        cols = list(jobs.c) if full else [c for c in jobs.c if c.name not in ("checkpoint", "result")]
+        q = select(*cols).where(jobs.c.id == job_id)
+        if owner is not None:
+            q = q.where(jobs.c.owner == owner)
+        with self.engine.connect() as c:
+            row = c.execute(q).mappings().first()
+        return None if row is None else self._job(row)
+
+    def list_jobs(self, owner: str | None, status: str | None, limit: int, before: tuple | None) -> list[dict]:
+        cols = [c for c in jobs.c if c.name not in ("checkpoint", "result", "spec")]
+        q = select(*cols).order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
+        if owner is not None:
+            q = q.where(jobs.c.owner == owner)
+        if status is not None:
+            q = q.where(jobs.c.status == status)
+        if before is not None:  # keyset paging: strictly after the cursor in this order
+            ts, jid = before
+            q = q.where((jobs.c.created_at < ts) | ((jobs.c.created_at == ts) & (jobs.c.id < jid)))
+        with self.engine.connect() as c:
+            return [self._job(r) for r in c.execute(q).mappings()]
+
+    def history(self, job_id: str) -> list[dict]:
+        with self.engine.connect() as c:
+            rows = c.execute(select(history.c.record).where(history.c.job_id == job_id)
+                             .order_by(history.c.iteration)).scalars()
+            return [json.loads(r) for r in rows]
+
+    def request_cancel(self, job_id: str) -> None:
+        """Queued jobs are cancelled at once; running ones at their next step boundary."""
+        now = time.time()
+        with self.engine.begin() as c:
+            c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "awaiting_labels")))
+                      .values(status="cancelled", cancel_requested=True, finished_at=now, updated_at=now))
+            c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "running")
+                      .values(cancel_requested=True, updated_at=now))
+
+    def iteration_totals(self) -> tuple[int, float]:
+        with self.engine.connect() as c:
+            n, total = c.execute(select(func.count(), func.coalesce(func.sum(history.c.seconds), 0.0))).one()
+        return int(n), float(total)
+
+    def counts_by_status(self) -> dict[str, int]:
+        with self.engine.connect() as c:
+            rows = c.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
+        return {s: 0 for s in STATUSES} | {s: n for s, n in rows}
+
+    # -- jobs: worker side --------------------------------------------------------------------
+    def acquire(self, job_id: str, generation: int, lease: str, worker: str) -> dict | None:
+        """Take a queued job for one slice if ``generation`` is current; counts the attempt.
+        Returns the full job (with checkpoint) or None when the message is stale."""
+        now = time.time()
+        with self.engine.begin() as c:
+            res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "queued",
+                                               jobs.c.generation == generation)
+                            .values(status="running", lease=lease, worker=worker, heartbeat_at=now, updated_at=now,
+                                    attempts=jobs.c.attempts + 1, started_at=func.coalesce(jobs.c.started_at, now)))
+            if res.rowcount != 1:
+                return None
+        return self.get_job(job_id, full=True)
+
+    def save_step(self, job_id: str, lease: str, checkpoint: bytes, progress: dict, record: dict | None) -> bool:
+        """Checkpoint, progress, history record and heartbeat in one transaction; False when
+        the lease was lost (the job was taken over or cancelled)."""
+        now = time.time()
+        with self.engine.begin() as c:
+            res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.lease == lease)
+                            .values(checkpoint=checkpoint, progress=_json(progress), heartbeat_at=now,
+                                    updated_at=now))
+            if res.rowcount != 1:
+                return False
+            if record is not None:
+                it = int(record["iteration"])
+                # a slice replayed after a crash rewrites the same iterations: replace them
+                c.execute(delete(history).where(history.c.job_id == job_id, history.c.iteration == it))
+                c.execute(insert(history).values(job_id=job_id, iteration=it, record=_json(record),
+                                                 seconds=float(record.get("seconds", 0.0))))
+        return True
+
+    def heartbeat(self, job_id: str, lease: str) -> bool:
+        with self.engine.begin() as c:
+            return c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.lease == lease)
+                             .values(heartbeat_at=time.time())).rowcount == 1
+
+    def cancel_requested(self, job_id: str) -> bool:
+        with self.engine.connect() as c:
+            return bool(c.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar())
+
+    def _finish(self, job_id: str, lease: str | None, **values) -> bool:
+        now = time.time()
+        q = update(jobs).where(jobs.c.id == job_id)
+        if lease is not None:
+            q = q.where(jobs.c.lease == lease)
+        with self.engine.begin() as c:
+            return c.execute(q.values(updated_at=now, lease=None, **values)).rowcount == 1
+
+    def end_slice(self, job_id: str, lease: str) -> int | None:
+        """The slice made progress and stops cleanly: requeue under the next generation and
+        reset the attempt count. Returns the generation to enqueue, None if the lease was lost."""
+        ok = self._finish(job_id, lease, status="queued", attempts=0, generation=jobs.c.generation + 1)
+        return self.get_job(job_id)["generation"] if ok else None
+
+    def succeed(self, job_id: str, lease: str, result: dict) -> bool:
+        return self._finish(job_id, lease, status="succeeded", result=_json(result), finished_at=time.time())
+
+    def fail(self, job_id: str, lease: str | None, problem: dict) -> bool:
+        return self._finish(job_id, lease, status="failed", error=_json(problem), finished_at=time.time())
+
+    def cancelled(self, job_id: str, lease: str) -> bool:
+        return self._finish(job_id, lease, status="cancelled", finished_at=time.time())
+
+    def requeue_stale(self, stale_seconds: float) -> list[tuple[str, int]]:
+        """Running jobs whose heartbeat is older than ``stale_seconds`` (their worker died) go
+        back to queued under a new generation; returns (id, generation) pairs to enqueue."""
+        cutoff = time.time() - stale_seconds
+        out = []
+        with self.engine.begin() as c:
+            rows = c.execute(select(jobs.c.id, jobs.c.generation).where(
+                jobs.c.status == "running", jobs.c.heartbeat_at < cutoff)).all()
+            for job_id, gen in rows:
+                res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.generation == gen,
+                                                   jobs.c.status == "running")
+                                .values(status="queued", lease=None, generation=gen + 1, updated_at=time.time()))
+                if res.rowcount == 1:
+                    out.append((job_id, gen + 1))
+        return out
+
+    def result(self, job_id: str) -> dict | None:
+        with self.engine.connect() as c:
+            return _unjson(c.execute(select(jobs.c.result).where(jobs.c.id == job_id)).scalar())
+
+    # -- datasets -----------------------------------------------------------------------------
+    def put_dataset(self, owner: str, array: np.ndarray) -> dict:
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        ds_id = _new_id()
+        with self.engine.begin() as c:
+            c.execute(insert(datasets).values(id=ds_id, owner=owner, shape=_json(list(array.shape)),
+                                              dtype=str(array.dtype), nbytes=int(array.nbytes),
+                                              data=buf.getvalue(), created_at=time.time()))
+        return self.get_dataset(ds_id, owner)
+
+    def get_dataset(self, ds_id: str, owner: str | None = None) -> dict | None:
+        q = select(datasets.c.id, datasets.c.owner, datasets.c.shape, datasets.c.dtype, datasets.c.nbytes,
+                   datasets.c.created_at).where(datasets.c.id == ds_id)
+        if owner is not None:
+            q = q.where(datasets.c.owner == owner)
+        with self.engine.connect() as c:
+            row = c.execute(q).mappings().first()
+        return None if row is None else {**row, "shape": json.loads(row["shape"])}
+
+    def load_dataset(self, ds_id: str, owner: str | None = None) -> np.ndarray:
+        q = select(datasets.c.data).where(datasets.c.id == ds_id)
+        if owner is not None:
+            q = q.where(datasets.c.owner == owner)
+        with self.engine.connect() as c:
+            data = c.execute(q).scalar()
+        if data is None:
+            raise KeyError(ds_id)
+        return np.load(io.BytesIO(data), allow_pickle=False)
+
+    @staticmethod
+    def _job(row) -> dict:
+        out = dict(row)
+        for key in ("spec", "progress", "error", "result"):
+            if key in out:
+                out[key] = _unjson(out[key])
+        return out

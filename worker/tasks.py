@@ -1,0 +1,136 @@
+"""The one task: step a job's algorithm for one bounded slice of time.
+
+A slice takes the job (store lease), restores its last checkpoint, runs :func:`lwl.run_job`
+until the job finishes, the slice's time is up or a cancel is requested, writing progress,
+history and a checkpoint after every iteration, then either stores the result or enqueues the
+next slice. A heartbeat thread keeps the lease fresh; a reaper (:mod:`worker.reaper`)
+re-enqueues jobs whose worker died, and the attempt count in the store fails a job that keeps
+killing its workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+import uuid
+from typing import Callable
+
+from lwl.runner import Interrupted, run_job
+from lwl.spec import SpecError, parse_job_spec
+from service.queue import TASK_RUN_SLICE
+from service.settings import Settings, get_settings
+from service.store import Store
+from worker.celery_app import celery_app
+
+log = logging.getLogger("lwl.worker")
+WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"
+
+_store: Store | None = None
+
+
+def get_store() -> Store:
+    global _store
+    if _store is None:
+        _store = Store(get_settings().resolved_database_url())
+    return _store
+
+
+class LeaseLost(Exception):
+    """The job was taken over (reaped after a stall) while this slice ran."""
+
+
+def problem(title: str, detail: str, status: int = 500, **extra) -> dict:
+    return {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
+
+
+def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int,
+                  enqueue: Callable[[str, int], None]) -> str:
+    """Run one slice of a job; returns what happened (for logs and tests)."""
+    lease = uuid.uuid4().hex
+    job = store.acquire(job_id, generation, lease, WORKER_NAME)
+    if job is None:
+        return "stale"  # a duplicate or outdated message: another slice owns the job
+    if job["attempts"] > settings.max_attempts:
+        store.fail(job_id, lease, problem(
+            "Job kept losing its worker",
+            f"{job['attempts'] - 1} slices of this job started and never finished (a worker died, e.g. "
+            f"out of memory); giving up after max_attempts={settings.max_attempts}", 500))
+        return "failed"
+    if job["cancel_requested"]:
+        store.cancelled(job_id, lease)
+        return "cancelled"
+    try:
+        spec = parse_job_spec(job["spec"])
+    except SpecError as exc:  # cannot happen for specs the API accepted; kept for old rows
+        store.fail(job_id, lease, problem("Invalid job spec", str(exc), 422))
+        return "failed"
+    if spec.device == "auto" and settings.worker_device != "auto":
+        spec = spec.model_copy(update={"device": settings.worker_device})
+
+    stop = threading.Event()
+
+    def beat():
+        while not stop.wait(settings.heartbeat_seconds):
+            store.heartbeat(job_id, lease)
+
+    threading.Thread(target=beat, daemon=True, name=f"heartbeat-{job_id}").start()
+    started = job["started_at"] or time.time()
+    deadline = time.monotonic() + settings.slice_seconds
+    pending: dict = {}
+    next_cancel_check = [0.0]
+
+    def checkpoint(blob: bytes) -> None:
+        pending["blob"] = blob
+
+    def progress(p: dict) -> None:
+        doc = {"iteration": p["iteration"], "total": p["total"], "objective": p["objective"],
+               "validation_err": p["validation_err"], "elapsed_seconds": time.time() - started}
+        if not store.save_step(job_id, lease, pending["blob"], doc, p["record"]):
+            raise LeaseLost(job_id)
+
+    def should_stop() -> bool:
+        now = time.monotonic()
+        if now > deadline:
+            return True
+        if now >= next_cancel_check[0]:  # a cancel takes effect within half a second
+            next_cancel_check[0] = now + 0.5
+            return store.cancel_requested(job_id)
+        return False
+
+    try:
+        result = run_job(spec, resolve=lambda ref: store.load_dataset(ref, job["owner"]),
+                         state=job["checkpoint"], progress=progress, checkpoint=checkpoint,
+                         should_stop=should_stop)
+    except Interrupted:
+        if store.cancel_requested(job_id):
+            store.cancelled(job_id, lease)
+            return "cancelled"
+        gen = store.end_slice(job_id, lease)
+        if gen is not None:
+            enqueue(job_id, gen)
+        return "sliced"
+    except LeaseLost:
+        return "lease lost"
+    except Exception as exc:  # the job fails with a problem document; the worker lives on
+        log.error("job %s failed: %s", job_id, traceback.format_exc())
+        status = 422 if isinstance(exc, (ValueError, KeyError)) else 500
+        store.fail(job_id, lease, problem("Job failed", f"{type(exc).__name__}: {exc}", status))
+        return "failed"
+    finally:
+        stop.set()
+    result["worker"] = WORKER_NAME
+    store.succeed(job_id, lease, result)
+    return "succeeded"
+
+
+def enqueue(job_id: str, generation: int) -> None:
+    run_slice.apply_async(args=[job_id, generation])
+
+
+@celery_app.task(name=TASK_RUN_SLICE)
+def run_slice(job_id: str, generation: int) -> str:
+    return run_slice_now(get_store(), get_settings(), job_id, generation, enqueue)
