@@ -88,14 +88,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a finite number")
-
-
 def parse_json(raw: bytes) -> Any:
+    """JSON text to Python; NaN/Infinity literals parse here so that validation can refuse
+    them with the field named."""
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise Problem(400, "Malformed JSON", str(exc)) from None
 
 
@@ -360,6 +358,24 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
             raise Problem(404, "Dataset not found", f"no dataset {dataset_id!r}", field="id")
         return _dataset_view(meta)
 
+    def openapi_with_job_spec() -> dict:
+        """The generated schema, with the job spec (read from the raw body) as a component."""
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            from lwl.spec import JobSpec
+
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            spec = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, sub in spec.pop("$defs", {}).items():
+                comps.setdefault(name, sub)
+            comps["JobSpec"] = spec
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi_with_job_spec
     return app
 
 

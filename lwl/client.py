@@ -1,0 +1,154 @@
+"""A Python client for the lwl service (needs ``httpx``: ``pip install 'lwl[service]'``).
+
+    from lwl.client import Client
+    c = Client("http://127.0.0.1:8000", api_key=None)
+    job = c.submit(spec)                # spec: dict, JSON text or lwl.spec.JobSpec
+    c.wait(job)                         # progress bar until succeeded (raises if it failed)
+    dist = c.distribution(job)          # the distribution spec (lwl.measures.from_spec reads it)
+    x = c.samples(job, n=1000, seed=0)  # numpy array, bit-for-bit from_spec(dist).sample(1000, 0)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class ApiError(Exception):
+    """An error answer from the service; ``problem`` is its RFC 9457 document."""
+
+    def __init__(self, status: int, problem: dict):
+        self.status, self.problem = status, problem
+        field = f" [{problem['field']}]" if problem.get("field") else ""
+        super().__init__(f"{status} {problem.get('title', '')}{field}: {problem.get('detail', '')}")
+
+
+class JobFailed(Exception):
+    def __init__(self, job: dict):
+        self.job = job
+        err = job.get("error") or {}
+        super().__init__(f"job {job['id']} {job['status']}: {err.get('detail', '')}")
+
+
+class Client:
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None,
+                 timeout: float = 30.0):
+        import httpx
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check(self, r):
+        if r.status_code >= 400:
+            try:
+                doc = r.json()
+            except ValueError:
+                doc = {"title": r.reason_phrase, "detail": r.text[:500]}
+            raise ApiError(r.status_code, doc)
+        return r
+
+    def _id(self, job) -> str:
+        return job if isinstance(job, str) else job["id"]
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def submit(self, spec: Any, idempotency_key: str | None = None) -> str:
+        if hasattr(spec, "model_dump_json"):
+            body = spec.model_dump_json()
+        else:
+            body = spec if isinstance(spec, (str, bytes)) else json.dumps(spec)
+        headers = {"Content-Type": "application/json"}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        return self._check(self.http.post("/v1/jobs", content=body, headers=headers)).json()["id"]
+
+    def job(self, job) -> dict:
+        return self._check(self.http.get(f"/v1/jobs/{self._id(job)}")).json()
+
+    def jobs(self, status: str | None = None, limit: int = 50) -> list[dict]:
+        params = {"limit": limit, **({"status": status} if status else {})}
+        out, cursor = [], None
+        while True:
+            page = self._check(self.http.get("/v1/jobs", params={**params, **({"cursor": cursor} if cursor else {})})).json()
+            out += page["items"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return out
+
+    def history(self, job) -> list[dict]:
+        return self._check(self.http.get(f"/v1/jobs/{self._id(job)}/history")).json()["history"]
+
+    def cancel(self, job) -> dict:
+        return self._check(self.http.post(f"/v1/jobs/{self._id(job)}/cancel")).json()
+
+    def wait(self, job, *, progress: bool = True, poll: float = 0.5, timeout: float | None = None) -> dict:
+        """Poll until the job ends; a rich progress bar shows iteration and validation Err."""
+        job_id = self._id(job)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bar = task = None
+        if progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            bar = Progress(TextColumn(f"job {job_id[:8]}"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+            bar.start()
+        try:
+            while True:
+                doc = self.job(job_id)
+                p = doc.get("progress") or {}
+                if bar is not None:
+                    if task is None:
+                        task = bar.add_task("", total=p.get("total") or 1, info="")
+                    err = p.get("validation_err")
+                    bar.update(task, completed=p.get("iteration", 0),
+                               info=f"{doc['status']}" + (f"  Err {err:.4f}" if err is not None else ""))
+                if doc["status"] in TERMINAL:
+                    if doc["status"] != "succeeded":
+                        raise JobFailed(doc)
+                    return doc
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"job {job_id} still {doc['status']} after {timeout} s")
+                time.sleep(poll)
+        finally:
+            if bar is not None:
+                bar.stop()
+
+    # -- results ------------------------------------------------------------------------------
+    def result(self, job) -> dict:
+        return self._check(self.http.get(f"/v1/jobs/{self._id(job)}/result")).json()
+
+    def distribution(self, job) -> dict:
+        return self._check(self.http.get(f"/v1/jobs/{self._id(job)}/distribution")).json()
+
+    def samples(self, job, n: int, seed: int, *, npy: bool = True) -> np.ndarray:
+        headers = {"Accept": "application/x-npy"} if npy else {}
+        r = self._check(self.http.post(f"/v1/jobs/{self._id(job)}/samples", json={"n": n, "seed": seed},
+                                       headers=headers))
+        if npy:
+            return np.load(io.BytesIO(r.content), allow_pickle=False)
+        return np.asarray(r.json()["samples"], dtype=np.float64)
+
+    # -- datasets and catalog -----------------------------------------------------------------
+    def upload_dataset(self, array: np.ndarray) -> str:
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(array, dtype=np.float64), allow_pickle=False)
+        r = self.http.post("/v1/datasets", content=buf.getvalue(),
+                           headers={"Content-Type": "application/octet-stream"})
+        return self._check(r).json()["id"]
+
+    def catalog(self) -> dict:
+        return self._check(self.http.get("/v1/catalog")).json()

@@ -1,0 +1,173 @@
+"""Real processes for the service tests: ``lwl serve``, ``lwl worker``, redis-server, PostgreSQL.
+
+Servers bind to loopback on free ports under a temporary directory and are stopped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ENV_BASE = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(check, timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # not up yet
+            last = exc
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what} (last error: {last!r})")
+
+
+class Proc:
+    """A subprocess with its log in a file; stopped with SIGTERM (then SIGKILL)."""
+
+    def __init__(self, args: list[str], env: dict, log: Path):
+        self.log_path = log
+        self._log = open(log, "ab")
+        self.p = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+class Server:
+    """``lwl serve`` (embedded worker unless ``no_worker``) on a free port."""
+
+    def __init__(self, data_dir: Path, env: dict | None = None, no_worker: bool = False, port: int | None = None):
+        self.data_dir, self.no_worker = data_dir, no_worker
+        self.port = port or free_port()
+        self.env = {**os.environ, **ENV_BASE, "LWL_DATA_DIR": str(data_dir), **(env or {})}
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: Proc | None = None
+
+    def start(self) -> "Server":
+        args = [sys.executable, "-m", "lwl.cli", "serve", "--port", str(self.port)]
+        if self.no_worker:
+            args.append("--no-worker")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.proc = Proc(args, self.env, self.data_dir / f"serve-{self.port}.log")
+        try:
+            wait_until(lambda: httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200, 60, 0.2, "readyz")
+        except TimeoutError:
+            raise RuntimeError(f"lwl serve did not come up:\n{self.proc.log()}") from None
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+
+def start_worker(data_dir: Path, env: dict, name: str) -> Proc:
+    full = {**os.environ, **ENV_BASE, "LWL_DATA_DIR": str(data_dir), **env}
+    return Proc([sys.executable, "-m", "lwl.cli", "worker", "--device", "cpu"], full, data_dir / f"{name}.log")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server; .ci/run does)")
+    port = free_port()
+    d = tmp_path_factory.mktemp("redis")
+    proc = Proc([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(d)], dict(os.environ), d / "redis.log")
+    import redis
+
+    wait_until(lambda: redis.Redis(port=port).ping(), 20, 0.1, "redis")
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.stop()
+
+
+def _pg_bin(name: str) -> str:
+    for cand in (shutil.which(name), *sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True)):
+        if cand and Path(cand).exists():
+            return str(cand)
+    pytest.fail(f"PostgreSQL's {name} is not installed (apt-get install postgresql; .ci/run does)")
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """A throwaway PostgreSQL cluster on loopback (run as the postgres user when we are root)."""
+    initdb, postgres = _pg_bin("initdb"), _pg_bin("postgres")
+    d = tmp_path_factory.mktemp("pg")
+    data, sock = d / "data", d / "sock"
+    sock.mkdir()
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(d, "postgres")
+        shutil.chown(sock, "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*prefix, initdb, "-D", str(data), "-A", "trust", "-U", "lwl", "--no-sync"],
+                   check=True, capture_output=True)
+    port = free_port()
+    proc = Proc([*prefix, postgres, "-D", str(data), "-p", str(port), "-k", str(sock),
+                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"], dict(os.environ), d / "pg.log")
+    import psycopg
+
+    url = f"postgresql://lwl@127.0.0.1:{port}/postgres"
+    wait_until(lambda: psycopg.connect(url, connect_timeout=2).close() or True, 30, 0.2, "postgres")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE lwl")
+    yield f"postgresql+psycopg://lwl@127.0.0.1:{port}/lwl"
+    proc.stop()
+
+
+def small_job(iterations: int = 30, seed: int = 0) -> dict:
+    """A bilevel job that runs in about a second."""
+    return {
+        "oracle": {"name": "friedman1"},
+        "test_distributions": {
+            "members": [
+                {"gaussian": {"mean": [0, 0, 0, 0, 0], "cov": (2 * __import__("numpy").eye(5)).tolist()}, "size": 300},
+                {"gaussian": {"mean": [1, 0, 1, 0, 1], "cov": __import__("numpy").eye(5).tolist()}, "size": 300},
+            ],
+            "validation_per_member": 100,
+        },
+        "family": {"name": "gaussian", "mean": [0.5] * 5},
+        "model": {"name": "krr", "lengthscale": 3.0},
+        "algorithm": {"name": "bilevel", "iterations": iterations, "samples_per_iteration": 60},
+        "evaluation": {"train_size": 100, "baselines": ["normal", "mixture"]},
+        "seed": seed,
+        "device": "cpu",
+    }

@@ -1,0 +1,206 @@
+"""The embedded default: ``lwl serve`` in a subprocess (SQLite store, local broker, one
+worker process), driven over HTTP."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from lwl import run_job
+from lwl.client import ApiError, Client
+from lwl.measures import from_spec
+from tests.service.conftest import Server, small_job, wait_until
+
+ALICE, BOB = "key-alice", "key-bob"
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("embedded"),
+                 env={"LWL_API_KEYS": f"alice:{ALICE},bob:{BOB}", "LWL_MAX_BODY_BYTES": str(2_000_000)}).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def alice(server):
+    with Client(server.url, api_key=ALICE) as c:
+        yield c
+
+
+@pytest.fixture
+def bob(server):
+    with Client(server.url, api_key=BOB) as c:
+        yield c
+
+
+def test_bilevel_job_succeeds_and_matches_the_library(alice):
+    spec = small_job()
+    job_id = alice.submit(spec)
+    done = alice.wait(job_id, progress=False, timeout=120)
+    assert done["status"] == "succeeded"
+    assert done["progress"]["iteration"] == done["progress"]["total"] == 30
+    local = run_job(spec)
+    dist = alice.distribution(job_id)
+    assert dist == local["distribution"]  # the service runs the same code path as lwl run
+    result = alice.result(job_id)
+    assert result["evaluation"] == local["evaluation"]
+    hist = alice.history(job_id)
+    assert [h["iteration"] for h in hist] == list(range(30))
+    assert [h["objective"] for h in hist] == [h["objective"] for h in local["history"]]
+    # samples: JSON and .npy, bit for bit what the library draws
+    want = from_spec(dist).sample(1000, 7)
+    assert np.array_equal(alice.samples(job_id, 1000, 7, npy=True), want)
+    assert np.array_equal(alice.samples(job_id, 1000, 7, npy=False), want)
+
+
+def test_submit_answers_202_with_location_and_idempotency(server, alice):
+    body = json.dumps(small_job(iterations=3))
+    h = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json", "Idempotency-Key": "k1"}
+    r1 = httpx.post(f"{server.url}/v1/jobs", content=body, headers=h)
+    assert r1.status_code == 202 and r1.json()["status"] == "queued"
+    assert r1.headers["location"] == f"/v1/jobs/{r1.json()['id']}"
+    r2 = httpx.post(f"{server.url}/v1/jobs", content=body, headers=h)
+    assert r2.status_code == 202 and r2.json()["id"] == r1.json()["id"]
+    r3 = httpx.post(f"{server.url}/v1/jobs", content=json.dumps(small_job(iterations=4)), headers=h)
+    assert r3.status_code == 409 and r3.headers["content-type"] == PROBLEM
+    alice.wait(r1.json()["id"], progress=False, timeout=60)
+
+
+def test_cancel_stops_a_running_job(alice):
+    job_id = alice.submit(small_job(iterations=100_000))
+    wait_until(lambda: alice.job(job_id)["progress"]["iteration"] > 3, 60, 0.1, "job running")
+    alice.cancel(job_id)
+    wait_until(lambda: alice.job(job_id)["status"] == "cancelled", 20, 0.1, "cancelled")
+    it = alice.job(job_id)["progress"]["iteration"]
+    assert it < 100_000
+    with pytest.raises(ApiError) as exc:
+        alice.distribution(job_id)
+    assert exc.value.status == 409
+
+
+def test_list_paging_and_status_filter(alice):
+    ids = [alice.submit(small_job(iterations=2, seed=s)) for s in range(3)]
+    for i in ids:
+        alice.wait(i, progress=False, timeout=60)
+    page = alice.http.get("/v1/jobs", params={"limit": 2}).json()
+    assert len(page["items"]) == 2 and page["next_cursor"]
+    everything = alice.jobs(limit=2)
+    assert {j["id"] for j in everything} >= set(ids)
+    assert len({j["id"] for j in everything}) == len(everything)  # pages do not overlap
+    assert all(j["status"] == "succeeded" for j in alice.jobs(status="succeeded"))
+
+
+def _problem(r, status, field=None):
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith(PROBLEM), r.headers
+    doc = r.json()
+    assert doc["status"] == status and doc["title"]
+    if field is not None:
+        assert doc.get("field", "").startswith(field) or any(
+            e["field"].startswith(field) for e in doc.get("errors", [])), doc
+    return doc
+
+
+def test_bad_input_gets_problem_documents_and_stores_nothing(server, alice, bob):
+    before = len(alice.jobs()) + len(bob.jobs())
+    url = f"{server.url}/v1/jobs"
+    h = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json"}
+    good = small_job(iterations=2)
+
+    def post(doc_or_text, headers=h):
+        text = doc_or_text if isinstance(doc_or_text, str) else json.dumps(doc_or_text)
+        return httpx.post(url, content=text, headers=headers)
+
+    _problem(post('{"oracle": '), 400)  # malformed JSON
+    _problem(post({**good, "surprise": 1}), 422, "surprise")
+    _problem(post(json.dumps(good).replace('"lengthscale": 3.0', '"lengthscale": NaN')), 422, "model.lengthscale")
+    _problem(post(json.dumps(good).replace('"lengthscale": 3.0', '"lengthscale": Infinity')), 422, "model.lengthscale")
+    bad = json.loads(json.dumps(good))
+    bad["family"]["cov"] = np.eye(4).tolist()
+    _problem(post(bad), 422, "family")  # wrong shape
+    bad = json.loads(json.dumps(good))
+    bad["test_distributions"]["members"][0]["gaussian"]["cov"] = [[1, 2, 0, 0, 0], [2, 1, 0, 0, 0]] + np.eye(5)[2:].tolist()
+    _problem(post(bad), 422, "test_distributions.members.0.gaussian.cov")  # not PSD
+    _problem(post({**good, "test_distributions": {"members": [{"dataset": "nope"}] * 2}}), 422,
+             "test_distributions.members.0.dataset")
+    _problem(post("x" * 3_000_000), 413)  # over LWL_MAX_BODY_BYTES
+    _problem(post(good, headers={"Content-Type": "application/json"}), 401)
+    _problem(post(good, headers={**h, "Authorization": "Bearer wrong"}), 401)
+    # another owner's ids look like missing ones
+    mine = alice.submit(small_job(iterations=2))
+    r = httpx.get(f"{server.url}/v1/jobs/{mine}", headers={"Authorization": f"Bearer {BOB}"})
+    _problem(r, 404, "id")
+    _problem(httpx.post(f"{server.url}/v1/jobs/{mine}/samples", json={"n": 3, "seed": 0},
+                        headers={"Authorization": f"Bearer {BOB}"}), 404)
+    ds = alice.upload_dataset(np.random.default_rng(0).standard_normal((300, 5)))
+    bobs = json.loads(json.dumps(good))
+    bobs["test_distributions"]["members"][0] = {"dataset": ds}
+    _problem(httpx.post(url, content=json.dumps(bobs), headers={**h, "Authorization": f"Bearer {BOB}"}), 422,
+             "test_distributions.members.0.dataset")
+    # samples requests are validated too
+    alice.wait(mine, progress=False, timeout=60)
+    sh = {"Authorization": f"Bearer {ALICE}"}
+    _problem(httpx.post(f"{server.url}/v1/jobs/{mine}/samples", json={"n": 0, "seed": 0}, headers=sh), 422, "n")
+    _problem(httpx.post(f"{server.url}/v1/jobs/{mine}/samples", json={"n": 10**9, "seed": 0}, headers=sh), 422, "n")
+    _problem(httpx.post(f"{server.url}/v1/jobs/{mine}/samples", json={"n": 5, "seed": -1}, headers=sh), 422, "seed")
+    # only the one valid job was stored; the worker is alive and still runs jobs
+    assert len(alice.jobs()) + len(bob.jobs()) == before + 1
+    assert alice.wait(alice.submit(small_job(iterations=2)), progress=False, timeout=60)["status"] == "succeeded"
+
+
+def test_datasets_upload_and_use(alice, server):
+    rng = np.random.default_rng(1)
+    ds = alice.upload_dataset(rng.standard_normal((300, 5)) + 0.5)
+    spec = small_job(iterations=3)
+    spec["test_distributions"]["members"][0] = {"dataset": ds}
+    done = alice.wait(alice.submit(spec), progress=False, timeout=60)
+    assert done["status"] == "succeeded"
+    h = {"Authorization": f"Bearer {ALICE}"}
+    buf = io.BytesIO()
+    np.savez(buf, x=np.ones((4, 2)))
+    r = httpx.post(f"{server.url}/v1/datasets", content=buf.getvalue(), headers=h)
+    assert r.status_code == 201 and r.json()["shape"] == [4, 2]
+    # pickled object arrays are refused, never unpickled
+    buf = io.BytesIO()
+    np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    _problem(httpx.post(f"{server.url}/v1/datasets", content=buf.getvalue(), headers=h), 400)
+    _problem(httpx.post(f"{server.url}/v1/datasets", content=b"not an array", headers=h), 400)
+    buf = io.BytesIO()
+    np.save(buf, np.array([[1.0, np.nan]]))
+    _problem(httpx.post(f"{server.url}/v1/datasets", content=buf.getvalue(), headers=h), 422)
+
+
+def test_catalog_health_metrics(server, alice):
+    cat = alice.catalog()
+    assert {o["name"] for o in cat["oracles"]} >= {"sobol_g", "friedman1", "friedman2", "kernel_expansion"}
+    assert cat["algorithms"][0]["name"] == "bilevel" and "properties" in cat["algorithms"][0]["schema"]
+    assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{server.url}/readyz").json()["checks"] == {"store": "ok", "broker": "ok"}
+    text = httpx.get(f"{server.url}/metrics").text
+    assert 'lwl_jobs{status="succeeded"}' in text
+    assert "lwl_http_requests_total" in text and "lwl_iteration_seconds_total" in text
+
+
+def test_restart_keeps_every_job_and_result(tmp_path):
+    srv = Server(tmp_path / "data").start()
+    try:
+        with Client(srv.url) as c:
+            ids = [c.submit(small_job(iterations=5, seed=s)) for s in range(2)]
+            for i in ids:
+                c.wait(i, progress=False, timeout=60)
+            before = {i: c.result(i) for i in ids}
+    finally:
+        srv.stop()
+    srv = Server(tmp_path / "data", port=srv.port).start()  # a fresh process on the same data
+    try:
+        with Client(srv.url) as c:
+            assert {i: c.result(i) for i in ids} == before
+            assert {j["id"] for j in c.jobs()} == set(ids)
+    finally:
+        srv.stop()
