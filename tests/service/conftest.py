@@ -129,8 +129,11 @@ def _pg_bin(name: str) -> str:
 @pytest.fixture(scope="session")
 def postgres_url(tmp_path_factory):
     """A throwaway PostgreSQL cluster on loopback (run as the postgres user when we are root)."""
+    import tempfile
+
     initdb, postgres = _pg_bin("initdb"), _pg_bin("postgres")
-    d = tmp_path_factory.mktemp("pg")
+    # not under pytest's tmp dir: that one is private to root, and the server runs as postgres
+    d = Path(tempfile.mkdtemp(prefix="lwl-pg-"))
     data, sock = d / "data", d / "sock"
     sock.mkdir()
     prefix: list[str] = []
@@ -151,6 +154,7 @@ def postgres_url(tmp_path_factory):
         conn.execute("CREATE DATABASE lwl")
     yield f"postgresql+psycopg://lwl@127.0.0.1:{port}/lwl"
     proc.stop()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def small_job(iterations: int = 30, seed: int = 0) -> dict:
