@@ -131,6 +131,18 @@ def sample(distribution: Path = typer.Argument(..., help="distribution spec JSON
     console.print(f"wrote {n} samples to {out}")
 
 
+def _die_with_parent() -> None:
+    """In an embedded worker: receive SIGTERM when ``lwl serve`` dies, however it dies
+    (uvicorn re-raises SIGTERM after its shutdown, so a ``finally`` in the parent may not run)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: the parent's finally still stops the workers
+        pass
+
+
 def _service_env(data_dir: Optional[Path]) -> None:
     import os
 
@@ -161,6 +173,11 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
         console.print("[red]the service needs its extras: pip install 'lwl[service]'")
         raise typer.Exit(2)
     _service_env(data_dir)
+    from threadpoolctl import threadpool_limits
+
+    # the API's numpy work is small (sampling); a BLAS thread pool only contends with the
+    # event loop and the embedded worker on a small machine
+    threadpool_limits(1, "blas")
     settings = Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if not settings.owners_by_key() and host not in ("127.0.0.1", "localhost", "::1"):
@@ -172,7 +189,8 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
     procs = []
     if not no_worker:
         for _ in range(workers):
-            procs.append(subprocess.Popen([sys.executable, "-m", "lwl.cli", "worker"], env=os.environ.copy()))
+            procs.append(subprocess.Popen([sys.executable, "-m", "lwl.cli", "worker"], env=os.environ.copy(),
+                                          preexec_fn=_die_with_parent))
     from service.app import create_app
     from service.queue import make_celery, sender
     from service.store import Store

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Start lwl on its embedded default. The HTTP service is the next issue's work; until it lands
-# this runs the example design job end to end (oracle -> bilevel design -> evaluation) and
-# prints where the optimised distribution was written.
+# Install (first time) and start lwl on its embedded default: the HTTP API on 127.0.0.1:8000
+# and one worker process, with a SQLite job store and a local broker under ./lwl-data.
+# Extra arguments go to `lwl serve` (e.g. --port 9000 --data-dir /var/lib/lwl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 . .venv/bin/activate
-exec lwl run examples/friedman1.json --out runs/demo "$@"
+exec lwl serve "$@"

@@ -1,8 +1,25 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install lwl with what it needs. torch is pinned to the CPU wheel
-# that lies on this machine's disk; it is installed first so nothing pulls a CUDA build.
+# Create .venv (once) and install lwl with the service and test extras. torch is pinned to the
+# CPU wheel that lies on this machine's disk and installed first, so nothing pulls a CUDA build.
+# With --system, also install the Debian servers the distributed-mode tests start
+# (redis-server, PostgreSQL) when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = "--system" ]; then
+  need=()
+  command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+  { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || need+=(postgresql)
+  if [ ${#need[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    # the tests start their own servers on free ports; the packaged services are not needed
+    $SUDO service redis-server stop >/dev/null 2>&1 || true
+    $SUDO service postgresql stop >/dev/null 2>&1 || true
+  fi
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
@@ -12,6 +29,6 @@ stamp=.venv/.lwl-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".[test]"
+  python -m pip install -q -e ".[service,test]"
   touch "$stamp"
 fi

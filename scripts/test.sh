@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Install what the tests need and run the whole suite (about 5 minutes on 2 cores).
+# Install what the tests need (Python packages, redis-server and PostgreSQL from Debian) and
+# run the whole suite: library, embedded service, distributed mode (about 5 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh --system
 . .venv/bin/activate
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=2 MKL_NUM_THREADS=1
 exec python -m pytest "$@"

@@ -137,7 +137,8 @@ class Store:
             c.execute(delete(jobs).where(jobs.c.id == job_id))
 
     def get_job(self, job_id: str, owner: str | None = None, *, full: bool = False) -> dict | None:
-        cols = list(jobs.c) if full else [c for c in jobs.c if c.name not in ("checkpoint", "result")]
+        # the status view reads neither the spec nor the large blobs
+        cols = list(jobs.c) if full else [c for c in jobs.c if c.name not in ("checkpoint", "result", "spec")]
         q = select(*cols).where(jobs.c.id == job_id)
         if owner is not None:
             q = q.where(jobs.c.owner == owner)

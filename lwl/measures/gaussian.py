@@ -73,8 +73,9 @@ class Gaussian(Measure):
         return self.mean.copy(), self.cov
 
     def sample(self, n: int, seed: SeedLike) -> np.ndarray:
-        z = as_generator(seed).standard_normal((n, self.dim))
-        return self.mean + z @ self.chol.T
+        x = as_generator(seed).standard_normal((n, self.dim)) @ self.chol.T
+        x += self.mean  # in place: same bits as mean + z L^T, one (n, d) temporary fewer
+        return x
 
     def log_prob(self, x: np.ndarray) -> np.ndarray:
         t = torch.as_tensor

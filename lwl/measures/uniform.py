@@ -28,7 +28,10 @@ class UniformBox(Measure):
         return self.low.shape[0]
 
     def sample(self, n: int, seed: SeedLike) -> np.ndarray:
-        return self.low + (self.high - self.low) * as_generator(seed).random((n, self.dim))
+        x = as_generator(seed).random((n, self.dim))
+        x *= self.high - self.low
+        x += self.low
+        return x
 
     def mean_and_cov(self):
         width = self.high - self.low

@@ -1,0 +1,177 @@
+"""Requests per second and p50/p99 latency of the embedded server, driven from a separate
+process (this one) over loopback.
+
+Starts ``lwl serve`` (embedded: SQLite store, local broker, one worker) on a free port, runs
+one small bilevel job to completion, then measures with a pool of client threads:
+
+- ``GET /v1/jobs/{id}`` (status),
+- ``POST /v1/jobs/{id}/samples`` with n = 10,000, d = 10, as JSON and as ``.npy``.
+
+Baseline in the same run: ``GET /healthz`` (no store access) — the floor of the HTTP stack.
+
+The load comes from ``wrk`` (Debian package ``wrk``, a C client in its own process) when it is
+installed, else from a pool of Python client threads (which then share the 2 cores and
+understate the server).
+
+Usage: python bench/api.py [--seconds 5] [--threads 8] [--python-client]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.service.conftest import Server  # noqa: E402
+
+NPY = "application/x-npy"
+
+
+def job_d10() -> dict:
+    d = 10
+    eye = np.eye(d).tolist()
+    return {
+        "oracle": {"name": "kernel_expansion", "params": {"dim": d, "centres": 100}},
+        "test_distributions": {"members": [{"gaussian": {"mean": [0.0] * d, "cov": eye}, "size": 300}],
+                               "validation_per_member": 100},
+        "family": {"name": "gaussian", "mean": [0.5] * d},
+        "model": {"name": "krr", "lengthscale": 5.0},
+        "algorithm": {"name": "bilevel", "iterations": 5, "samples_per_iteration": 50},
+        "evaluation": {"enabled": False},
+        "seed": 0, "device": "cpu",
+    }
+
+
+def hammer(fn, seconds: float, threads: int) -> dict:
+    lat: list[float] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+    errors = [0]
+
+    def run():
+        with httpx.Client(timeout=30) as client:
+            mine = []
+            while time.monotonic() < stop:
+                t = time.perf_counter()
+                ok = fn(client)
+                mine.append(time.perf_counter() - t)
+                if not ok:
+                    errors[0] += 1
+            with lock:
+                lat.extend(mine)
+
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    wall = time.monotonic() - t0
+    lat.sort()
+    return {"rps": len(lat) / wall, "p50": 1e3 * statistics.median(lat),
+            "p99": 1e3 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], "n": len(lat), "errors": errors[0]}
+
+
+WRK_LUA = """
+wrk.method = "{method}"
+wrk.body = '{body}'
+wrk.headers["Content-Type"] = "application/json"
+{accept}
+"""
+
+
+def _ms(text: str) -> float:
+    value = float(text.rstrip("usm"))
+    return value / 1e3 if text.endswith("us") else value * 1e3 if text.endswith("s") and not text.endswith("ms") else value
+
+
+def wrk(url: str, seconds: float, conns: int, method: str = "GET", body: str = "", accept: str = "") -> dict:
+    """Run wrk against one URL and parse requests/s and the 50th/99th latency percentiles."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
+        fh.write(WRK_LUA.format(method=method, body=body,
+                                accept=f'wrk.headers["Accept"] = "{accept}"' if accept else ""))
+    out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "--latency", "-s", fh.name, url],
+                         capture_output=True, text=True, check=True).stdout
+    os.unlink(fh.name)
+    stats = {"errors": 0}
+    for line in out.splitlines():
+        parts = line.split()
+        if line.startswith("Requests/sec:"):
+            stats["rps"] = float(parts[1])
+        elif parts[:1] == ["50.000%"] or parts[:1] == ["50%"]:
+            stats["p50"] = _ms(parts[1])
+        elif parts[:1] == ["99.000%"] or parts[:1] == ["99%"]:
+            stats["p99"] = _ms(parts[1])
+        elif "Non-2xx" in line or "Socket errors" in line:
+            stats["errors"] += sum(int(p.strip(",")) for p in parts if p.strip(",").isdigit())
+    return stats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--python-client", action="store_true", help="do not use wrk")
+    args = ap.parse_args()
+    use_wrk = shutil.which("wrk") is not None and not args.python_client
+    tmp = Path(tempfile.mkdtemp(prefix="lwl-bench-"))
+    srv = Server(tmp).start()
+    try:
+        url = srv.url
+        r = httpx.post(f"{url}/v1/jobs", json=job_d10())
+        job = r.json()["id"]
+        deadline = time.monotonic() + 120
+        while httpx.get(f"{url}/v1/jobs/{job}").json()["status"] != "succeeded":
+            if time.monotonic() > deadline:
+                raise SystemExit("bench job did not finish")
+            time.sleep(0.2)
+        body = {"n": 10_000, "seed": 1}
+        npy = {"Accept": "application/x-npy"}
+        samples = f"{url}/v1/jobs/{job}/samples"
+        rows = [
+            ("GET /healthz (baseline)", f"{url}/healthz", "GET", "", "", None),
+            ("GET /v1/jobs/{id}", f"{url}/v1/jobs/{job}", "GET", "", "", None),
+            ("POST samples JSON n=1e4 d=10", samples, "POST", json.dumps(body), "", 1e5),
+            ("POST samples npy  n=1e4 d=10", samples, "POST", json.dumps(body), NPY, 1e5),
+        ]
+        client = "wrk (1 thread)" if use_wrk else "Python threads"
+        print(f"embedded lwl serve; load from {client}, {args.threads} connections, {args.seconds:.0f} s each, "
+              f"{os.cpu_count()} cores shared by client and server")
+        base = None
+        for name, target, method, payload, accept, floats in rows:
+            if use_wrk:
+                s = wrk(target, args.seconds, args.threads, method, payload, accept)
+            else:
+                hdrs = {"Accept": accept} if accept else {}
+
+                def fn(c, target=target, method=method, hdrs=hdrs):
+                    r = c.request(method, target, content=payload or None, headers=hdrs) if payload else c.get(target)
+                    return r.status_code == 200
+
+                s = hammer(fn, args.seconds, args.threads)
+            base = base or s["rps"]
+            extra = f"  {floats * s['rps'] / 1e6:6.1f} M floats/s" if floats else ""
+            print(f"  {name:32s} {s['rps']:8.1f} req/s  p50 {s['p50']:6.1f} ms  p99 {s['p99']:6.1f} ms"
+                  f"  ({s['rps'] / base:4.2f}x baseline, {s['errors']} errors){extra}")
+        print("targets: status >= 500 req/s with p99 <= 50 ms; npy sampling >= 20 M floats/s")
+    finally:
+        srv.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
