@@ -1,17 +1,23 @@
-# lwl image. CPU by default; a CUDA base works by build argument, e.g.
-#   docker build --build-arg BASE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime .
-# (the service issue adds the API and worker entry points).
+# One image for the API and the workers. CPU by default; CUDA by build argument:
+#   docker build -t lwl:cpu .
+#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu126 -t lwl:cuda .
+# PyTorch's CUDA wheels carry the CUDA runtime; the host needs the NVIDIA driver and the
+# container toolkit (docker run --gpus all ...). Workers use CUDA when it is available.
 ARG BASE=python:3.11-slim
 FROM ${BASE}
+ENV PIP_NO_CACHE_DIR=1 OPENBLAS_NUM_THREADS=1 PYTHONUNBUFFERED=1
 WORKDIR /app
-ENV PIP_NO_CACHE_DIR=1 OPENBLAS_NUM_THREADS=1
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+RUN pip install "torch==2.13.0" --index-url "${TORCH_INDEX}"
 COPY pyproject.toml README.md ./
 COPY lwl ./lwl
 COPY service ./service
 COPY worker ./worker
 COPY examples ./examples
-ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
-RUN pip install "torch==2.13.0" --index-url ${TORCH_INDEX} || pip install "torch==2.13.0" \
- && pip install .
+RUN pip install ".[service]" && useradd --create-home lwl && mkdir -p /data && chown lwl /data
+USER lwl
+VOLUME ["/data"]
+EXPOSE 8000
 ENTRYPOINT ["lwl"]
-CMD ["run", "examples/friedman1.json", "--out", "/data/demo"]
+# embedded default inside the container; LWL_API_KEYS is required to listen beyond loopback
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000", "--data-dir", "/data"]
