@@ -81,12 +81,14 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
     started = job["started_at"] or time.time()
     deadline = time.monotonic() + settings.slice_seconds
     pending: dict = {}
+    steps = [0]
     next_cancel_check = [0.0]
 
     def checkpoint(blob: bytes) -> None:
         pending["blob"] = blob
 
     def progress(p: dict) -> None:
+        steps[0] += 1
         doc = {"iteration": p["iteration"], "total": p["total"], "objective": p["objective"],
                "validation_err": p["validation_err"], "elapsed_seconds": time.time() - started}
         if not store.save_step(job_id, lease, pending["blob"], doc, p["record"]):
@@ -94,7 +96,7 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
 
     def should_stop() -> bool:
         now = time.monotonic()
-        if now > deadline:
+        if now > deadline and steps[0] > 0:  # every slice moves the job at least one step
             return True
         if now >= next_cancel_check[0]:  # a cancel takes effect within half a second
             next_cancel_check[0] = now + 0.5
