@@ -120,7 +120,7 @@ class BilevelDesign:
 
     # -- one iteration of Alg. 3 -------------------------------------------------------------
     def distribution(self, state: dict[str, Any]) -> Gaussian:
-        return Gaussian(state["mean"], state["chol"])
+        return Gaussian.from_parameters(state["mean"], state["chol"])
 
     def schedules(self, k: int) -> tuple[float, float]:
         a, T = self.algo, self.algo.iterations

@@ -61,6 +61,14 @@ class Gaussian(Measure):
                 raise ValueError("cov: covariance must be positive definite") from None
         self.chol = project_cholesky(as_matrix(chol, "chol", (d, d)))
 
+    @classmethod
+    def from_parameters(cls, mean: np.ndarray, chol: np.ndarray) -> "Gaussian":
+        """Wrap parameters that are already a float64 vector and a projected Cholesky factor
+        (an algorithm's own state) without re-validating them on every iteration."""
+        g = cls.__new__(cls)
+        g.mean, g.chol = mean, chol
+        return g
+
     @property
     def dim(self) -> int:
         return self.mean.shape[0]
@@ -92,16 +100,17 @@ class Gaussian(Measure):
         from scipy.linalg import solve_triangular
 
         L = self.chol
-        z = solve_triangular(L, (x - self.mean).T, lower=True)  # (d, n)
+        z = solve_triangular(L, (x - self.mean).T, lower=True, check_finite=False)  # (d, n)
         inv_diag = 1.0 / np.diag(L)
         if weights is None:
-            g_mean = solve_triangular(L, z, lower=True, trans="T").T
+            g_mean = solve_triangular(L, z, lower=True, trans="T", check_finite=False).T
             g_chol = np.tril(g_mean[:, :, None] * z.T[:, None, :])
             g_chol -= np.diag(inv_diag)[None]
             return g_mean, g_chol
         wz = z * weights[None, :]
-        g_mean = solve_triangular(L, wz.sum(1), lower=True, trans="T")
-        g_chol = np.tril(solve_triangular(L, wz @ z.T, lower=True, trans="T")) - weights.sum() * np.diag(inv_diag)
+        g_mean = solve_triangular(L, wz.sum(1), lower=True, trans="T", check_finite=False)
+        g_chol = (np.tril(solve_triangular(L, wz @ z.T, lower=True, trans="T", check_finite=False))
+                  - weights.sum() * np.diag(inv_diag))
         return g_mean, g_chol
 
     def _spec_fields(self) -> dict[str, Any]:
