@@ -47,6 +47,7 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
         out: Path = typer.Option(Path("runs/latest"), "--out", help="output folder for result.json"),
         device: Optional[str] = typer.Option(None, help="override the spec's device: auto|cpu|cuda")):
     """Run one design job locally and write OUT/result.json."""
+    from lwl.oracles import LabelsRequired
     from lwl.runner import run_job
     from lwl.spec import SpecError, parse_job_spec
 
@@ -71,6 +72,10 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
 
         try:
             result = run_job(spec, resolve=_file_resolver(spec_path.parent), progress=progress)
+        except LabelsRequired:
+            console.print("[red]oracle.name: 'external' (ask/tell) jobs are labelled through the service: "
+                          "submit the spec with POST /v1/jobs and answer with `lwl ask` / `lwl tell`")
+            raise typer.Exit(2)
         except ValueError as exc:
             console.print(f"[red]job failed:[/red] {exc}")
             raise typer.Exit(1)
@@ -244,6 +249,55 @@ def worker(device: str = typer.Option("auto", help="auto|cpu|cuda for jobs whose
     celery_app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}",
                             "--without-gossip", "--without-mingle", "-Q", "lwl",
                             "-n", f"lwl-{os.getpid()}@%h"])
+
+
+def _client(url: str, api_key: Optional[str]):
+    from lwl.client import Client
+
+    return Client(url, api_key=api_key)
+
+
+URL_OPT = typer.Option("http://127.0.0.1:8000", "--url", envvar="LWL_URL", help="the service")
+KEY_OPT = typer.Option(None, "--api-key", envvar="LWL_API_KEY", help="bearer key")
+
+
+@app.command()
+def ask(job: str = typer.Argument(..., help="job id"),
+        out: Path = typer.Option(Path("inputs.npy"), "--out", help="where to write the batch's inputs"),
+        url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Fetch the next batch an ask/tell job needs labelled; prints its batch id."""
+    from lwl.client import ApiError
+
+    try:
+        with _client(url, api_key) as c:
+            batch = c.ask(job)
+    except ApiError as exc:
+        console.print(f"[red]{exc}")
+        raise typer.Exit(1)
+    if batch is None:
+        console.print("no pending queries (the job is running, finished, or between rounds)")
+        raise typer.Exit(3)
+    np.save(out, batch[1])
+    console.print(f"batch {batch[0]}: {batch[1].shape[0]} inputs written to {out}")
+    sys.stdout.write(batch[0] + "\n")
+
+
+@app.command()
+def tell(job: str = typer.Argument(..., help="job id"),
+         batch_id: str = typer.Argument(..., help="the batch id `lwl ask` printed"),
+         labels: Path = typer.Argument(..., help=".npy file: one label per input, in order"),
+         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Send the labels of one batch; the job resumes once its round is complete."""
+    from lwl.client import ApiError
+
+    try:
+        with _client(url, api_key) as c:
+            answer = c.tell(job, batch_id, np.load(labels, allow_pickle=False))
+    except ApiError as exc:
+        console.print(f"[red]{exc}")
+        raise typer.Exit(1)
+    console.print(f"batch {batch_id}: {answer['outcome']}; {answer['pending_batches']} batch(es) pending; "
+                  f"job {answer['status']}")
 
 
 if __name__ == "__main__":

@@ -142,6 +142,42 @@ class Client:
             return np.load(io.BytesIO(r.content), allow_pickle=False)
         return np.asarray(r.json()["samples"], dtype=np.float64)
 
+    # -- ask/tell -----------------------------------------------------------------------------
+    def ask(self, job) -> tuple[str, np.ndarray] | None:
+        """The next batch to label as ``(batch_id, inputs)``, or None when the job is not
+        waiting for labels (running, finished, or between rounds)."""
+        r = self.http.get(f"/v1/jobs/{self._id(job)}/queries", headers={"Accept": "application/x-npy"})
+        if r.status_code == 409:
+            return None
+        self._check(r)
+        return r.headers["LWL-Batch-Id"], np.load(io.BytesIO(r.content), allow_pickle=False)
+
+    def tell(self, job, batch_id: str, labels) -> dict:
+        """Send one batch's labels (one per input, in order); returns the job's answer."""
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(labels, dtype=np.float64), allow_pickle=False)
+        r = self.http.post(f"/v1/jobs/{self._id(job)}/labels", params={"batch_id": batch_id},
+                           content=buf.getvalue(), headers={"Content-Type": "application/x-npy"})
+        return self._check(r).json()
+
+    def label_loop(self, job, label_fn, *, poll: float = 0.2, timeout: float | None = None) -> dict:
+        """Ask, label with ``label_fn(inputs) -> labels`` and tell until the job ends."""
+        job_id = self._id(job)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            batch = self.ask(job_id)
+            if batch is not None:
+                self.tell(job_id, batch[0], label_fn(batch[1]))
+                continue
+            doc = self.job(job_id)
+            if doc["status"] in TERMINAL:
+                if doc["status"] != "succeeded":
+                    raise JobFailed(doc)
+                return doc
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {doc['status']} after {timeout} s")
+            time.sleep(poll)
+
     # -- datasets and catalog -----------------------------------------------------------------
     def upload_dataset(self, array: np.ndarray) -> str:
         buf = io.BytesIO()

@@ -59,7 +59,7 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
             evaluate: bool | None = None) -> dict[str, Any]:
     if not isinstance(spec, JobSpec):
         spec = parse_job_spec(spec)
-    oracle = oracle or make_oracle(spec.oracle)
+    oracle = oracle or make_oracle(spec.oracle)  # an external oracle raises LabelsRequired
     stepper = build_stepper(spec, resolve)
     if isinstance(state, (bytes, bytearray, memoryview)):
         state = unpack(bytes(state))

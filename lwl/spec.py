@@ -46,18 +46,51 @@ def _check_rectangular(rows: list[list[float]], what: str) -> int:
 
 
 class OracleSpec(StrictModel):
-    """The labelling oracle: a built-in name (``sobol_g``, ``friedman1``, ``friedman2``,
-    ``kernel_expansion``) and its parameters."""
+    """The labelling oracle.
+
+    Built-in functions (``sobol_g``, ``friedman1``, ``friedman2``, ``kernel_expansion``) take
+    ``params``. ``external`` is ask/tell through the service (``batch_size`` inputs per batch,
+    optional ``webhook_url`` announcing new queries); ``http`` posts batches to a lab's ``url``
+    (``batch_size``, ``timeout_s``, ``attempts``: the job's budget of failed calls).
+    """
 
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
+    batch_size: int | None = Field(default=None, ge=1, le=1_000_000)
+    url: str | None = Field(default=None, max_length=2000)
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    attempts: int = Field(default=8, ge=1, le=10_000)
+    webhook_url: str | None = Field(default=None, max_length=2000)
 
     @model_validator(mode="after")
     def _buildable(self):
         from lwl.oracles import make_oracle
+        from lwl.oracles.http import URLNotAllowed, check_url
 
+        if self.name in ("external", "http") and self.params:
+            raise ValueError(f"params: the {self.name} oracle takes no params")
+        if self.name != "http" and self.url is not None:
+            raise ValueError("url: only the http oracle takes a url")
+        if self.name != "external" and self.webhook_url is not None:
+            raise ValueError("webhook_url: only the external oracle announces queries")
+        if self.name == "http":
+            if self.url is None:
+                raise ValueError("url: the http oracle needs the lab's endpoint")
+            try:
+                check_url(self.url, resolve=False)  # the resolved address is checked at every call
+            except URLNotAllowed as exc:
+                raise ValueError(f"url: {exc}") from None
+        if self.webhook_url is not None:
+            try:
+                check_url(self.webhook_url, resolve=False)
+            except URLNotAllowed as exc:
+                raise ValueError(f"webhook_url: {exc}") from None
         make_oracle(self.model_dump())  # raises "oracle.name: ..." / "oracle.params: ..."
         return self
+
+    @property
+    def is_external(self) -> bool:
+        return self.name == "external"
 
 
 class GaussianMember(StrictModel):
@@ -188,7 +221,7 @@ class EvaluationSpec(StrictModel):
     """Err of the final distribution and of baselines on the held-out Q samples: a KRR model
     is trained on ``train_size`` labelled samples with ridge N sigma^2 = ``ridge``."""
 
-    enabled: bool = True
+    enabled: bool | None = Field(default=None, description="default: on, except for external (ask/tell) oracles")
     train_size: int = Field(default=1024, ge=1, le=100_000)
     ridge: float = Field(default=1e-3, gt=0)
     baselines: list[Literal["normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset"]] = Field(
@@ -235,6 +268,13 @@ class JobSpec(StrictModel):
     @field_validator("evaluation")
     @classmethod
     def _pool_size(cls, ev: EvaluationSpec, info: ValidationInfo):
+        oracle = info.data.get("oracle")
+        external = oracle is not None and oracle.is_external
+        if ev.enabled is None:
+            ev.enabled = not external
+        elif ev.enabled and external:
+            raise ValueError("enabled: an external (ask/tell) oracle cannot label the evaluation's "
+                             "training sets; set false")
         tests = info.data.get("test_distributions")
         if tests is not None and any(b in ev.baselines for b in ("ncoreset", "acoreset")):
             pool = tests.validation_per_member * len(tests.members)

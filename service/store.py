@@ -47,6 +47,7 @@ jobs = Table(
     # each enqueued slice message carries the generation it was sent for; only the current
     # generation may take the job, so duplicate or redelivered messages are dropped
     Column("generation", Integer, nullable=False, default=0),
+    Column("ask_step", Integer, nullable=False, default=0),  # latest ask/tell round
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),
 )
 
@@ -69,6 +70,20 @@ datasets = Table(
     Column("created_at", Float, nullable=False),
 )
 
+label_batches = Table(
+    "label_batches", metadata,
+    Column("job_id", String(32), primary_key=True),
+    Column("batch_id", String(64), primary_key=True),
+    Column("step", Integer, nullable=False),  # ask/tell round of the job: 1, 2, ...
+    Column("step_key", String(64), nullable=False),  # hash of the round's inputs
+    Column("position", Integer, nullable=False),
+    Column("n", Integer, nullable=False),
+    Column("inputs", LargeBinary, nullable=False),  # .npy bytes
+    Column("labels", LargeBinary),  # .npy bytes once told
+    Column("created_at", Float, nullable=False),
+    Column("labelled_at", Float),
+)
+
 STATUSES = ("queued", "running", "awaiting_labels", "succeeded", "failed", "cancelled")
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -87,6 +102,16 @@ def _json(value) -> str | None:
 
 def _unjson(text):
     return None if text is None else json.loads(text)
+
+
+def _npy(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(a), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _unnpy(b: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(b), allow_pickle=False)
 
 
 class Store:
@@ -128,12 +153,13 @@ class Store:
             c.execute(insert(jobs).values(
                 id=job_id, owner=owner, status="queued", spec=_json(spec), idempotency_key=idempotency_key,
                 request_hash=request_hash, created_at=now, updated_at=now, total=total, attempts=0,
-                cancel_requested=False, generation=0, progress=_json({"iteration": 0, "total": total})))
+                cancel_requested=False, generation=0, ask_step=0, progress=_json({"iteration": 0, "total": total})))
         return self.get_job(job_id), True
 
     def delete_job(self, job_id: str) -> None:
         with self.engine.begin() as c:
             c.execute(delete(history).where(history.c.job_id == job_id))
+            c.execute(delete(label_batches).where(label_batches.c.job_id == job_id))
             c.execute(delete(jobs).where(jobs.c.id == job_id))
 
     def get_job(self, job_id: str, owner: str | None = None, *, full: bool = False) -> dict | None:
@@ -263,6 +289,89 @@ class Store:
                 if res.rowcount == 1:
                     out.append((job_id, gen + 1))
         return out
+
+    # -- ask/tell -----------------------------------------------------------------------------
+    def round_batches(self, job_id: str, step_key: str) -> list[dict]:
+        """The batches of the ask/tell round whose inputs hash to ``step_key``, in order."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(label_batches).where(label_batches.c.job_id == job_id,
+                                                         label_batches.c.step_key == step_key)
+                             .order_by(label_batches.c.position)).mappings().all()
+        return [dict(r) for r in rows]
+
+    def open_round(self, job_id: str, lease: str, step_key: str, inputs: np.ndarray,
+                   batch_size: int | None) -> list[str]:
+        """Split ``inputs`` into batches of a new round and pause the job (awaiting_labels)."""
+        now = time.time()
+        size = batch_size or len(inputs)
+        with self.engine.begin() as c:
+            step = c.execute(select(jobs.c.ask_step).where(jobs.c.id == job_id)).scalar() + 1
+            ids = []
+            for pos, i in enumerate(range(0, len(inputs), size)):
+                part = inputs[i:i + size]
+                batch_id = f"{step}.{pos}"
+                c.execute(insert(label_batches).values(
+                    job_id=job_id, batch_id=batch_id, step=step, step_key=step_key, position=pos, n=len(part),
+                    inputs=_npy(part), created_at=now))
+                ids.append(batch_id)
+            res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.lease == lease)
+                            .values(ask_step=step, status="awaiting_labels", lease=None, attempts=0,
+                                    updated_at=now))
+            if res.rowcount != 1:
+                raise RuntimeError("lease lost while opening an ask/tell round")
+        return ids
+
+    def pause_for_labels(self, job_id: str, lease: str) -> bool:
+        """The round's batches exist already (a resumed slice): pause again."""
+        return self._finish(job_id, lease, status="awaiting_labels", attempts=0)
+
+    def batch(self, job_id: str, batch_id: str) -> dict | None:
+        with self.engine.connect() as c:
+            row = c.execute(select(label_batches.c.batch_id, label_batches.c.n, label_batches.c.step)
+                            .where(label_batches.c.job_id == job_id, label_batches.c.batch_id == batch_id)).mappings().first()
+        return None if row is None else dict(row)
+
+    def pending_batches(self, job_id: str) -> list[dict]:
+        """Unlabelled batches of the job's current round (inputs included)."""
+        with self.engine.connect() as c:
+            step = c.execute(select(jobs.c.ask_step).where(jobs.c.id == job_id)).scalar()
+            rows = c.execute(select(label_batches).where(
+                label_batches.c.job_id == job_id, label_batches.c.step == step,
+                label_batches.c.labels.is_(None)).order_by(label_batches.c.position)).mappings().all()
+        return [dict(r) for r in rows]
+
+    def tell(self, job_id: str, batch_id: str, labels: np.ndarray) -> tuple[str, int | None]:
+        """Store a batch's labels. Returns (outcome, generation to enqueue or None):
+        ``accepted``, ``duplicate`` (same labels again: no change), ``conflict`` (other labels
+        for a labelled batch), ``stale`` (a batch of an earlier round), ``unknown``, ``shape``.
+        When the round is complete the job is requeued under a new generation."""
+        now = time.time()
+        with self.engine.begin() as c:
+            job = c.execute(select(jobs.c.ask_step, jobs.c.status, jobs.c.generation)
+                            .where(jobs.c.id == job_id)).mappings().first()
+            row = c.execute(select(label_batches).where(label_batches.c.job_id == job_id,
+                                                        label_batches.c.batch_id == batch_id)).mappings().first()
+            if row is None:
+                return "unknown", None
+            if row["labels"] is not None:
+                same = np.array_equal(_unnpy(row["labels"]), labels)
+                return ("duplicate" if same else "conflict"), None
+            if row["step"] != job["ask_step"] or job["status"] != "awaiting_labels":
+                return "stale", None
+            if labels.shape != (row["n"],):
+                return "shape", None
+            c.execute(update(label_batches).where(label_batches.c.job_id == job_id,
+                                                  label_batches.c.batch_id == batch_id,
+                                                  label_batches.c.labels.is_(None))
+                      .values(labels=_npy(labels), labelled_at=now))
+            missing = c.execute(select(func.count()).select_from(label_batches).where(
+                label_batches.c.job_id == job_id, label_batches.c.step == row["step"],
+                label_batches.c.labels.is_(None))).scalar()
+            if missing:
+                return "accepted", None
+            res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "awaiting_labels")
+                            .values(status="queued", generation=jobs.c.generation + 1, updated_at=now))
+            return "accepted", (job["generation"] + 1 if res.rowcount == 1 else None)
 
     def result(self, job_id: str) -> dict | None:
         with self.engine.connect() as c:

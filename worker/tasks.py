@@ -19,11 +19,13 @@ import traceback
 import uuid
 from typing import Callable
 
+from lwl.oracles.http import OracleCallError
 from lwl.runner import Interrupted, run_job
 from lwl.spec import SpecError, parse_job_spec
 from service.queue import TASK_RUN_SLICE
 from service.settings import Settings, get_settings
 from service.store import Store
+from worker.asktell import AwaitLabels, StoreOracle, announce
 from worker.celery_app import celery_app
 
 log = logging.getLogger("lwl.worker")
@@ -103,10 +105,20 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
             return store.cancel_requested(job_id)
         return False
 
+    oracle = (StoreOracle(store, job_id, lease, spec.oracle.batch_size) if spec.oracle.is_external else None)
     try:
-        result = run_job(spec, resolve=lambda ref: store.load_dataset(ref, job["owner"]),
+        result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job["owner"]),
                          state=job["checkpoint"], progress=progress, checkpoint=checkpoint,
                          should_stop=should_stop)
+    except AwaitLabels as wait:
+        if wait.new_round:  # open_round already paused the job
+            announce(spec.oracle.webhook_url, job_id, wait.batch_ids)
+        else:
+            store.pause_for_labels(job_id, lease)
+        return "awaiting_labels"
+    except OracleCallError as exc:
+        store.fail(job_id, lease, problem("Lab oracle failed", str(exc), 502, batch_id=exc.batch_id))
+        return "failed"
     except Interrupted:
         if store.cancel_requested(job_id):
             store.cancelled(job_id, lease)

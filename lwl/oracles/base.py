@@ -68,9 +68,12 @@ def make_oracle(spec: dict[str, Any] | Any) -> Oracle:
     name = spec.get("name")
     if name not in _REGISTRY:
         raise ValueError(f"oracle.name: unknown oracle {name!r}; known: {oracle_names()}")
+    cls = _REGISTRY[name]
+    if hasattr(cls, "from_spec"):  # oracles configured by top-level fields (url, batch_size)
+        return cls.from_spec(spec)
     params = dict(spec.get("params") or {})
     try:
-        return _REGISTRY[name](**params)
+        return cls(**params)
     except TypeError as exc:  # unexpected keyword
         raise ValueError(f"oracle.params: {exc}") from None
 
