@@ -36,6 +36,17 @@ class JobFailed(Exception):
         super().__init__(f"job {job['id']} {job['status']}: {err.get('detail', '')}")
 
 
+def _settled(doc: dict, deadline: float | None, timeout: float | None) -> bool:
+    """True once the job succeeded; raises when it failed or was cancelled, or on timeout."""
+    if doc["status"] in TERMINAL:
+        if doc["status"] != "succeeded":
+            raise JobFailed(doc)
+        return True
+    if deadline is not None and time.monotonic() > deadline:
+        raise TimeoutError(f"job {doc['id']} still {doc['status']} after {timeout} s")
+    return False
+
+
 class Client:
     def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None,
                  timeout: float = 30.0):
@@ -116,12 +127,8 @@ class Client:
                     err = p.get("validation_err")
                     bar.update(task, completed=p.get("iteration", 0),
                                info=f"{doc['status']}" + (f"  Err {err:.4f}" if err is not None else ""))
-                if doc["status"] in TERMINAL:
-                    if doc["status"] != "succeeded":
-                        raise JobFailed(doc)
+                if _settled(doc, deadline, timeout):
                     return doc
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"job {job_id} still {doc['status']} after {timeout} s")
                 time.sleep(poll)
         finally:
             if bar is not None:
@@ -170,12 +177,8 @@ class Client:
                 self.tell(job_id, batch[0], label_fn(batch[1]))
                 continue
             doc = self.job(job_id)
-            if doc["status"] in TERMINAL:
-                if doc["status"] != "succeeded":
-                    raise JobFailed(doc)
+            if _settled(doc, deadline, timeout):
                 return doc
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} still {doc['status']} after {timeout} s")
             time.sleep(poll)
 
     # -- datasets and catalog -----------------------------------------------------------------
