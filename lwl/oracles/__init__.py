@@ -2,6 +2,7 @@
 
 from lwl.oracles import external as _external  # noqa: F401  (registers the built-ins)
 from lwl.oracles import burgers as _burgers  # noqa: F401
+from lwl.oracles import darcy as _darcy  # noqa: F401
 from lwl.oracles import functions as _functions  # noqa: F401
 from lwl.oracles import http as _http  # noqa: F401
 from lwl.oracles.base import Oracle, as_numpy, make_oracle, oracle_names, register_oracle
