@@ -3,6 +3,7 @@
 from lwl.measures.base import Measure, as_generator, from_spec
 from lwl.measures.empirical import Empirical
 from lwl.measures.gaussian import MIN_DIAG, Gaussian, gaussian_log_prob, project_cholesky
+from lwl.measures.kle import KLEGaussian, LogNormal, kle_w2_squared
 from lwl.measures.mixture import Mixture
 from lwl.measures.uniform import UniformBox
 
@@ -10,4 +11,5 @@ __all__ = [
     "Measure", "from_spec", "as_generator",
     "Gaussian", "gaussian_log_prob", "project_cholesky", "MIN_DIAG",
     "UniformBox", "Mixture", "Empirical",
+    "KLEGaussian", "LogNormal", "kle_w2_squared",
 ]
