@@ -1,0 +1,112 @@
+"""DeepONet (Lu et al. 2021; paper SM "DeepONet"): G(u)(z) = <B(u(x_1..x_J)), T(z)> + b.
+
+Branch and trunk are ReLU MLPs (the last layer of each is linear), weights Glorot-normal, a
+scalar output bias. :class:`DeepONetRegressor` trains it scikit-learn style: ``fit`` returns
+self, learned state ends in ``_``; Adam with inverse-time decay of the learning rate,
+lr / (1 + decay_rate * step / decay_steps) (the paper's Burgers setting: 2000 and 0.9),
+optional weight decay, and early stopping on a held-out fraction of the training pairs
+(patience and min_delta on its relative error). CPU or CUDA.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from lwl.device import resolve_device
+
+PRESETS = {
+    # paper SM NtD (M = 128: 4M - 4 = 508 boundary sensors, 2-d query points)
+    "ntd": {"branch": [508, 512, 512, 512, 200], "trunk": [2, 128, 128, 128, 200]},
+    # paper SM Burgers (n = 8192 sensors, 1-d query points, p = 128)
+    "burgers": {"branch": [8192, 1024, 512, 256, 128, 128], "trunk": [1, 128, 128, 128, 128, 128]},
+    # paper SM RTE (m = 20: 400 coefficients, 2-d query points)
+    "rte": {"branch": [400, 100, 100, 100, 64, 32], "trunk": [2, 100, 100, 100, 64, 32]},
+}
+
+
+def mlp(sizes: list[int]) -> torch.nn.Sequential:
+    layers: list[torch.nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        lin = torch.nn.Linear(a, b, dtype=torch.float32)
+        torch.nn.init.xavier_normal_(lin.weight)  # Glorot normal
+        torch.nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if i < len(sizes) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+class DeepONet(torch.nn.Module):
+    def __init__(self, branch: list[int], trunk: list[int]):
+        super().__init__()
+        if branch[-1] != trunk[-1]:
+            raise ValueError(f"branch and trunk must end in the same width p, got {branch[-1]} and {trunk[-1]}")
+        self.branch, self.trunk = mlp(branch), mlp(trunk)
+        self.bias = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, u: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """(B, J) sensor values and (Q, dz) query points -> (B, Q) predictions."""
+        return self.branch(u) @ self.trunk(z).T + self.bias
+
+
+class DeepONetRegressor:
+    """Train a DeepONet on pairs (u_i, G(u_i)(z_q)) with fixed query points ``z``."""
+
+    def __init__(self, branch: list[int], trunk: list[int], *, lr: float = 1e-3, decay_steps: int = 2000,
+                 decay_rate: float = 0.9, weight_decay: float = 0.0, max_iters: int = 10_000,
+                 batch_size: int | None = None, patience: int = 1000, min_delta: float = 1e-4,
+                 validation_fraction: float = 0.1, seed: int = 0, device: str = "auto"):
+        self.branch, self.trunk = list(branch), list(trunk)
+        self.lr, self.decay_steps, self.decay_rate = lr, decay_steps, decay_rate
+        self.weight_decay, self.max_iters, self.batch_size = weight_decay, max_iters, batch_size
+        self.patience, self.min_delta, self.validation_fraction = patience, min_delta, validation_fraction
+        self.seed, self.device = seed, device
+
+    def fit(self, U: np.ndarray, Y: np.ndarray, z: np.ndarray) -> "DeepONetRegressor":
+        dev = resolve_device(self.device)
+        torch.manual_seed(self.seed)
+        rng = np.random.default_rng(self.seed)
+        self.net_ = DeepONet(self.branch, self.trunk).to(dev)
+        t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32, device=dev)  # noqa: E731
+        U, Y, self.z_ = t(U), t(Y), t(np.asarray(z).reshape(len(z), -1))
+        n = U.shape[0]
+        n_val = int(round(self.validation_fraction * n)) if n >= 10 else 0
+        perm = torch.as_tensor(rng.permutation(n), device=dev)
+        val, train = perm[:n_val], perm[n_val:]
+        opt = torch.optim.Adam(self.net_.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: 1.0 / (1.0 + self.decay_rate * step / self.decay_steps))
+        best, best_state, since = np.inf, None, 0
+        self.history_ = []
+        for it in range(self.max_iters):
+            idx = train if self.batch_size is None else train[torch.as_tensor(
+                rng.choice(len(train), size=min(self.batch_size, len(train)), replace=False), device=dev)]
+            loss = torch.mean((self.net_(U[idx], self.z_) - Y[idx]) ** 2)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            if n_val:
+                with torch.no_grad():
+                    err = float(torch.linalg.norm(self.net_(U[val], self.z_) - Y[val]) / torch.linalg.norm(Y[val]))
+                self.history_.append((loss.item(), err))
+                if err < best - self.min_delta:
+                    best, since = err, 0
+                    best_state = {k: v.detach().clone() for k, v in self.net_.state_dict().items()}
+                else:
+                    since += 1
+                    if since >= self.patience:
+                        break
+            else:
+                self.history_.append((loss.item(), float("nan")))
+        if best_state is not None:
+            self.net_.load_state_dict(best_state)  # early stopping keeps the best weights
+        self.n_iter_ = it + 1
+        self.best_validation_error_ = best
+        return self
+
+    def predict(self, U: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            u = torch.as_tensor(np.asarray(U), dtype=torch.float32, device=self.z_.device)
+            return self.net_(u, self.z_).cpu().numpy().astype(np.float64)

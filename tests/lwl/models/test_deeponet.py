@@ -1,0 +1,51 @@
+import numpy as np
+import pytest
+import torch
+
+from lwl.models.deeponet import PRESETS, DeepONet, DeepONetRegressor
+from tests.conftest import devices
+
+
+def _averaging_operator(n_samples, J=16, seed=0):
+    """u -> (x -> integral_0^x u): a linear operator on functions sampled at J sensors."""
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0, 1, J)
+    coef = rng.standard_normal((n_samples, 4))
+    U = sum(coef[:, k:k + 1] * np.cos(k * np.pi * x)[None] for k in range(4))
+    Y = np.cumsum(U, 1) / J
+    return U, Y, x
+
+
+@pytest.mark.parametrize("device", devices())
+def test_learns_a_linear_operator_and_is_reproducible(device):
+    U, Y, x = _averaging_operator(300)
+    kw = dict(branch=[16, 64, 64, 32], trunk=[1, 64, 64, 32], lr=3e-3, max_iters=1500, patience=300, seed=1,
+              device=device)
+    model = DeepONetRegressor(**kw).fit(U, Y, x)
+    Ut, Yt, _ = _averaging_operator(100, seed=5)
+    err = np.linalg.norm(model.predict(Ut) - Yt) / np.linalg.norm(Yt)
+    assert err < 0.05, err
+    assert model.history_[-1][0] < model.history_[0][0] / 100
+    again = DeepONetRegressor(**kw).fit(U, Y, x)
+    if device == "cpu":
+        np.testing.assert_array_equal(again.predict(Ut), model.predict(Ut))
+
+
+def test_early_stopping_keeps_the_best_weights():
+    U, Y, x = _averaging_operator(100)
+    model = DeepONetRegressor([16, 8, 8], [1, 8, 8], lr=1e-1, max_iters=5000, patience=20, min_delta=1e-3).fit(U, Y, x)
+    assert model.n_iter_ < 5000
+    best = min(e for _, e in model.history_)
+    assert model.best_validation_error_ == pytest.approx(best, abs=1e-3 + 1e-12)
+
+
+def test_architecture_presets_and_init():
+    for name, p in PRESETS.items():
+        net = DeepONet(p["branch"], p["trunk"])
+        out = net(torch.zeros(2, p["branch"][0]), torch.zeros(3, p["trunk"][0]))
+        assert out.shape == (2, 3), name
+    w = DeepONet([500, 400, 10], [2, 10])
+    std = w.branch[0].weight.std().item()
+    assert std == pytest.approx(np.sqrt(2 / (500 + 400)), rel=0.05)  # Glorot normal
+    with pytest.raises(ValueError, match="same width"):
+        DeepONet([4, 8], [1, 9])
