@@ -8,6 +8,8 @@ baselines computed in the same run.
   sample on this machine); the relative difference of the two solutions is printed.
 - NtD: building the M = 128 matrix (the authors' code: about 26 s), and at M = 64 the same
   Schur complement with a dense interior solve as the baseline.
+- RTE, 51 x 51 nodes, 12 directions: forward solve (assembly + SuperLU factorisation) and the
+  adjoint solve with the same factors, for eps = 1/8, 2, 8 (the authors' GMRES: 1.2-1.95 s).
 
 Usage: python bench/oracles.py [--samples 16]
 """
@@ -26,6 +28,7 @@ from scipy.sparse.linalg import splu  # noqa: E402
 from lwl.oracles.burgers import solve_burgers  # noqa: E402
 from lwl.oracles.darcy import darcy_matrix, solve_darcy  # noqa: E402
 from lwl.oracles.ntd import NtD, boundary_indices, fv_matrix, paper_log_conductivity  # noqa: E402
+from lwl.oracles.rte import RTESolver  # noqa: E402
 
 
 def timed(fn, repeat=1):
@@ -102,6 +105,13 @@ def main():
     _, t_dn = timed(lambda: np.linalg.solve(K_II.toarray(), K_IB))
     print(f"ntd: lwl matrix build M=128 {t_build:6.2f} s (target <= 2 s); interior solves at M={Mn}: "
           f"sparse LU {t_sp * 1e3:7.1f} ms vs dense {t_dn * 1e3:8.1f} ms ({t_dn / t_sp:5.1f}x)")
+
+    a_rte = np.exp(0.5 * rng.standard_normal((51, 51)))
+    for eps in (1 / 8, 2.0, 8.0):
+        solver, t_fwd = timed(lambda: RTESolver(a_rte, eps, 12))
+        _, t_adj = timed(lambda: solver.gradient(np.ones(51 * 51)))
+        print(f"rte eps={eps:g}: forward {t_fwd:5.2f} s (assembly + factorisation + solve), adjoint {t_adj * 1e3:6.1f} ms;"
+              f" target <= 0.25 s")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from lwl.oracles import darcy as _darcy  # noqa: F401
 from lwl.oracles import functions as _functions  # noqa: F401
 from lwl.oracles import http as _http  # noqa: F401
 from lwl.oracles import ntd as _ntd  # noqa: F401
+from lwl.oracles import rte as _rte  # noqa: F401
 from lwl.oracles.base import Oracle, as_numpy, make_oracle, oracle_names, register_oracle
 from lwl.oracles.external import LabelsRequired
 
