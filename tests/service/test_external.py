@@ -179,3 +179,35 @@ def test_private_and_unlisted_urls_are_refused(server):
         r = httpx.post(f"{server.url}/v1/jobs", json=http_spec(url))
         assert r.status_code == 422, (url, r.text)
         assert r.json()["field"] == "oracle.url" and why in r.json()["detail"]
+
+
+def test_webhook_announces_new_rounds_signed(server):
+    received = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            webhooks.verify(SECRET, dict(self.headers), body)  # raises (-> 500) on a bad signature
+            received.append(json.loads(body))
+            self.send_response(204)
+            self.end_headers()
+
+    port = free_port()
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Hook)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        spec = asktell_spec(iterations=1)
+        spec["oracle"]["webhook_url"] = f"http://127.0.0.1:{port}/lwl-events"
+        with Client(server.url) as c:
+            job = c.submit(spec)
+            wait_until(lambda: len(received) >= 1, 60, 0.1, "first webhook")
+            assert received[0]["type"] == "lwl.queries" and received[0]["job_id"] == job
+            assert received[0]["batch_ids"] == ["1.0", "1.1", "1.2", "1.3"]
+            c.label_loop(job, FRIEDMAN.label, timeout=120)
+        # one announcement per round: the validation round and the single iteration's round
+        assert [r["batch_ids"][0] for r in received] == ["1.0", "2.0"]
+    finally:
+        httpd.shutdown()
