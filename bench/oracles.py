@@ -26,6 +26,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "2")
 import numpy as np  # noqa: E402
 from scipy.sparse.linalg import splu  # noqa: E402
 
+from lwl.measures import KLEGaussian  # noqa: E402
 from lwl.oracles.burgers import solve_burgers  # noqa: E402
 from lwl.oracles.darcy import darcy_matrix, solve_darcy  # noqa: E402
 from lwl.oracles.ntd import NtD, boundary_indices, fv_matrix, paper_log_conductivity  # noqa: E402
@@ -40,12 +41,8 @@ def timed(fn, repeat=1):
 
 
 def burgers_inputs(n, batch, seed=0):
-    rng = np.random.default_rng(seed)
-    j = np.arange(1, n // 2 + 1)
-    coef = 5.0 / (j**2 + 1.4**2) ** 1.5 / np.sqrt(np.pi)
-    spec = np.zeros((batch, n // 2 + 1), dtype=complex)
-    spec[:, 1:] = coef * (rng.standard_normal((batch, len(j))) - 1j * rng.standard_normal((batch, len(j)))) * n / 2
-    return np.fft.irfft(spec, n=n, axis=1)
+    """The paper's Burgers training family (alpha, tau, sigma) = (3, 1.4, 5)."""
+    return KLEGaussian("fourier", grid=n, alpha=3.0, tau=1.4, sigma=5.0).sample(batch, seed)
 
 
 def if_rk4(u0, nu, length, T, steps):

@@ -76,3 +76,10 @@ def test_bad_parameters_are_refused():
         KLEGaussian(tau=0.0)
     with pytest.raises(ValueError, match="share"):
         kle_w2_squared(KLEGaussian(grid=8), KLEGaussian(grid=9))
+
+
+def test_fourier_sampling_by_fft_equals_the_eigenfunction_sum():
+    m = KLEGaussian("fourier", grid=64, alpha=3.0, tau=1.4, sigma=5.0, shift=0.2)
+    coef = np.random.default_rng(4).standard_normal((3, m.eigenvalues().size)) * np.sqrt(m.eigenvalues())
+    direct = coef @ m._eigenfunctions() + m.mean_function()
+    np.testing.assert_allclose(m.sample(3, 4), direct, atol=1e-12)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from lwl.measures import KLEGaussian
 from lwl.oracles import make_oracle
 from lwl.oracles.burgers import solve_burgers
 from tests.conftest import ROOT
@@ -35,12 +36,7 @@ def test_matches_the_raissi_deepxde_reference_solution():
 
 def _paper_inputs(n: int, batch: int, seed: int = 0) -> np.ndarray:
     """The paper's training family (alpha, tau, sigma) = (3, 1.4, 5) on n points of [0, 2 pi)."""
-    rng = np.random.default_rng(seed)
-    j = np.arange(1, n // 2 + 1)
-    coef = 5.0 / (j**2 + 1.4**2) ** 1.5 / np.sqrt(np.pi)
-    spec = np.zeros((batch, n // 2 + 1), dtype=complex)
-    spec[:, 1:] = coef * (rng.standard_normal((batch, len(j))) - 1j * rng.standard_normal((batch, len(j)))) * n / 2
-    return np.fft.irfft(spec, n=n, axis=1)
+    return KLEGaussian("fourier", grid=n, alpha=3.0, tau=1.4, sigma=5.0).sample(batch, seed)
 
 
 def test_time_step_and_mode_refinement():
