@@ -323,10 +323,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
 
     @lru_cache(maxsize=256)
     def measure_for(job_id: str):  # results never change once a job succeeded
-        return from_spec(store_of_app().result(job_id)["distribution"])
-
-    def store_of_app() -> Store:
-        return app.state.store
+        return from_spec(app.state.store.result(job_id)["distribution"])
 
     @app.post("/v1/jobs/{job_id}/samples", tags=["results"],
               responses={200: {"content": {"application/json": {}, NPY: {}}}})

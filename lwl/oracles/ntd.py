@@ -46,8 +46,6 @@ def fv_matrix(a: np.ndarray) -> sp.csr_matrix:
     idx = np.arange(M * M).reshape(M, M)
     ax = 2 * a[1:, :] * a[:-1, :] / (a[1:, :] + a[:-1, :])  # edges along x: (M-1, M)
     ay = 2 * a[:, 1:] * a[:, :-1] / (a[:, 1:] + a[:, :-1])  # edges along y: (M, M-1)
-    ax = ax.copy()
-    ay = ay.copy()
     ax[:, [0, -1]] *= 0.5  # x-edges on y = 0 and y = 1 have half-length dual faces
     ay[[0, -1], :] *= 0.5
     r = np.concatenate([idx[1:, :].ravel(), idx[:, 1:].ravel()])
