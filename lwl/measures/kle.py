@@ -32,9 +32,11 @@ from lwl.measures.base import Measure, SeedLike, as_generator, register_family
 BASES = ("sine1d", "sine2d", "fourier")
 
 
-def _grid_points(basis: str, grid: int) -> np.ndarray:
+def _grid_points(basis: str, grid: int, endpoints: bool = False) -> np.ndarray:
     if basis == "fourier":
         return 2 * np.pi * np.arange(grid) / grid
+    if endpoints:  # nodes 0, 1/(grid-1), ..., 1 (the Darcy solver's grid, boundary included)
+        return np.arange(grid) / (grid - 1)
     return np.arange(1, grid + 1) / (grid + 1)
 
 
@@ -44,20 +46,23 @@ class KLEGaussian(Measure):
 
     def __init__(self, basis: str = "sine1d", grid: int = 64, modes: int | None = None, alpha: float = 2.0,
                  tau: float = 3.0, sigma: float = 1.0, shift: float = 0.0, amplitude: float = 0.0,
-                 omega: float = 0.0):
+                 omega: float = 0.0, endpoints: bool = False):
         if basis not in BASES:
             raise ValueError(f"basis: one of {BASES}, got {basis!r}")
         if grid < 2:
             raise ValueError("grid: at least 2 points")
-        if not (tau > 0 and sigma >= 0 and alpha > 0):
-            raise ValueError("alpha and tau must be > 0 and sigma >= 0")
-        self.basis, self.grid = basis, int(grid)
-        # Fourier: frequencies below Nyquist, where the grid values of sin and cos stay orthonormal
-        default = grid // 2 - 1 if basis == "fourier" else grid
+        if not (tau >= 0 and sigma >= 0 and alpha > 0):
+            raise ValueError("alpha must be > 0, tau and sigma >= 0")
+        if endpoints and basis == "fourier":
+            raise ValueError("endpoints: only the sine bases have a closed grid")
+        self.basis, self.grid, self.endpoints = basis, int(grid), bool(endpoints)
+        # Fourier: frequencies below Nyquist, where the grid values of sin and cos stay orthonormal;
+        # a closed sine grid of G nodes carries G - 2 discretely orthonormal sines
+        default = grid // 2 - 1 if basis == "fourier" else (grid - 2 if endpoints else grid)
         self.modes = int(modes or default)
         self.alpha, self.tau, self.sigma = float(alpha), float(tau), float(sigma)
         self.shift, self.amplitude, self.omega = float(shift), float(amplitude), float(omega)
-        self._x = _grid_points(basis, self.grid)
+        self._x = _grid_points(basis, self.grid, self.endpoints)
 
     # -- spectrum and basis -----------------------------------------------------------------
     def eigenvalues(self) -> np.ndarray:
@@ -69,6 +74,10 @@ class KLEGaussian(Measure):
             return (self.sigma**2 * (np.pi**2 * jj + self.tau**2) ** (-self.alpha)).ravel()
         lam = self.sigma**2 * (j**2 + self.tau**2) ** (-self.alpha)
         return np.repeat(lam, 2)  # sine and cosine of each frequency
+
+    def _sine_table(self) -> np.ndarray:
+        j = np.arange(1, self.modes + 1)
+        return np.sqrt(2) * np.sin(np.pi * np.outer(j, self._x))
 
     def _eigenfunctions(self) -> np.ndarray:
         """(n_eigen, n_points) grid values of the L^2-orthonormal eigenfunctions."""
@@ -97,11 +106,22 @@ class KLEGaussian(Measure):
         return self.grid**2 if self.basis == "sine2d" else self.grid
 
     def quadrature_weight(self) -> float:
-        """Weight w with ||f||^2_{L^2} ~ w sum_i f(x_i)^2 on this grid."""
+        """Grid spacing weight w with ||f||^2_{L^2} ~ w sum_i f(x_i)^2 for functions vanishing at
+        the ends (exact for the eigenfunctions); :meth:`quadrature_weights` adds the trapezoid
+        end weights of a closed grid."""
         if self.basis == "fourier":
             return 2 * np.pi / self.grid
-        h = 1.0 / (self.grid + 1)
+        h = 1.0 / (self.grid - 1 if self.endpoints else self.grid + 1)
         return h * h if self.basis == "sine2d" else h
+
+    def quadrature_weights(self) -> np.ndarray:
+        """Per-point weights w_i with ||f||^2_{L^2} ~ sum_i w_i f(x_i)^2 (trapezoid on closed grids,
+        so a constant c has norm c^2 exactly)."""
+        if self.basis == "fourier" or not self.endpoints:
+            return np.full(self.dim, self.quadrature_weight())
+        w = np.full(self.grid, 1.0 / (self.grid - 1))
+        w[[0, -1]] *= 0.5
+        return np.outer(w, w).ravel() if self.basis == "sine2d" else w
 
     # -- measure interface --------------------------------------------------------------------
     def sample(self, n: int, seed: SeedLike) -> np.ndarray:
@@ -112,6 +132,12 @@ class KLEGaussian(Measure):
             spec = np.zeros((n, self.grid // 2 + 1), dtype=complex)
             spec[:, 1:self.modes + 1] = (self.grid / 2 / np.sqrt(np.pi)) * (coef[:, 1::2] - 1j * coef[:, 0::2])
             x = np.fft.irfft(spec, n=self.grid, axis=1)
+        elif self.basis == "sine2d":
+            # separable: u = S^T C S with the (modes, grid) sine table S, O(grid^3) per sample where
+            # the dense (modes^2, grid^2) eigenfunction matrix would be 128 MB at 64^2
+            s = self._sine_table()
+            c = coef.reshape(n, self.modes, self.modes)
+            x = np.einsum("ja,njk,kb->nab", s, c, s, optimize=True).reshape(n, self.dim)
         else:
             x = coef @ self._eigenfunctions()
         x += self.mean_function()
@@ -120,7 +146,7 @@ class KLEGaussian(Measure):
     def second_moment(self) -> float:
         """E||u||^2_{L^2} = ||m||^2 + sum_j lambda_j."""
         m = self.mean_function()
-        return float(self.quadrature_weight() * m @ m + self.eigenvalues().sum())
+        return float(self.quadrature_weights() @ (m * m) + self.eigenvalues().sum())
 
     def _spec_fields(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("basis", "grid", "modes", "alpha", "tau", "sigma", "shift",
@@ -129,17 +155,17 @@ class KLEGaussian(Measure):
     @classmethod
     def from_fields(cls, doc: dict[str, Any]) -> "KLEGaussian":
         fields = {k: doc[k] for k in ("basis", "grid", "modes", "alpha", "tau", "sigma", "shift", "amplitude",
-                                      "omega") if k in doc}
+                                      "omega", "endpoints") if k in doc}
         return cls(**fields)
 
 
 def kle_w2_squared(a: KLEGaussian, b: KLEGaussian) -> float:
     """Closed-form W2^2 in L^2 between two KLE Gaussians on the same basis and grid."""
-    if (a.basis, a.grid, a.modes) != (b.basis, b.grid, b.modes):
-        raise ValueError("kle_w2_squared: the measures must share basis, grid and modes")
+    if (a.basis, a.grid, a.modes, a.endpoints) != (b.basis, b.grid, b.modes, b.endpoints):
+        raise ValueError("kle_w2_squared: the measures must share basis, grid, modes and endpoints")
     dm = a.mean_function() - b.mean_function()
     dl = np.sqrt(a.eigenvalues()) - np.sqrt(b.eigenvalues())
-    return float(a.quadrature_weight() * dm @ dm + dl @ dl)
+    return float(a.quadrature_weights() @ (dm * dm) + dl @ dl)
 
 
 @register_family("lognormal")
@@ -166,7 +192,7 @@ class LogNormal(Measure):
         return cls(from_spec(doc["base"]))
 
 
-def darcy_test_member(rng: np.random.Generator, grid: int) -> KLEGaussian:
+def darcy_test_member(rng: np.random.Generator, grid: int, endpoints: bool = False) -> KLEGaussian:
     """One Darcy test member: m ~ rho([0,1]), alpha ~ rho([2,3]), tau ~ rho([1,4]),
     sigma = tau^(alpha - 1), rho proportional to 1 - cos on the interval (paper SM Darcy)."""
     def rho(lo, hi):
@@ -175,4 +201,5 @@ def darcy_test_member(rng: np.random.Generator, grid: int) -> KLEGaussian:
             if rng.uniform() * 2 <= 1 - math.cos(2 * math.pi * u):
                 return lo + (hi - lo) * u
     alpha, tau = rho(2, 3), rho(1, 4)
-    return KLEGaussian("sine2d", grid, modes=None, alpha=alpha, tau=tau, sigma=tau ** (alpha - 1), shift=rho(0, 1))
+    return KLEGaussian("sine2d", grid, modes=None, alpha=alpha, tau=tau, sigma=tau ** (alpha - 1), shift=rho(0, 1),
+                       endpoints=endpoints)

@@ -10,6 +10,8 @@ from lwl.measures.kle import darcy_test_member
 CASES = [
     dict(basis="sine1d", grid=31),
     dict(basis="sine2d", grid=7),
+    dict(basis="sine1d", grid=17, endpoints=True),
+    dict(basis="sine2d", grid=9, endpoints=True),
     dict(basis="fourier", grid=32),
 ]
 
@@ -73,7 +75,9 @@ def test_bad_parameters_are_refused():
     with pytest.raises(ValueError, match="basis"):
         KLEGaussian("cosine")
     with pytest.raises(ValueError, match="tau"):
-        KLEGaussian(tau=0.0)
+        KLEGaussian(tau=-1.0)
+    with pytest.raises(ValueError, match="endpoints"):
+        KLEGaussian("fourier", grid=16, endpoints=True)
     with pytest.raises(ValueError, match="share"):
         kle_w2_squared(KLEGaussian(grid=8), KLEGaussian(grid=9))
 
@@ -83,3 +87,20 @@ def test_fourier_sampling_by_fft_equals_the_eigenfunction_sum():
     coef = np.random.default_rng(4).standard_normal((3, m.eigenvalues().size)) * np.sqrt(m.eigenvalues())
     direct = coef @ m._eigenfunctions() + m.mean_function()
     np.testing.assert_allclose(m.sample(3, 4), direct, atol=1e-12)
+
+
+@pytest.mark.parametrize("endpoints", [False, True])
+def test_sine2d_separable_sampling_equals_the_eigenfunction_sum(endpoints):
+    m = KLEGaussian("sine2d", grid=10, alpha=2.0, tau=3.0, sigma=3.0, shift=0.4, endpoints=endpoints)
+    coef = np.random.default_rng(2).standard_normal((3, m.eigenvalues().size)) * np.sqrt(m.eigenvalues())
+    direct = coef @ m._eigenfunctions() + m.mean_function()
+    np.testing.assert_allclose(m.sample(3, 2), direct, atol=1e-12)
+
+
+def test_closed_grid_has_the_boundary_nodes_and_exact_constant_norms():
+    m = KLEGaussian("sine2d", grid=12, sigma=2.0, shift=0.7, endpoints=True)
+    x = m.sample(2, 0).reshape(2, 12, 12)
+    np.testing.assert_allclose(x[:, 0, :], 0.7, atol=1e-12)  # sines vanish on the boundary
+    np.testing.assert_allclose(x[:, :, -1], 0.7, atol=1e-12)
+    assert m.quadrature_weights().sum() == pytest.approx(1.0)
+    assert m.second_moment() == pytest.approx(0.49 + m.eigenvalues().sum())
