@@ -27,11 +27,11 @@ def test_eigenfunctions_are_orthonormal_on_the_grid(case):
 def test_closed_form_w2_matches_pot_bures_on_the_discretised_covariances(case):
     a = KLEGaussian(**case, alpha=2.0, tau=3.0, sigma=3.0, amplitude=2.0, omega=4.0)
     b = KLEGaussian(**case, alpha=1.5, tau=5.0, sigma=2.0, shift=0.3)
-    h = a.quadrature_weight()
-    phi = a._eigenfunctions()
-    # L^2 isometry: grid vectors scaled by sqrt(h); covariance h Phi^T Lambda Phi
-    cov = [h * phi.T @ np.diag(m.eigenvalues()) @ phi for m in (a, b)]
-    ma, mb = np.sqrt(h) * a.mean_function(), np.sqrt(h) * b.mean_function()
+    w = np.sqrt(a.quadrature_weights())
+    phi = a._eigenfunctions() * w
+    # L^2 isometry: grid vectors scaled by sqrt(w_i); covariance W^1/2 Phi^T Lambda Phi W^1/2
+    cov = [phi.T @ np.diag(m.eigenvalues()) @ phi for m in (a, b)]
+    ma, mb = w * a.mean_function(), w * b.mean_function()
     if case["basis"] == "fourier":
         # sin/cos pairs share eigenvalues and the grid covariance is singular; POT's sqrtm
         # returns NaN there, so the Bures term is taken from symmetric eigendecompositions
