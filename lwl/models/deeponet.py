@@ -56,18 +56,20 @@ class DeepONetRegressor:
     def __init__(self, branch: list[int], trunk: list[int], *, lr: float = 1e-3, decay_steps: int = 2000,
                  decay_rate: float = 0.9, weight_decay: float = 0.0, max_iters: int = 10_000,
                  batch_size: int | None = None, patience: int = 1000, min_delta: float = 1e-4,
-                 validation_fraction: float = 0.1, seed: int = 0, device: str = "auto"):
+                 validation_fraction: float = 0.1, seed: int = 0, device: str = "auto",
+                 warm_start: bool = False):
         self.branch, self.trunk = list(branch), list(trunk)
         self.lr, self.decay_steps, self.decay_rate = lr, decay_steps, decay_rate
         self.weight_decay, self.max_iters, self.batch_size = weight_decay, max_iters, batch_size
         self.patience, self.min_delta, self.validation_fraction = patience, min_delta, validation_fraction
-        self.seed, self.device = seed, device
+        self.seed, self.device, self.warm_start = seed, device, warm_start
 
     def fit(self, U: np.ndarray, Y: np.ndarray, z: np.ndarray) -> "DeepONetRegressor":
         dev = resolve_device(self.device)
         torch.manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
-        self.net_ = DeepONet(self.branch, self.trunk).to(dev)
+        if not (self.warm_start and hasattr(self, "net_")):  # warm start: continue from the current weights
+            self.net_ = DeepONet(self.branch, self.trunk).to(dev)
         t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32, device=dev)  # noqa: E731
         U, Y, self.z_ = t(U), t(Y), t(np.asarray(z).reshape(len(z), -1))
         n = U.shape[0]
@@ -105,6 +107,22 @@ class DeepONetRegressor:
         self.n_iter_ = it + 1
         self.best_validation_error_ = best
         return self
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The trained weights as numpy arrays (checkpoints: no pickle)."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.net_.state_dict().items()}
+
+    def set_weights(self, weights: dict[str, np.ndarray], z: np.ndarray) -> "DeepONetRegressor":
+        """Restore weights from :meth:`get_weights` with the query points ``z``."""
+        dev = resolve_device(self.device)
+        self.net_ = DeepONet(self.branch, self.trunk).to(dev)
+        self.net_.load_state_dict({k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()})
+        self.z_ = torch.as_tensor(np.asarray(z).reshape(len(z), -1), dtype=torch.float32, device=dev)
+        return self
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """Differentiable predictions for a float64 or float32 batch (float64 out)."""
+        return self.net_(u.to(device=self.z_.device, dtype=self.z_.dtype), self.z_).double().cpu()
 
     def predict(self, U: np.ndarray) -> np.ndarray:
         with torch.no_grad():
