@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="lwl: learning where to learn.")
 console = Console(stderr=True)
 
-EXPERIMENTS = ("table1",)
+EXPERIMENTS = ("table1", "ntd", "darcy", "burgers")
 
 
 def _progress() -> Progress:
@@ -97,6 +97,8 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
     if name not in EXPERIMENTS:
         console.print(f"[red]unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
         raise typer.Exit(2)
+    if name != "table1":
+        return _operator_study(name, preset, out, runs)
     from lwl.experiments import table1
 
     if preset not in table1.PRESETS:
@@ -118,6 +120,24 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
             console.print(f"[red]{exc}")
             raise typer.Exit(2)
     for path in table1.write_outputs(doc, out):
+        console.print(f"wrote {path}")
+    sys.stdout.write((out / "results.md").read_text())
+
+
+def _operator_study(name: str, preset: str, out: Path | None, runs: int | None) -> None:
+    """AMA studies (lwl.experiments.operators): one progress tick per AMA iteration."""
+    from lwl.experiments import operators
+
+    if preset not in operators.PRESETS[name]:
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(operators.PRESETS[name])}")
+        raise typer.Exit(2)
+    cfg = operators.PRESETS[name][preset]
+    out = out or Path("runs") / f"{name}-{preset}"
+    ticks = (runs or cfg["runs"]) * (cfg["iterations"] + 1 + (1 if name == "burgers" else 0))
+    with _progress() as bar:
+        task = bar.add_task(f"{name} ({preset})", total=ticks, info="")
+        doc = operators.run(name, preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg))
+    for path in operators.write_outputs(doc, out):
         console.print(f"wrote {path}")
     sys.stdout.write((out / "results.md").read_text())
 
