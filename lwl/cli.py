@@ -68,7 +68,9 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
 
         def progress(p):
             info = f"Err {p['validation_err']:.4f}" if p.get("validation_err") is not None else ""
-            bar.update(task, completed=p["iteration"], info=info)
+            if not info and p.get("objective") is not None:
+                info = f"objective {p['objective']:.6g}"
+            bar.update(task, completed=p["iteration"], total=p["total"], info=info)
 
         try:
             result = run_job(spec, resolve=_file_resolver(spec_path.parent), progress=progress)
@@ -84,6 +86,8 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
     ev = result.get("evaluation", {}).get("err", {})
     for name, err in ev.items():
         console.print(f"Err {name}: {err:.4f}")
+    if "relative_ood_error" in result.get("evaluation", {}):
+        console.print(f"relative OOD error: {result['evaluation']['relative_ood_error']:.4f}")
     console.print(f"wrote {out / 'result.json'}")
 
 

@@ -41,6 +41,8 @@ class MetaTestSamples:
         for k, m in enumerate(spec.members):
             if m.gaussian is not None:
                 x = Gaussian(m.gaussian.mean, cov=m.gaussian.cov).sample(m.size, [seed, STREAM_Q, k])
+            elif m.kle is not None:
+                x = m.kle.measure().sample(m.size, [seed, STREAM_Q, k])
             elif m.samples is not None:
                 x = np.asarray(m.samples, dtype=np.float64)
             else:

@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 from lwl.design import BilevelDesign
 from lwl.design.state import pack, unpack
 from lwl.evaluation import evaluate_design
-from lwl.meta import DatasetResolver, _no_datasets
+from lwl.meta import STREAM_EVAL, DatasetResolver, _no_datasets
 from lwl.oracles import Oracle, as_numpy, make_oracle
 from lwl.spec import JobSpec, parse_job_spec
 
@@ -30,10 +30,14 @@ class Interrupted(Exception):
         self.state = state
 
 
-def build_stepper(spec: JobSpec, resolve: DatasetResolver = _no_datasets):
-    """The stepper object for the spec's algorithm."""
+def build_stepper(spec: JobSpec, resolve: DatasetResolver = _no_datasets, oracle: Oracle | None = None):
+    """The stepper object for the spec's algorithm (AMA labels inside its steps: it holds the oracle)."""
     if spec.algorithm.name == "bilevel":
         return BilevelDesign.from_spec(spec, resolve)
+    if spec.algorithm.name == "ama":
+        from lwl.design.ama import AMADesign
+
+        return AMADesign.from_spec(spec, oracle or make_oracle(spec.oracle))
     raise ValueError(f"algorithm.name: unknown algorithm {spec.algorithm.name!r}")
 
 
@@ -60,12 +64,12 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
     if not isinstance(spec, JobSpec):
         spec = parse_job_spec(spec)
     oracle = oracle or make_oracle(spec.oracle)  # an external oracle raises LabelsRequired
-    stepper = build_stepper(spec, resolve)
+    stepper = build_stepper(spec, resolve, oracle)
     if isinstance(state, (bytes, bytearray, memoryview)):
         state = unpack(bytes(state))
     state = state if state is not None else stepper.init()
     t0 = time.perf_counter()
-    total = spec.algorithm.iterations
+    total = spec.algorithm.iterations + (1 if spec.algorithm.name == "ama" else 0)  # AMA: + final model step
     while not stepper.done(state):
         if should_stop is not None and should_stop():
             raise Interrupted(state)
@@ -82,7 +86,10 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
     out = stepper.result(state)
     do_eval = spec.evaluation.enabled if evaluate is None else evaluate
     t1 = time.perf_counter()
-    if do_eval:
+    if do_eval and spec.algorithm.name == "ama":
+        out["evaluation"] = stepper.evaluate(state, spec.test_distributions.validation_per_member,
+                                             [spec.seed, STREAM_EVAL])
+    elif do_eval:
         from lwl.measures import from_spec
 
         out["evaluation"] = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle,

@@ -103,21 +103,57 @@ class GaussianMember(StrictModel):
         return self
 
 
+class KLEParameters(StrictModel):
+    """A Matern-like KLE Gaussian on grid functions (:class:`lwl.measures.KLEGaussian`):
+    sqrt(lambda_j) = sigma (c j^2 + tau^2)^(-alpha/2) on the sine basis of [0, 1] (``sine1d``),
+    of (0, 1)^2 (``sine2d``) or the Fourier basis of [0, 2 pi) (``fourier``); mean
+    shift + amplitude sin(omega (x - 1/2)); ``endpoints`` puts the sine grid's nodes on the
+    boundary (Darcy)."""
+
+    basis: Literal["sine1d", "sine2d", "fourier"] = "sine1d"
+    grid: int = Field(ge=2, le=16384)
+    modes: int | None = Field(default=None, ge=1)
+    alpha: float = Field(default=2.0, gt=0)
+    tau: float = Field(default=3.0, ge=0)
+    sigma: float = Field(default=1.0, ge=0)
+    shift: float = 0.0
+    amplitude: float = 0.0
+    omega: float = 0.0
+    endpoints: bool = False
+
+    def measure(self):
+        from lwl.measures import KLEGaussian
+
+        try:
+            return KLEGaussian(**self.model_dump(include=set(KLEParameters.model_fields)))
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+
+    @property
+    def dim(self) -> int:
+        return self.grid**2 if self.basis == "sine2d" else self.grid
+
+
 class MemberSpec(StrictModel):
     """One test distribution nu'_k of Q, given by exactly one of: ``gaussian`` parameters
-    (lwl draws ``size`` samples from the job's seed), ``samples`` (an (M, d) array the user
-    drew), or ``dataset`` (the id of an uploaded array, resolved by the service or the CLI)."""
+    (lwl draws ``size`` samples from the job's seed), ``kle`` parameters (closed-form W2 for
+    AMA; ``size`` samples are drawn when the algorithm needs samples), ``samples`` (an (M, d)
+    array the user drew), or ``dataset`` (the id of an uploaded array, resolved by the service
+    or the CLI)."""
 
     gaussian: GaussianMember | None = None
+    kle: KLEParameters | None = None
     samples: list[list[float]] | None = None
     dataset: str | None = None
     size: int | None = Field(default=None, ge=1, le=MAX_MEMBER_SIZE)
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in ("gaussian", "samples", "dataset") if getattr(self, k) is not None]
+        given = [k for k in ("gaussian", "kle", "samples", "dataset") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of gaussian, samples, dataset (got {given or 'none'})")
+            raise ValueError(f"give exactly one of gaussian, kle, samples, dataset (got {given or 'none'})")
+        if self.kle is not None:
+            self.kle.measure()  # parameter checks
         if self.gaussian is not None and self.size is None:
             raise ValueError("size: a gaussian member needs the number of samples to draw")
         if self.samples is not None:
@@ -130,6 +166,8 @@ class MemberSpec(StrictModel):
     def dim(self) -> int | None:
         if self.gaussian is not None:
             return len(self.gaussian.mean)
+        if self.kle is not None:
+            return self.kle.dim
         if self.samples is not None:
             return len(self.samples[0])
         return None  # a dataset's dimension is known once it is resolved
@@ -190,6 +228,48 @@ class GaussianFamilySpec(StrictModel):
         return len(self.mean)
 
 
+class KLEFamilySpec(KLEParameters):
+    """nu_theta = a KLE Gaussian (AMA); ``free`` names the parameters that move, ``bounds``
+    their box (required by differential evolution)."""
+    name: Literal["kle"] = "kle"
+    free: list[Literal["shift", "omega", "amplitude", "alpha", "tau", "sigma"]] = Field(min_length=1)
+    bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        for p, (lo, hi) in self.bounds.items():
+            if p not in self.free:
+                raise ValueError(f"bounds.{p}: not a free parameter")
+            if not lo < hi:
+                raise ValueError(f"bounds.{p}: lower bound must be below the upper bound")
+            if not lo <= getattr(self, p) <= hi:
+                raise ValueError(f"bounds.{p}: the initial value {getattr(self, p)} lies outside [{lo}, {hi}]")
+        self.measure()
+        return self
+
+    def kle_parameters(self) -> KLEParameters:
+        return KLEParameters(**self.model_dump(exclude={"name", "free", "bounds"}))
+
+
+class DeepONetSpec(StrictModel):
+    """DeepONet (SM DeepONet): ReLU branch and trunk MLPs with the given hidden widths plus a
+    common last width ``latent``; Adam with ``learning_rate``, ``iterations`` full-batch steps per
+    model step."""
+    name: Literal["deeponet"] = "deeponet"
+    branch: list[int] = Field(default_factory=lambda: [512, 512, 512], max_length=16)
+    trunk: list[int] = Field(default_factory=lambda: [128, 128, 128], max_length=16)
+    latent: int = Field(default=200, ge=1, le=65536)
+    learning_rate: float = Field(default=1e-3, gt=0)
+    iterations: int = Field(default=2000, ge=1, le=10_000_000)
+
+    @field_validator("branch", "trunk")
+    @classmethod
+    def _widths(cls, v: list[int]) -> list[int]:
+        if any(w < 1 or w > 65536 for w in v):
+            raise ValueError("every width must lie in 1..65536")
+        return v
+
+
 class KRRSpec(StrictModel):
     """Kernel ridge regression, k(x,x') = exp(-||x-x'||^2 / lengthscale^2) (the paper's
     convention) or the Laplace kernel exp(-||x-x'||_1 / lengthscale)."""
@@ -217,6 +297,26 @@ class BilevelSpec(StrictModel):
     gradient_scale: Literal["absolute", "relative"] = "absolute"
 
 
+class AMASpec(StrictModel):
+    """Alternating minimisation of the OOD upper bound (paper Alg. 2; see lwl.design.ama)."""
+    name: Literal["ama"] = "ama"
+    iterations: int = Field(default=10, ge=1, le=10_000)
+    samples_per_iteration: int = Field(default=500, ge=2, le=1_000_000, description="training samples per model step")
+    optimization_samples: int = Field(default=500, ge=1, le=1_000_000,
+                                      description="fixed samples for the training-error term of the distribution step")
+    optimizer: Literal["differential_evolution", "adam", "lbfgsb"] = "differential_evolution"
+    learning_rate: float = Field(default=1e-3, gt=0, description="adam")
+    steps: int = Field(default=500, ge=1, le=1_000_000, description="adam steps per round")
+    rounds: int = Field(default=3, ge=1, le=1000, description="adam rounds until the bound falls")
+    tol: float = Field(default=1e-7, gt=0)
+    maxiter: int = Field(default=1000, ge=1, le=1_000_000, description="differential evolution / L-BFGS-B")
+    model_rounds: int = Field(default=1, ge=1, le=1000, description="training rounds until the bound falls")
+    lipschitz_oracle: float | None = Field(default=None, gt=0, description="Lip(G*); estimated when omitted")
+    lipschitz_model: float | None = Field(default=None, gt=0, description="R; estimated when omitted")
+    lipschitz_pairs: int = Field(default=250, ge=1, le=100_000)
+    lipschitz_candidates: int = Field(default=11, ge=1, le=1000)
+
+
 class EvaluationSpec(StrictModel):
     """Err of the final distribution and of baselines on the held-out Q samples: a KRR model
     is trained on ``train_size`` labelled samples with ridge N sigma^2 = ``ridge``."""
@@ -241,16 +341,23 @@ class JobSpec(StrictModel):
 
     oracle: OracleSpec
     test_distributions: TestDistributionsSpec
-    family: GaussianFamilySpec
-    model: KRRSpec = Field(default_factory=KRRSpec)
-    algorithm: BilevelSpec = Field(default_factory=BilevelSpec)
+    family: GaussianFamilySpec | KLEFamilySpec = Field(discriminator="name")
+    model: KRRSpec | DeepONetSpec = Field(default_factory=KRRSpec, discriminator="name")
+    algorithm: BilevelSpec | AMASpec = Field(default_factory=BilevelSpec, discriminator="name")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     seed: int = Field(default=0, ge=0, lt=2**63)
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
+    @field_validator("family", mode="before")
+    @classmethod
+    def _family_name(cls, v):
+        if isinstance(v, dict) and "name" not in v:
+            v = {**v, "name": "gaussian"}  # the bilevel default family
+        return v
+
     @field_validator("family")
     @classmethod
-    def _family_dim(cls, family: GaussianFamilySpec, info: ValidationInfo):
+    def _family_dim(cls, family, info: ValidationInfo):
         tests = info.data.get("test_distributions")
         d = tests.dim if tests is not None else None
         if d is not None and family.dim != d:
@@ -283,6 +390,44 @@ class JobSpec(StrictModel):
                                  f"ask for at most {pool}")
         return ev
 
+    @model_validator(mode="after")
+    def _algorithm_parts(self):
+        if self.evaluation.enabled is None:  # also when the evaluation block is omitted
+            self.evaluation.enabled = not self.oracle.is_external
+        if self.algorithm.name == "ama":
+            if self.family.name != "kle":
+                raise ValueError("family.name: the ama algorithm moves a KLE family ('kle')")
+            if self.model.name != "deeponet":
+                raise ValueError("model.name: the ama algorithm trains a DeepONet ('deeponet')")
+            if self.oracle.is_external:
+                raise ValueError("oracle.name: ama labels inside its distribution step and needs a synchronous "
+                                 "oracle (built-in or http), not ask/tell")
+            fam = self.family.kle_parameters().model_dump(include={"basis", "grid", "modes", "endpoints"})
+            for k, m in enumerate(self.test_distributions.members):
+                if m.kle is None:
+                    raise ValueError(f"test_distributions.members.{k}: ama needs KLE members ('kle') for the "
+                                     "closed-form W2")
+                if m.kle.model_dump(include=set(fam)) != fam:
+                    raise ValueError(f"test_distributions.members.{k}.kle: basis, grid, modes and endpoints must "
+                                     "match the family's")
+            if (self.algorithm.optimizer == "differential_evolution"
+                    and set(self.family.bounds) != set(self.family.free)):
+                raise ValueError("family.bounds: differential evolution needs bounds for every free parameter")
+            from lwl.oracles import make_oracle
+
+            try:
+                make_oracle(self.oracle.model_dump()).output_grid(self.family.dim)
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+        else:
+            if self.family.name != "gaussian" or self.model.name != "krr":
+                raise ValueError("algorithm.name: bilevel needs a gaussian family and a krr model")
+            for k, m in enumerate(self.test_distributions.members):
+                if m.kle is not None and m.size is None:
+                    raise ValueError(f"test_distributions.members.{k}.size: a kle member needs the number of "
+                                     "samples to draw")
+        return self
+
     @property
     def dim(self) -> int:
         return self.family.dim
@@ -294,6 +439,9 @@ class SpecError(ValueError):
     def __init__(self, errors: list[tuple[str, str]]):
         self.errors = errors
         super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
+
+
+_UNION_TAGS = {"family": ("gaussian", "kle"), "model": ("krr", "deeponet"), "algorithm": ("bilevel", "ama")}
 
 
 def _loc(parts) -> str:
@@ -311,6 +459,11 @@ def parse_job_spec(doc: dict[str, Any] | str | bytes) -> JobSpec:
         for e in exc.errors(include_url=False):
             msg = e["msg"].removeprefix("Value error, ")
             loc = list(e["loc"])
+            # tagged unions (family, model, algorithm): report "model.lengthscale", not "model.krr.lengthscale"
+            if len(loc) >= 2 and loc[1] in _UNION_TAGS.get(loc[0], ()):
+                del loc[1]
+            if e["type"] in ("union_tag_invalid", "union_tag_not_found"):
+                loc.append("name")
             # messages of the form "sub.field: why" name a field below the validator's location
             head, sep, rest = msg.partition(": ")
             if sep and " " not in head and head.replace(".", "").replace("_", "").isalnum():

@@ -39,3 +39,13 @@ def small_spec(issue_spec) -> dict:
 def devices() -> list[str]:
     """CPU always; CUDA too when present (the GPU pass of the same tests)."""
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture
+def ama_spec() -> dict:
+    """examples/darcy_ama.json made small enough to run in seconds."""
+    s = json.loads((ROOT / "examples" / "darcy_ama.json").read_text())
+    s["model"].update(iterations=60)
+    s["algorithm"].update(iterations=2, samples_per_iteration=30, steps=10, rounds=1, lipschitz_pairs=40)
+    s["test_distributions"]["validation_per_member"] = 20
+    return s

@@ -94,6 +94,42 @@ class AMADesign:
         self._label_cache: dict[bytes, np.ndarray] = {}
         self.labels_used = 0
 
+    @classmethod
+    def from_spec(cls, spec, oracle: Oracle) -> "AMADesign":
+        """The stepper of an ``algorithm.name == "ama"`` job spec (see lwl.spec.AMASpec)."""
+        from lwl.models import DeepONetRegressor
+
+        fam = spec.family
+        family = KLEFamily(fam.kle_parameters().measure(), list(fam.free), dict(fam.bounds))
+        z, out_w = oracle.output_grid(family.template.dim)
+        m, a = spec.model, spec.algorithm
+
+        def factory(seed: int) -> DeepONetRegressor:
+            return DeepONetRegressor([family.template.dim, *m.branch, m.latent], [z.shape[1], *m.trunk, m.latent],
+                                     lr=m.learning_rate, max_iters=m.iterations, validation_fraction=0.0,
+                                     seed=seed, warm_start=True, device=spec.device)
+
+        return cls(family, [k.kle.measure() for k in spec.test_distributions.members], oracle, factory, z,
+                   weights=spec.test_distributions.weights, output_weights=out_w, iterations=a.iterations,
+                   n_train=a.samples_per_iteration, n_opt=a.optimization_samples, optimizer=a.optimizer,
+                   learning_rate=a.learning_rate, steps=a.steps, rounds=a.rounds, tol=a.tol, maxiter=a.maxiter,
+                   model_rounds=a.model_rounds, lipschitz_oracle=a.lipschitz_oracle,
+                   lipschitz_model=a.lipschitz_model, lipschitz_pairs=a.lipschitz_pairs,
+                   lipschitz_candidates=a.lipschitz_candidates, seed=spec.seed)
+
+    def evaluate(self, state: dict[str, Any], n: int, seed) -> dict[str, Any]:
+        """Relative OOD error (SM eqn app_ntd_rel_ood_error) of the final model on ``n`` fresh
+        samples of every member of Q, labelled by the oracle."""
+        model = self.model(state)
+        w = self.weights.numpy()
+        num = den = 0.0
+        for k, m in enumerate(self.members):
+            U = m.sample(n, [*np.atleast_1d(seed).tolist(), k])
+            Y = self._label(U)
+            num += w[k] * np.mean(((Y - model.predict(U)) ** 2 * self.output_weights).sum(1))
+            den += w[k] * np.mean((Y ** 2 * self.output_weights).sum(1))
+        return {"relative_ood_error": float(np.sqrt(num / den)), "samples_per_member": n}
+
     # -- helpers ----------------------------------------------------------------------------
     def _label(self, u: np.ndarray) -> np.ndarray:
         self.labels_used += len(u)

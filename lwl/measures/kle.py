@@ -150,7 +150,7 @@ class KLEGaussian(Measure):
 
     def _spec_fields(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("basis", "grid", "modes", "alpha", "tau", "sigma", "shift",
-                                               "amplitude", "omega")}
+                                               "amplitude", "omega", "endpoints")}
 
     @classmethod
     def from_fields(cls, doc: dict[str, Any]) -> "KLEGaussian":

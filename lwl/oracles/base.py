@@ -41,6 +41,12 @@ class Oracle(ABC):
     @abstractmethod
     def _label(self, inputs): ...
 
+    def output_grid(self, input_dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """(query points z (n_out, dz), quadrature weights (n_out,)) of the outputs of inputs of
+        dimension ``input_dim``: a DeepONet's trunk inputs and the L^2 norm of labels."""
+        raise ValueError(f"oracle.name: {self.name} has no output grid (DeepONet models need one: "
+                         "ntd, darcy, burgers)")
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "min_dim": self.min_dim, "output_shape": list(self.output_shape)}
 

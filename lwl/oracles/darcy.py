@@ -68,6 +68,13 @@ class Darcy(Oracle):
         if M * M != inputs.shape[1]:
             raise ValueError(f"inputs: darcy takes flattened M x M fields, {inputs.shape[1]} is not a square")
 
+    def output_grid(self, input_dim: int):
+        M = math.isqrt(input_dim)
+        x = np.linspace(0.0, 1.0, M)
+        w = np.full(M, 1.0 / (M - 1))
+        w[[0, -1]] *= 0.5  # trapezoid
+        return np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2), np.outer(w, w).ravel()
+
     def _label(self, inputs):
         x = as_numpy(inputs)
         M = math.isqrt(x.shape[1])

@@ -46,3 +46,21 @@ def test_samples_members_and_weights(small_spec):
     small_spec["test_distributions"]["weights"] = [3, 1]
     res = run_job(small_spec)
     assert res["evaluation"]["held_out"] == 150 + 200
+
+
+def test_ama_job_runs_resumes_and_reproduces(ama_spec):
+    seen, blobs = [], []
+    result = run_job(ama_spec, progress=seen.append, checkpoint=blobs.append)
+    objectives = [r["objective"] for r in result["history"]]
+    assert len(objectives) == 3 and all(b <= a for a, b in zip(objectives, objectives[1:]))
+    assert seen[-1]["iteration"] == seen[-1]["total"] == 3
+    assert result["distribution"]["family"] == "kle" and result["distribution"]["endpoints"] is True
+    assert result["distribution"]["shift"] != 0.0  # the mean shift moved towards Q
+    assert 0 < result["evaluation"]["relative_ood_error"] < 10
+    assert result["lipschitz"]["oracle"] > 0 and result["labels_used"] > 0
+    np.testing.assert_array_equal(from_spec(result["distribution"]).sample(3, 1).shape, (3, 256))
+    again = run_job(ama_spec, evaluate=False)
+    assert again["distribution"] == result["distribution"]
+    resumed = run_job(ama_spec, state=blobs[1], evaluate=False)  # after the Lipschitz phase and iteration 0
+    assert resumed["distribution"] == result["distribution"]
+    assert [r["objective"] for r in resumed["history"]] == objectives

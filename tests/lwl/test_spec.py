@@ -2,6 +2,7 @@ import copy
 import json
 
 import pytest
+from pathlib import Path
 
 from lwl.spec import SpecError, parse_job_spec
 
@@ -63,3 +64,32 @@ def test_samples_member_accepted(issue_spec):
     doc["test_distributions"]["weights"] = [1, 3]
     spec = parse_job_spec(doc)
     assert spec.test_distributions.members[0].count == 600
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda s: s["family"].__setitem__("name", "gaussian"), "family"),
+    (lambda s: s["model"].__setitem__("name", "krr"), "model"),
+    (lambda s: s["oracle"].__setitem__("name", "external"), "oracle.name"),
+    (lambda s: s["test_distributions"]["members"][1]["kle"].__setitem__("modes", 10),
+     "test_distributions.members.1.kle"),
+    (lambda s: s["test_distributions"]["members"][0].__setitem__("kle", None), "test_distributions.members.0"),
+    (lambda s: s["family"].__setitem__("free", ["mean"]), "family.free.0"),
+    (lambda s: s["family"]["bounds"].__setitem__("shift", [1, 2]), "family.bounds.shift"),
+    (lambda s: s["family"].__setitem__("bounds", {}) or s["algorithm"].__setitem__("optimizer", "differential_evolution"),
+     "family.bounds"),
+    (lambda s: s["algorithm"].__setitem__("optimizer", "sgd"), "algorithm.optimizer"),
+    (lambda s: s["model"].__setitem__("branch", [0]), "model.branch"),
+    (lambda s: s["oracle"].__setitem__("name", "friedman1"), "oracle.name"),
+])
+def test_invalid_ama_specs_name_the_field(ama_spec, mutate, field):
+    doc = copy.deepcopy(ama_spec)
+    mutate(doc)
+    errors = _errors(doc)
+    assert any(loc.startswith(field) for loc in errors), errors
+
+
+def test_ama_spec_defaults():
+    doc = json.loads((Path(__file__).parents[2] / "examples" / "darcy_ama.json").read_text())
+    spec = parse_job_spec(doc)
+    assert spec.algorithm.name == "ama" and spec.model.latent == 32 and spec.algorithm.lipschitz_oracle is None
+    assert spec.evaluation.enabled is True  # auto: on for a built-in oracle
