@@ -159,7 +159,8 @@ def catalog() -> dict:
     import inspect
 
     from lwl.oracles.base import _REGISTRY
-    from lwl.spec import BilevelSpec, EvaluationSpec, GaussianFamilySpec, JobSpec, KRRSpec
+    from lwl.spec import (AMASpec, BilevelSpec, DeepONetSpec, EvaluationSpec, GaussianFamilySpec, JobSpec,
+                          KLEFamilySpec, KRRSpec)
 
     oracles = []
     for name, cls in sorted(_REGISTRY.items()):
@@ -169,9 +170,12 @@ def catalog() -> dict:
                         "doc": (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""})
     return {
         "oracles": oracles,
-        "families": [{"name": "gaussian", "schema": GaussianFamilySpec.model_json_schema()}],
-        "models": [{"name": "krr", "schema": KRRSpec.model_json_schema()}],
-        "algorithms": [{"name": "bilevel", "schema": BilevelSpec.model_json_schema()}],
+        "families": [{"name": "gaussian", "schema": GaussianFamilySpec.model_json_schema()},
+                     {"name": "kle", "schema": KLEFamilySpec.model_json_schema()}],
+        "models": [{"name": "krr", "schema": KRRSpec.model_json_schema()},
+                   {"name": "deeponet", "schema": DeepONetSpec.model_json_schema()}],
+        "algorithms": [{"name": "bilevel", "schema": BilevelSpec.model_json_schema()},
+                       {"name": "ama", "schema": AMASpec.model_json_schema()}],
         "evaluation": EvaluationSpec.model_json_schema(),
         "job_spec": JobSpec.model_json_schema(),
     }

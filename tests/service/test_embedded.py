@@ -59,6 +59,24 @@ def test_bilevel_job_succeeds_and_matches_the_library(alice):
     assert np.array_equal(alice.samples(job_id, 1000, 7, npy=False), want)
 
 
+def test_ama_job_succeeds_and_matches_the_library(alice, ama_spec):
+    job_id = alice.submit(ama_spec)
+    done = alice.wait(job_id, progress=False, timeout=300)
+    assert done["status"] == "succeeded", done
+    assert done["progress"]["iteration"] == done["progress"]["total"] == 3
+    local = run_job(ama_spec)
+    assert alice.distribution(job_id) == local["distribution"]
+    result = alice.result(job_id)
+    assert result["evaluation"] == local["evaluation"]
+    assert [h["objective"] for h in alice.history(job_id)] == [h["objective"] for h in local["history"]]
+    want = from_spec(local["distribution"]).sample(50, 3)
+    assert np.array_equal(alice.samples(job_id, 50, 3, npy=True), want)
+    # ask/tell cannot drive AMA: refused at submission, naming the field
+    with pytest.raises(ApiError) as exc:
+        alice.submit({**ama_spec, "oracle": {"name": "external", "batch_size": 10}})
+    assert exc.value.status == 422 and "oracle.name" in json.dumps(exc.value.problem)
+
+
 def test_submit_answers_202_with_location_and_idempotency(server, alice):
     body = json.dumps(small_job(iterations=3))
     h = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json", "Idempotency-Key": "k1"}
