@@ -90,3 +90,41 @@ def test_oracle_interface():
     assert rho.shape == (2, 121) and np.all(rho >= 0)
     with pytest.raises(ValueError, match="non-negative"):
         o.label(-a)
+
+
+def _laplace_dirichlet(G: int) -> np.ndarray:
+    """5-point Laplace solution with u = 1 + 0.5 sin(pi y) on x = 0 and u = 0 on the other sides."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import spsolve
+
+    h, n = 1.0 / (G - 1), G - 2
+    T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n)) / h**2
+    A = (sp.kron(T, sp.identity(n)) + sp.kron(sp.identity(n), T)).tocsc()
+    g = 1 + 0.5 * np.sin(np.pi * np.linspace(0, 1, G))
+    b = np.zeros((n, n))
+    b[0, :] = g[1:-1] / h**2
+    u = np.zeros((G, G))
+    u[0, :] = g
+    u[1:-1, 1:-1] = spsolve(A, b.ravel()).reshape(n, n)
+    return u
+
+
+def test_diffusion_limit_as_the_knudsen_number_vanishes():
+    """eps -> 0 with a = 1: u -> <u> with div(grad rho) = 0 (the O(eps^2) solvability condition);
+    the inflow enters through a boundary layer, so rho ~ C * (Laplace solution with the inflow
+    profile on x = 0) in the interior, C the Milne extrapolation constant. The grid keeps h = eps/6
+    (first-order upwind is not asymptotic preserving: its numerical diffusion is O(h/eps))."""
+    errors, constants = [], []
+    for eps in (1 / 2, 1 / 4, 1 / 8, 1 / 16):
+        G = int(round(6 / eps)) + 1
+        rho = RTESolver(np.ones((G, G)), eps, 12).density().reshape(G, G)
+        ref = _laplace_dirichlet(G)
+        x = np.linspace(0, 1, G)
+        X, Y = np.meshgrid(x, x, indexing="ij")
+        inner = (X > 0.25) & (X < 0.75) & (Y > 0.25) & (Y < 0.75)
+        C = rho[inner] @ ref[inner] / (ref[inner] @ ref[inner])
+        constants.append(C)
+        errors.append(np.linalg.norm(rho[inner] - C * ref[inner]) / np.linalg.norm(C * ref[inner]))
+    assert all(b < 0.8 * a for a, b in zip(errors, errors[1:])), errors  # first order in eps
+    assert errors[-1] < 0.05
+    assert max(constants) / min(constants) < 1.05  # one Milne constant, independent of eps
