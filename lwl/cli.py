@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="lwl: learning where to learn.")
 console = Console(stderr=True)
 
-EXPERIMENTS = ("table1", "ntd", "darcy", "burgers")
+EXPERIMENTS = ("table1", "ntd", "darcy", "burgers", "rte")
 
 
 def _progress() -> Progress:
@@ -101,6 +101,8 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
     if name not in EXPERIMENTS:
         console.print(f"[red]unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
         raise typer.Exit(2)
+    if name == "rte":
+        return _rte_study(preset, out, runs)
     if name != "table1":
         return _operator_study(name, preset, out, runs)
     from lwl.experiments import table1
@@ -142,6 +144,24 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None) 
         task = bar.add_task(f"{name} ({preset})", total=ticks, info="")
         doc = operators.run(name, preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg))
     for path in operators.write_outputs(doc, out):
+        console.print(f"wrote {path}")
+    sys.stdout.write((out / "results.md").read_text())
+
+
+def _rte_study(preset: str, out: Path | None, runs: int | None) -> None:
+    """Particle AMA on the RTE (lwl.experiments.rte): one progress tick per AMA iteration."""
+    from lwl.experiments import rte
+
+    if preset not in rte.PRESETS:
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(rte.PRESETS)}")
+        raise typer.Exit(2)
+    cfg = rte.PRESETS[preset]
+    out = out or Path("runs") / f"rte-{preset}"
+    ticks = len(cfg["knudsen"]) * len(cfg["sizes"]) * (runs or cfg["runs"]) * (cfg["iterations"] + 1)
+    with _progress() as bar:
+        task = bar.add_task(f"rte ({preset})", total=ticks, info="")
+        doc = rte.run(preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg))
+    for path in rte.write_outputs(doc, out):
         console.print(f"wrote {path}")
     sys.stdout.write((out / "results.md").read_text())
 

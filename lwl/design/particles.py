@@ -1,0 +1,210 @@
+"""Particle AMA: the training distribution is N particles moved by the Wasserstein gradient of
+the OOD upper bound (paper Alg. 2 in particle form, Cor. "Wasserstein gradient", SM RTE).
+
+Particles live in coefficient space, a_q = exp(L c_q) with (L c)(x, y) = sum_ij c_ij 2 sin(i pi x)
+sin(j pi y) on the oracle's grid nodes (eqn rte_particleform). The objective is the discrete bound
+
+    F(c) = (1/N) sum_q ||G*(a_q) - G_hat(a_q)||^2 + sqrt(E_Q c_R^2) sqrt(E_Q W2^2(nu_N, nu'_k)),
+
+nu_N = (1/N) sum_q delta_{a_q}, W2^2 by exact OT (``ot.emd2``, cost ||a - a'||^2_{L^2} with the
+trapezoid rule) to N samples of each test member, m2(nu_N) = mean_q ||a_q||^2 (exact for an
+empirical measure), c_R as in :mod:`lwl.design.ama`. The l2 gradient of the first variation at
+particle q is N dF/dc_q: the OT part is the barycentric-projection map of the optimal plan
+(POT differentiates emd2 through the plan, which gives 2 (a_q - T(a_q)) / N), the model part is
+autograd, the oracle part the adjoint-state gradient of the PDE (``solver(a).gradient``), all
+chained to c by autograd through a = exp(Lc). Step (eqn rte_coef_update):
+c <- c - eta N grad_c F; a step that does not lower F halves eta and is recomputed, and the
+reduced eta carries over; the design stops when ||step|| < tol or after ``iterations``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+import numpy as np
+import ot
+import torch
+
+from lwl.design.ama import bound_constant_squared
+from lwl.lipschitz import lipschitz_ratio
+
+PHASE_ITERATE, PHASE_DONE = "iterate", "done"
+
+
+def sine_table(modes: int, grid: int) -> np.ndarray:
+    """(modes, grid): sqrt(2) sin(i pi x) on the nodes x = 0, 1/(grid-1), ..., 1."""
+    x = np.linspace(0.0, 1.0, grid)
+    return math.sqrt(2) * np.sin(math.pi * np.outer(np.arange(1, modes + 1), x))
+
+
+def trapezoid_weights(grid: int) -> np.ndarray:
+    w = np.full(grid, 1.0 / (grid - 1))
+    w[[0, -1]] *= 0.5
+    return np.outer(w, w).ravel()
+
+
+class ParticleAMADesign:
+    """Particle AMA as a stepper. ``oracle`` needs ``label`` and ``solver(a)`` with
+    ``density()`` and ``gradient(d_rho)`` (the :class:`lwl.oracles.rte.RTE` oracle); ``q_samples``
+    are K arrays of test-member samples of a (rows on the grid, flattened)."""
+
+    def __init__(self, oracle, q_samples: list[np.ndarray], model_factory: Callable[[int], Any], z: np.ndarray, *,
+                 particles: int = 120, modes: int = 20, init_std: float = 1e-3, step_size: float = 1e-6,
+                 tol: float = 1e-6, iterations: int = 10, max_halvings: int = 30,
+                 lipschitz_oracle: float | None = None, lipschitz_model: float | None = None, seed: int = 0):
+        self.oracle, self.grid = oracle, oracle.grid
+        self.q = [torch.as_tensor(np.asarray(x), dtype=torch.float64) for x in q_samples]
+        self.factory, self.z = model_factory, np.asarray(z)
+        self.N, self.modes, self.init_std = particles, modes, init_std
+        self.step_size, self.tol, self.iterations, self.max_halvings = step_size, tol, iterations, max_halvings
+        self.lipschitz_oracle, self.lipschitz_model, self.seed = lipschitz_oracle, lipschitz_model, seed
+        self._S = torch.as_tensor(sine_table(modes, self.grid))
+        self._w = torch.as_tensor(trapezoid_weights(self.grid))
+        self._m2_q = torch.stack([(x * x * self._w).sum(1).mean() for x in self.q])
+        self._cache: tuple[bytes, np.ndarray] | None = None
+        self.labels_used = 0
+
+    # -- particles ----------------------------------------------------------------------------
+    def fields(self, c: torch.Tensor) -> torch.Tensor:
+        """a = exp(L c): (N, modes, modes) coefficients -> (N, grid^2) fields."""
+        return torch.exp(torch.einsum("ia,nij,jb->nab", self._S, c, self._S).reshape(c.shape[0], -1))
+
+    def labels(self, c: np.ndarray) -> np.ndarray:
+        key = np.asarray(c).tobytes()
+        if self._cache is None or self._cache[0] != key:
+            a = self.fields(torch.as_tensor(c)).numpy()
+            self.labels_used += len(a)
+            self._cache = (key, np.asarray(self.oracle.label(a)).reshape(len(a), -1))
+        return self._cache[1]
+
+    def cached_labels(self, state) -> np.ndarray | None:
+        """Labels of the current particles when the last step already computed them."""
+        key = np.asarray(state["c"]).tobytes()
+        return self._cache[1] if self._cache is not None and self._cache[0] == key else None
+
+    def model(self, state):
+        weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+        return self.factory(self.seed).set_weights(weights, self.z) if weights else None
+
+    # -- objective ------------------------------------------------------------------------------
+    def objective(self, c: np.ndarray, state, model, grad: bool = False):
+        """F(c) and, with ``grad``, dF/dc (N, modes, modes)."""
+        ct = torch.tensor(np.asarray(c), dtype=torch.float64, requires_grad=grad)
+        a = self.fields(ct)
+        y = torch.as_tensor(self.labels(c))
+        w_out = torch.as_tensor(state["output_weights"])
+        r = y - model.forward(a if grad else a.detach())
+        training = (r * r * w_out).sum(1).mean()
+        m2 = (a * a * self._w).sum(1).mean()
+        w2 = []
+        uniform = torch.full((self.N,), 1.0 / self.N, dtype=torch.float64)
+        for x in self.q:
+            cost = ((a * a * self._w).sum(1)[:, None] + (x * x * self._w).sum(1)[None, :]
+                    - 2 * (a * self._w) @ x.T).clamp_min(0)
+            w2.append(ot.emd2(uniform, torch.full((len(x),), 1.0 / len(x), dtype=torch.float64), cost))
+        w2 = torch.stack(w2).mean()
+        c2 = bound_constant_squared(state["lipschitz_oracle"], state["lipschitz_model"], m2, self._m2_q,
+                                    state["zero_sq"]).mean()
+        total = training + torch.sqrt(c2) * torch.sqrt(w2)
+        if not grad:
+            return float(total)
+        # the oracle's part, d/da_q of (1/N) ||G*(a_q) - G_hat(a_q)||^2, by the PDE's adjoint state
+        rd = r.detach().numpy()
+        a_np = a.detach().numpy()
+        d_oracle = np.stack([self.oracle.solver(a_np[q]).gradient(2 * w_out.numpy() * rd[q] / self.N)
+                             for q in range(self.N)])
+        (total + (a * torch.as_tensor(d_oracle)).sum()).backward()
+        return float(total.detach()), ct.grad.numpy().copy(), {"training": float(training.detach()),
+                                                             "w2": float(w2.detach()), "m2": float(m2.detach())}
+
+    # -- stepper protocol ---------------------------------------------------------------------
+    def init(self) -> dict[str, Any]:
+        c = np.random.default_rng([self.seed, 21]).standard_normal((self.N, self.modes, self.modes)) * self.init_std
+        return {"phase": PHASE_ITERATE, "iteration": 0, "c": c, "eta": self.step_size, "history": [],
+                "objective": None, "lipschitz_oracle": self.lipschitz_oracle,
+                "lipschitz_model": self.lipschitz_model, "zero_sq": None, "output_weights": None,
+                "labels_used": 0}
+
+    def done(self, state) -> bool:
+        return state["phase"] == PHASE_DONE
+
+    def queries(self, state) -> np.ndarray:
+        return self.fields(torch.as_tensor(state["c"])).numpy()
+
+    def step(self, state, labels) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        self.labels_used = 0
+        a = self.queries(state)
+        Y = np.asarray(labels, dtype=np.float64).reshape(len(a), -1)
+        if not np.all(np.isfinite(Y)):
+            raise ValueError("labels: values must be finite")
+        self._cache = (np.asarray(state["c"]).tobytes(), Y)
+        if state["output_weights"] is None:
+            state = {**state, "output_weights": trapezoid_weights(self.grid) if Y.shape[1] == self.grid**2
+                     else np.full(Y.shape[1], 1.0 / Y.shape[1])}
+        model = self.factory(self.seed + 1000 * state["iteration"]).fit(a, Y, self.z)
+        state = self._constants(state, model, a, Y)
+        k = state["iteration"]
+        value, g, parts = self.objective(state["c"], state, model, grad=True)
+        record = {"iteration": k, "objective_after_model": value, **parts}
+        if k >= self.iterations:
+            return self._finish(state, model, record, value, t0, final=True)
+        # Wasserstein step on the particles: l2 gradient of the first variation = N dF/dc_q
+        direction = self.N * g
+        eta, c = state["eta"], state["c"]
+        for halvings in range(self.max_halvings + 1):
+            proposal = c - eta * direction
+            new = self.objective(proposal, state, model)
+            if new < value:
+                break
+            eta /= 2
+        accepted = new < value
+        step_norm = float(eta * np.linalg.norm(direction)) if accepted else 0.0
+        record.update(step_size=eta, step_norm=step_norm, accepted=bool(accepted), halvings=halvings,
+                      proposal_objective=new)
+        state = {**state, "c": proposal if accepted else c, "eta": eta}
+        stop = (not accepted) or step_norm < self.tol
+        return self._finish(state, model, record, new if accepted else value, t0, final=False, stop=stop)
+
+    def _finish(self, state, model, record, objective, t0, *, final: bool, stop: bool = False):
+        record.update(objective=objective, seconds=time.perf_counter() - t0)
+        weights = {f"model.{name}": v for name, v in model.get_weights().items()}
+        used = state["labels_used"] + self.N + self.labels_used
+        record["labels_used"] = used
+        phase = PHASE_DONE if final else PHASE_ITERATE
+        it = state["iteration"] + 1
+        if stop and not final:
+            it = self.iterations  # one more model step on the final particles, then done
+        return {**state, **weights, "objective": objective, "iteration": it, "phase": phase,
+                "labels_used": used, "history": [*state["history"], record]}
+
+    def _constants(self, state, model, a, Y):
+        """Lipschitz constants (estimated once: oracle from particle/label pairs, model from pairs of
+        test samples) and ||G*(0)||^2 + ||G_hat(0)||^2 (a = exp(L c) never vanishes: the constant 1
+        field, c = 0, stands in for the origin of coefficient space)."""
+        w_out = state["output_weights"]
+        half = len(a) // 2
+        if state["lipschitz_oracle"] is None:
+            state = {**state, "lipschitz_oracle": lipschitz_ratio(Y[:half], Y[half:2 * half], a[:half],
+                                                                  a[half:2 * half], self._w.numpy(), w_out)}
+        if state["lipschitz_model"] is None:
+            x = torch.cat(self.q).numpy()
+            h = len(x) // 2
+            with torch.no_grad():
+                gx = model.forward(torch.as_tensor(x)).numpy()
+            state = {**state, "lipschitz_model": lipschitz_ratio(gx[:h], gx[h:2 * h], x[:h], x[h:2 * h],
+                                                                 self._w.numpy(), w_out)}
+        if state.get("oracle_zero_sq") is None:
+            g1 = np.asarray(self.oracle.label(np.ones((1, self.grid**2)))).reshape(-1)
+            self.labels_used += 1
+            state = {**state, "oracle_zero_sq": float((g1 * g1 * w_out).sum())}
+        with torch.no_grad():
+            m1 = model.forward(torch.ones((1, self.grid**2), dtype=torch.float64)).numpy().reshape(-1)
+        return {**state, "zero_sq": state["oracle_zero_sq"] + float((m1 * m1 * w_out).sum())}
+
+    def result(self, state) -> dict[str, Any]:
+        return {"particles": self.queries(state), "coefficients": state["c"], "history": list(state["history"]),
+                "lipschitz": {"oracle": state["lipschitz_oracle"], "model": state["lipschitz_model"]},
+                "labels_used": state["labels_used"]}
