@@ -52,13 +52,14 @@ class ParticleAMADesign:
 
     def __init__(self, oracle, q_samples: list[np.ndarray], model_factory: Callable[[int], Any], z: np.ndarray, *,
                  particles: int = 120, modes: int = 20, init_std: float = 1e-3, step_size: float = 1e-6,
-                 tol: float = 1e-6, iterations: int = 10, max_halvings: int = 30,
+                 tol: float = 1e-6, iterations: int = 10, max_halvings: int = 30, max_field: float = 1e6,
                  lipschitz_oracle: float | None = None, lipschitz_model: float | None = None, seed: int = 0):
         self.oracle, self.grid = oracle, oracle.grid
         self.q = [torch.as_tensor(np.asarray(x), dtype=torch.float64) for x in q_samples]
         self.factory, self.z = model_factory, np.asarray(z)
         self.N, self.modes, self.init_std = particles, modes, init_std
         self.step_size, self.tol, self.iterations, self.max_halvings = step_size, tol, iterations, max_halvings
+        self.max_field = max_field  # a step that takes a coefficient above this has failed (halve eta)
         self.lipschitz_oracle, self.lipschitz_model, self.seed = lipschitz_oracle, lipschitz_model, seed
         self._S = torch.as_tensor(sine_table(modes, self.grid))
         self._w = torch.as_tensor(trapezoid_weights(self.grid))
@@ -109,7 +110,7 @@ class ParticleAMADesign:
                                     state["zero_sq"]).mean()
         total = training + torch.sqrt(c2) * torch.sqrt(w2)
         if not grad:
-            return float(total)
+            return float(total.detach())
         # the oracle's part, d/da_q of (1/N) ||G*(a_q) - G_hat(a_q)||^2, by the PDE's adjoint state
         rd = r.detach().numpy()
         a_np = a.detach().numpy()
@@ -148,7 +149,15 @@ class ParticleAMADesign:
         state = self._constants(state, model, a, Y)
         k = state["iteration"]
         value, g, parts = self.objective(state["c"], state, model, grad=True)
-        record = {"iteration": k, "objective_after_model": value, **parts}
+        record = {"iteration": k, "objective_after_model": value, "model_accepted": True, **parts}
+        previous = self.model(state)
+        if state["objective"] is not None and value > state["objective"] and previous is not None:
+            # the retrained model raised the bound on these particles: keep the previous one (the
+            # pair (model, particles) of the last accepted step), as parametric AMA does
+            state = self._constants(state, previous, a, Y)
+            model = previous
+            value, g, parts = self.objective(state["c"], state, model, grad=True)
+            record.update(model_accepted=False, **parts)
         if k >= self.iterations:
             return self._finish(state, model, record, value, t0, final=True)
         # Wasserstein step on the particles: l2 gradient of the first variation = N dF/dc_q
@@ -156,7 +165,7 @@ class ParticleAMADesign:
         eta, c = state["eta"], state["c"]
         for halvings in range(self.max_halvings + 1):
             proposal = c - eta * direction
-            new = self.objective(proposal, state, model)
+            new = self._safe_objective(proposal, state, model)
             if new < value:
                 break
             eta /= 2
@@ -167,6 +176,18 @@ class ParticleAMADesign:
         state = {**state, "c": proposal if accepted else c, "eta": eta}
         stop = (not accepted) or step_norm < self.tol
         return self._finish(state, model, record, new if accepted else value, t0, final=False, stop=stop)
+
+    def _safe_objective(self, c, state, model) -> float:
+        """F(c), or +inf where exp(Lc) exceeds ``max_field`` or the solver fails (a failed step)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = self.fields(torch.as_tensor(c))
+        if not torch.isfinite(a).all() or float(a.max()) > self.max_field:
+            return math.inf
+        try:
+            value = self.objective(c, state, model)
+        except (ArithmeticError, RuntimeError, ValueError, np.linalg.LinAlgError):
+            return math.inf
+        return value if math.isfinite(value) else math.inf
 
     def _finish(self, state, model, record, objective, t0, *, final: bool, stop: bool = False):
         record.update(objective=objective, seconds=time.perf_counter() - t0)
