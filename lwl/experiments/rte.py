@@ -35,7 +35,7 @@ KNUDSEN = {"1/8": 0.125, "2": 2.0, "8": 8.0}
 PAPER = {"1/8": (8.65e-2, 1.55e-2, 1.62e-2), "2": (8.76e-2, 1.29e-2, 1.24e-2), "8": (9.09e-2, 1.13e-2, 1.16e-2)}
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(grid=13, modes=6, sizes=[12], runs=2, iterations=2, epochs=200, n_test=20, step_size=0.01,
+    "tiny": dict(grid=11, modes=5, sizes=[10], runs=2, iterations=2, epochs=150, n_test=20, step_size=0.01,
                  knudsen=["2"], branch=[64, 32], trunk=[64, 32], validation=0.0),
     "quick": dict(grid=21, modes=10, sizes=[20, 40], runs=2, iterations=3, epochs=500, n_test=50, step_size=0.01,
                   knudsen=["1/8", "2", "8"], branch=[100, 100, 100, 64, 32], trunk=[100, 100, 100, 64, 32],

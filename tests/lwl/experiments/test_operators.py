@@ -1,0 +1,57 @@
+"""The AMA studies at their ``tiny`` presets: the whole pipeline (oracle, Q, AMA, evaluation,
+baselines, outputs) in seconds. The CI-sized ``quick`` results are committed under docs/results/."""
+
+import json
+
+import numpy as np
+import pytest
+
+from lwl.design.active import k_center_greedy, qbc_scores
+from lwl.experiments import operators, rte
+
+
+@pytest.mark.parametrize("name", ["ntd", "darcy", "burgers"])
+def test_tiny_study_runs_and_the_ood_error_falls(tmp_path, name):
+    doc = operators.run(name, "tiny")
+    paths = operators.write_outputs(doc, tmp_path)
+    assert all(p.stat().st_size > 0 for p in paths)
+    errs = [e["mean"] for e in doc["relative_ood_error"]]
+    assert len(errs) == doc["config"]["iterations"] + 1
+    assert errs[-1] < errs[0], errs  # seeded: the same numbers on every run
+    for run in doc["per_run"]:  # the bound never rises within a run
+        assert all(b <= a for a, b in zip(run["objectives"], run["objectives"][1:]))
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["relative_ood_error"] == doc["relative_ood_error"]
+    if name == "burgers":
+        assert set(saved["err_vs_n"]) == {"ama", "initial", "qbc", "coreset"}
+        assert (tmp_path / "err_vs_n.png").exists()
+    if name == "darcy":
+        assert (tmp_path / "error_fields.png").exists()
+
+
+def test_tiny_rte_table(tmp_path):
+    doc = rte.run("tiny")
+    rte.write_outputs(doc, tmp_path)
+    row = doc["results"]["2"]["10"]
+    assert row["optimized"]["mean"] < row["initial"]["mean"]
+    assert "| 2 |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "runtime.png").stat().st_size > 0
+
+
+def test_k_center_greedy_picks_the_farthest_points():
+    f = np.array([[0.0, 0], [0.1, 0], [5, 0], [0, 3], [5.1, 0]])
+    assert k_center_greedy(f, np.array([0]), 2).tolist() == [4, 3]
+    assert k_center_greedy(f, np.array([], dtype=int), 1).tolist() == [0]
+
+
+def test_qbc_scores_are_the_committee_spread():
+    class Const:
+        def __init__(self, v):
+            self.v = v
+
+        def predict(self, U):
+            return np.full((len(U), 2), self.v) * U[:, :1]
+
+    U = np.array([[0.0], [1.0], [2.0]])
+    s = qbc_scores([Const(0.0), Const(2.0)], U)
+    np.testing.assert_allclose(s, [0.0, 2.0, 8.0])  # mean over members of the squared deviation, summed
