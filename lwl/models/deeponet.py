@@ -8,8 +8,9 @@ optional weight decay, and early stopping on a held-out fraction of the training
 (patience and min_delta on its relative error). CPU or CUDA.
 
 ``normalize=True`` standardises inputs by one scalar mean/std and scales outputs by their RMS at
-the first fit (off by default, as in the paper: on the Darcy study it halved the in-distribution
-error's advantage and doubled the error of extrapolating in the mean shift).
+the first fit (off by default, as in the paper: on the Darcy quick study it raised the
+in-distribution error from 0.066 to 0.097 and the error of a model trained at shift 0.4 from
+0.43 to 1.03).
 """
 
 from __future__ import annotations
