@@ -66,7 +66,8 @@ class TestMeasure:
 def _factory(cfg, grid):
     def make(seed):
         return DeepONetRegressor([grid * grid, *cfg["branch"]], [2, *cfg["trunk"]], lr=1e-3, max_iters=cfg["epochs"],
-                                 validation_fraction=cfg["validation"], patience=cfg["epochs"], seed=seed)
+                                 validation_fraction=cfg["validation"], patience=cfg["epochs"],
+                                 validation_every=10, seed=seed)
     return make
 
 
