@@ -56,10 +56,11 @@ def test_query_batches_normalisation_and_weights_round_trip():
     A = rng.standard_normal((8, 12)) / 4
     U = rng.standard_normal((200, 8))
     z = np.linspace(0, 1, 12)[:, None]
-    m = DeepONetRegressor([8, 32, 16], [1, 32, 16], max_iters=300, query_batch=4, normalize=True,
-                          validation_fraction=0.2, validation_every=5, seed=1, device="cpu").fit(U, U @ A, z)
-    assert m.predict(U[:3]).shape == (3, 12)
-    assert m.net_.y_scale.item() != 1.0  # normalisation buffers set at the first fit...
-    again = DeepONetRegressor([8, 32, 16], [1, 32, 16], device="cpu").set_weights(m.get_weights(), z)
-    np.testing.assert_array_equal(again.predict(U[:3]), m.predict(U[:3]))  # ...and saved with the weights
-    assert m.history_[-1][0] < 0.5 * m.history_[0][0]  # training on point subsets still descends
+    m = DeepONetRegressor([8, 32, 16], [1, 32, 16], max_iters=300, query_batch=4, validation_fraction=0.0,
+                          seed=1, device="cpu").fit(U, U @ A, z)
+    assert m.history_[-1][0] < 0.85 * m.history_[0][0]  # training on output-point subsets descends
+    n = DeepONetRegressor([8, 32, 16], [1, 32, 16], max_iters=20, normalize=True, validation_fraction=0.2,
+                          validation_every=5, seed=1, device="cpu").fit(U, U @ A, z)
+    assert n.net_.y_scale.item() != 1.0 and n.net_.u_scale.item() != 1.0  # set at the first fit...
+    again = DeepONetRegressor([8, 32, 16], [1, 32, 16], device="cpu").set_weights(n.get_weights(), z)
+    np.testing.assert_array_equal(again.predict(U[:3]), n.predict(U[:3]))  # ...and saved with the weights
