@@ -96,13 +96,16 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                preset: str = typer.Option("quick", help="quick (CI-sized) or paper"),
                out: Path = typer.Option(None, "--out", help="output folder (default runs/NAME-PRESET)"),
                runs: Optional[int] = typer.Option(None, help="override the preset's number of runs"),
-               columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns")):
+               columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns"),
+               knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
+               sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
     if name not in EXPERIMENTS:
         console.print(f"[red]unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
         raise typer.Exit(2)
     if name == "rte":
-        return _rte_study(preset, out, runs)
+        return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
+                          [int(n) for n in sizes.split(",")] if sizes else None)
     if name != "table1":
         return _operator_study(name, preset, out, runs)
     from lwl.experiments import table1
@@ -148,7 +151,8 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None) 
     sys.stdout.write((out / "results.md").read_text())
 
 
-def _rte_study(preset: str, out: Path | None, runs: int | None) -> None:
+def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[str] | None,
+               sizes: list[int] | None) -> None:
     """Particle AMA on the RTE (lwl.experiments.rte): one progress tick per AMA iteration."""
     from lwl.experiments import rte
 
@@ -157,10 +161,16 @@ def _rte_study(preset: str, out: Path | None, runs: int | None) -> None:
         raise typer.Exit(2)
     cfg = rte.PRESETS[preset]
     out = out or Path("runs") / f"rte-{preset}"
-    ticks = len(cfg["knudsen"]) * len(cfg["sizes"]) * (runs or cfg["runs"]) * (cfg["iterations"] + 1)
+    ticks = (len(knudsen or cfg["knudsen"]) * len(sizes or cfg["sizes"]) * (runs or cfg["runs"])
+             * (cfg["iterations"] + 1))
     with _progress() as bar:
         task = bar.add_task(f"rte ({preset})", total=ticks, info="")
-        doc = rte.run(preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg))
+        try:
+            doc = rte.run(preset, runs=runs, knudsen=knudsen, sizes=sizes,
+                          progress=lambda msg: bar.update(task, advance=1, info=msg))
+        except ValueError as exc:
+            console.print(f"[red]{exc}")
+            raise typer.Exit(2)
     for path in rte.write_outputs(doc, out):
         console.print(f"wrote {path}")
     sys.stdout.write((out / "results.md").read_text())

@@ -100,13 +100,20 @@ def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=Non
 
 
 def run(preset: str = "quick", *, runs: int | None = None, knudsen: list[str] | None = None,
-        progress=None) -> dict[str, Any]:
+        sizes: list[int] | None = None, progress=None) -> dict[str, Any]:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     cfg = dict(PRESETS[preset])
     if runs is not None:
         cfg["runs"] = runs
-    eps_list = knudsen or cfg["knudsen"]
+    if sizes:
+        cfg["sizes"] = sorted(sizes)
+    if knudsen:
+        unknown = [k for k in knudsen if k not in KNUDSEN]
+        if unknown:
+            raise ValueError(f"knudsen: choose from {', '.join(KNUDSEN)}, got {unknown}")
+        cfg["knudsen"] = list(knudsen)
+    eps_list = cfg["knudsen"]
     tq = TestMeasure(cfg["grid"])
     doc: dict[str, Any] = {"study": "rte", "preset": preset, "config": cfg, "results": {}, "paper": PAPER}
     t0 = time.perf_counter()
