@@ -128,7 +128,11 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
         except ValueError as exc:
             console.print(f"[red]{exc}")
             raise typer.Exit(2)
-    for path in table1.write_outputs(doc, out):
+    _report(table1.write_outputs(doc, out), out)
+
+
+def _report(paths, out: Path) -> None:
+    for path in paths:
         console.print(f"wrote {path}")
     sys.stdout.write((out / "results.md").read_text())
 
@@ -146,9 +150,7 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None) 
     with _progress() as bar:
         task = bar.add_task(f"{name} ({preset})", total=ticks, info="")
         doc = operators.run(name, preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg))
-    for path in operators.write_outputs(doc, out):
-        console.print(f"wrote {path}")
-    sys.stdout.write((out / "results.md").read_text())
+    _report(operators.write_outputs(doc, out), out)
 
 
 def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[str] | None,
@@ -171,9 +173,7 @@ def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[st
         except ValueError as exc:
             console.print(f"[red]{exc}")
             raise typer.Exit(2)
-    for path in rte.write_outputs(doc, out):
-        console.print(f"wrote {path}")
-    sys.stdout.write((out / "results.md").read_text())
+    _report(rte.write_outputs(doc, out), out)
 
 
 @app.command()

@@ -145,8 +145,7 @@ class AMADesign:
         return u, self._label_cache[key]
 
     def _sq_norm(self, r: torch.Tensor) -> torch.Tensor:
-        w = torch.as_tensor(self.output_weights, dtype=torch.float64)
-        return (r * r * w).sum(dim=1)
+        return self._sq_inner(r, r)
 
     def candidates(self) -> list[KLEGaussian]:
         """Candidate distributions for the Lipschitz pairs: theta spread over the finite bounds."""

@@ -31,7 +31,7 @@ from scipy import stats
 from lwl.design.active import active_learning
 from lwl.design.ama import AMADesign
 from lwl.design.kle_family import KLEFamily
-from lwl.experiments.report import pyplot, write_json
+from lwl.experiments.report import pyplot, write_tables
 from lwl.measures import KLEGaussian
 from lwl.measures.kle import darcy_test_member
 from lwl.models import DeepONetRegressor
@@ -315,12 +315,7 @@ def _convergence(doc, plt, path):
 
 
 def write_outputs(doc: dict, out_dir) -> list[Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    figs = doc.pop("_figures", None)
-    write_json(out / "results.json", doc)
-    (out / "results.md").write_text(markdown(doc))
-    paths = [out / "results.json", out / "results.md"]
+    out, figs, paths = write_tables(doc, out_dir, markdown)
     plt = pyplot()
     _convergence(doc, plt, out / "convergence.png")
     paths.append(out / "convergence.png")

@@ -26,3 +26,14 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def write_tables(doc: dict, out_dir, markdown) -> tuple[Path, dict | None, list[Path]]:
+    """Create ``out_dir``, write results.json and results.md (``markdown(doc)``); returns the
+    folder, the in-memory figure inputs popped from ``doc["_figures"]`` and the written paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    figs = doc.pop("_figures", None)
+    write_json(out / "results.json", doc)
+    (out / "results.md").write_text(markdown(doc))
+    return out, figs, [out / "results.json", out / "results.md"]

@@ -25,7 +25,7 @@ import numpy as np
 
 from lwl.design.particles import ParticleAMADesign
 from lwl.experiments.operators import relative_ood_error, t_interval
-from lwl.experiments.report import pyplot, write_json
+from lwl.experiments.report import pyplot, write_tables
 from lwl.measures import KLEGaussian
 from lwl.models import DeepONetRegressor
 from lwl.oracles import make_oracle
@@ -172,12 +172,7 @@ def markdown(doc: dict) -> str:
 
 
 def write_outputs(doc: dict, out_dir) -> list[Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    figs = doc.pop("_figures", None)
-    write_json(out / "results.json", doc)
-    (out / "results.md").write_text(markdown(doc))
-    paths = [out / "results.json", out / "results.md"]
+    out, figs, paths = write_tables(doc, out_dir, markdown)
     plt = pyplot()
     names = list(doc["results"])
     fig, ax = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.8), squeeze=False)
