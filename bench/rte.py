@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from lwl.design.particles import ParticleAMADesign  # noqa: E402
+from lwl.device import resolve_device  # noqa: E402
 from lwl.experiments.rte import TestMeasure  # noqa: E402
 from lwl.models import DeepONetRegressor  # noqa: E402
 from lwl.oracles import make_oracle  # noqa: E402
@@ -38,6 +39,7 @@ def main():
     ap.add_argument("--eps", type=float, default=2.0, help="Knudsen number of the AMA iteration")
     ap.add_argument("--query-batch", type=int, default=None,
                     help="train on this many random output points per step (default: all 2601, the paper)")
+    ap.add_argument("--device", default="auto", help="DeepONet device: auto|cpu|cuda (the PDE solves run on the CPU)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     G = 51
@@ -69,7 +71,8 @@ def main():
 
     def factory(seed):
         return DeepONetRegressor([G * G, 100, 100, 100, 64, 32], [2, 100, 100, 100, 64, 32], max_iters=args.epochs,
-                                 validation_fraction=0.2, patience=args.epochs, validation_every=10, query_batch=args.query_batch, seed=seed)
+                                 validation_fraction=0.2, patience=args.epochs, validation_every=10, query_batch=args.query_batch, seed=seed,
+                                 device=args.device)
 
     design = ParticleAMADesign(oracle, q, factory, z, particles=N, modes=20, step_size=0.01, iterations=10)
     state = design.init()
@@ -89,7 +92,7 @@ def main():
     state = design.step(state, cached if cached is not None else oracle.label(design.queries(state)))
     t_second = time.perf_counter() - t
     rec2 = state["history"][-1]
-    print(f"\nParticle AMA at N = {N}, 20 x 20 coefficients, eps = {args.eps:g}, "
+    print(f"\nParticle AMA at N = {N}, 20 x 20 coefficients, eps = {args.eps:g}, DeepONet on {resolve_device(args.device)}, "
           f"DeepONet {args.epochs} epochs (80/20 split, validation every 10, "
           f"{args.query_batch or G * G} output points per step):")
     print(f"  labels ({N} forward solves) {t_labels:.1f} s; DeepONet training alone {t_train:.1f} s")

@@ -8,6 +8,16 @@ Designs the training-data distribution for scientific machine learning (Guerra, 
 - :func:`lwl.oracles.make_oracle` builds a labelling oracle by name.
 """
 
+import os as _os
+
+# lwl uses POT's numpy and torch backends only. POT otherwise initialises every array library it
+# finds at import: with JAX installed on a GPU machine that preallocates 75% of the GPU's memory in
+# each process, and the torch model beside it then fails with CUDA out-of-memory (seen in the GPU
+# test pass with several workers). Set before ``ot`` is imported anywhere in lwl.
+for _backend in ("JAX", "CUPY", "TENSORFLOW"):
+    _os.environ.setdefault(f"POT_BACKEND_DISABLE_{_backend}", "1")
+del _os, _backend
+
 __version__ = "0.1.0"
 
 from lwl.runner import run_job  # noqa: E402

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +20,42 @@ console = Console(stderr=True)
 EXPERIMENTS = ("table1", "ntd", "darcy", "burgers", "rte")
 
 
-def _progress() -> Progress:
+class _LogProgress:
+    """Progress for a console that is no terminal (nohup, a log file, CI): rich's bar would draw
+    nothing until the end there, so print a line per update, at most one every ``interval``
+    seconds and always the last one. Same calls as rich's Progress: add_task, update."""
+
+    def __init__(self, interval: float = 5.0):
+        self.interval, self.tasks = interval, {}
+
+    def __enter__(self) -> "_LogProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def add_task(self, description: str, total: float | None = None, **fields) -> int:
+        self.tasks[len(self.tasks)] = {"description": description, "total": total, "completed": 0,
+                                       "start": time.monotonic(), "printed": -math.inf, **fields}
+        return len(self.tasks) - 1
+
+    def update(self, task: int, *, advance: float = 0, completed: float | None = None, **fields) -> None:
+        t = self.tasks[task]
+        t.update(fields)
+        t["completed"] = completed if completed is not None else t["completed"] + advance
+        now = time.monotonic()
+        if now - t["printed"] < self.interval and t["completed"] != t["total"]:
+            return
+        t["printed"] = now
+        elapsed = int(now - t["start"])
+        console.print(f"{t['description']} {t['completed']:g}/{t['total']:g} {t.get('info', '')} "
+                      f"[{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}]", highlight=False,
+                      markup=False)
+
+
+def _progress() -> Progress | _LogProgress:
+    if not console.is_terminal:
+        return _LogProgress()
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                     console=console)

@@ -20,6 +20,9 @@ def test_run_the_issue_spec(tmp_path):
     assert proc.returncode == 0, proc.stderr
     res = json.loads((tmp_path / "result.json").read_text())
     assert len(res["history"]) == 200
+    # stderr is no terminal here: progress comes as log lines (throttled), the last one complete
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("design ")]
+    assert lines and lines[-1].startswith("design 200/200"), proc.stderr
     assert set(res["evaluation"]["err"]) == {"optimized", "normal", "barycenter", "mixture", "uniform"}
     assert res["distribution"]["family"] == "gaussian" and len(res["distribution"]["mean"]) == 5
     # the design lowers the validation error it descends

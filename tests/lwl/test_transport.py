@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import torch
 
@@ -35,3 +39,15 @@ def test_empirical_w2_of_shifted_cloud():
     x = np.random.default_rng(0).standard_normal((50, 3))
     assert np.isclose(empirical_w2_squared(x, x + np.array([1.0, 0.0, 2.0])), 5.0)
     assert np.isclose(empirical_w2_squared(x, x[::-1]), 0.0)
+
+
+def test_pot_loads_only_the_numpy_and_torch_backends():
+    """Importing lwl keeps POT from initialising JAX (which would take 75% of a GPU's memory in each
+    process) and other array libraries lwl does not use; meaningful where JAX is installed."""
+    code = ("import os, lwl.transport, ot; "
+            "print(sorted(type(b).__name__ for b in ot.backend.get_backend_list()), "
+            "os.environ['POT_BACKEND_DISABLE_JAX'])")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POT_BACKEND_DISABLE")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['NumpyBackend',", "'TorchBackend']", "1"]
