@@ -135,14 +135,16 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                runs: Optional[int] = typer.Option(None, help="override the preset's number of runs"),
                columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns"),
                knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
-               sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N")):
+               sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N"),
+               resume: bool = typer.Option(False, help="rte: reuse the trials in OUT/results.json made with the "
+                                                       "same settings (grow a study by trials, or resume one)")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
     if name not in EXPERIMENTS:
         console.print(f"[red]unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
         raise typer.Exit(2)
     if name == "rte":
         return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
-                          [int(n) for n in sizes.split(",")] if sizes else None)
+                          [int(n) for n in sizes.split(",")] if sizes else None, resume)
     if name != "table1":
         return _operator_study(name, preset, out, runs)
     from lwl.experiments import table1
@@ -191,8 +193,9 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None) 
 
 
 def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[str] | None,
-               sizes: list[int] | None) -> None:
-    """Particle AMA on the RTE (lwl.experiments.rte): one progress tick per AMA iteration."""
+               sizes: list[int] | None, resume: bool = False) -> None:
+    """Particle AMA on the RTE (lwl.experiments.rte): one progress tick per AMA iteration;
+    OUT/results.json and the figures are rewritten after every trial."""
     from lwl.experiments import rte
 
     if preset not in rte.PRESETS:
@@ -200,16 +203,23 @@ def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[st
         raise typer.Exit(2)
     cfg = rte.PRESETS[preset]
     out = out or Path("runs") / f"rte-{preset}"
+    previous = None
+    if resume and (out / "results.json").is_file():
+        previous = json.loads((out / "results.json").read_text())
     ticks = (len(knudsen or cfg["knudsen"]) * len(sizes or cfg["sizes"]) * (runs or cfg["runs"])
              * (cfg["iterations"] + 1))
     with _progress() as bar:
         task = bar.add_task(f"rte ({preset})", total=ticks, info="")
         try:
-            doc = rte.run(preset, runs=runs, knudsen=knudsen, sizes=sizes,
-                          progress=lambda msg: bar.update(task, advance=1, info=msg))
+            doc = rte.run(preset, runs=runs, knudsen=knudsen, sizes=sizes, previous=previous,
+                          progress=lambda msg: bar.update(task, advance=1, info=msg),
+                          checkpoint=lambda partial: rte.write_outputs(partial, out))
         except ValueError as exc:
             console.print(f"[red]{exc}")
             raise typer.Exit(2)
+    if previous is not None:
+        console.print(f"reused {doc.get('reused_trials', 0)} trials of {out / 'results.json'}"
+                      + ("" if doc.get("reused_trials") else " (none made with these settings)"))
     _report(rte.write_outputs(doc, out), out)
 
 

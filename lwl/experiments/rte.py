@@ -99,8 +99,39 @@ def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=Non
             "particles": design.queries(state)[:4] if seed == 0 else None}
 
 
+# the settings a trial's numbers depend on: trials of an earlier run with the same ones are reused
+TRIAL_SETTINGS = ("grid", "modes", "iterations", "epochs", "n_test", "step_size", "branch", "trunk", "validation")
+
+
+def reusable_trials(previous: dict | None, cfg: dict) -> dict[tuple[str, int, int], dict]:
+    """Trials of an earlier results.json (``previous``) keyed by (eps name, N, seed), if it was
+    made with the same :data:`TRIAL_SETTINGS`; else none. Lets a paper-size study, days on two
+    cores, grow by trials or be resumed after an interruption."""
+    if not previous or previous.get("study") != "rte":
+        return {}
+    if any(previous.get("config", {}).get(k) != cfg[k] for k in TRIAL_SETTINGS):
+        return {}
+    return {(name, int(n), int(t["seed"])): t for name, per_n in previous.get("results", {}).items()
+            for n, r in per_n.items() for t in r.get("trials", [])}
+
+
+def summarise(trials: list[dict]) -> dict[str, Any]:
+    """Means and 95% Student-t half-widths over trials (half-width None for a single trial)."""
+    def interval(key):
+        mean, ci = t_interval([t[key] for t in trials])
+        return {"mean": mean, "ci95": ci if len(trials) > 1 else None}
+
+    return {**{k: interval(k) for k in ("initial", "optimized", "benchmark", "seconds")},
+            "trials": [{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in t.items()
+                        if k != "particles"} for t in trials]}
+
+
 def run(preset: str = "quick", *, runs: int | None = None, knudsen: list[str] | None = None,
-        sizes: list[int] | None = None, progress=None) -> dict[str, Any]:
+        sizes: list[int] | None = None, progress=None, previous: dict | None = None,
+        checkpoint=None) -> dict[str, Any]:
+    """Table 3 for ``preset`` (optionally a subset of eps and N, or another number of trials).
+    Trials found in ``previous`` (an earlier results.json, same settings) are reused;
+    ``checkpoint(doc)`` is called after every trial with the results so far."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     cfg = dict(PRESETS[preset])
@@ -113,9 +144,11 @@ def run(preset: str = "quick", *, runs: int | None = None, knudsen: list[str] | 
         if unknown:
             raise ValueError(f"knudsen: choose from {', '.join(KNUDSEN)}, got {unknown}")
         cfg["knudsen"] = list(knudsen)
+    reuse = reusable_trials(previous, cfg)
     eps_list = cfg["knudsen"]
     tq = TestMeasure(cfg["grid"])
-    doc: dict[str, Any] = {"study": "rte", "preset": preset, "config": cfg, "results": {}, "paper": PAPER}
+    doc: dict[str, Any] = {"study": "rte", "preset": preset, "config": cfg, "results": {}, "paper": PAPER,
+                           "seconds": 0.0}
     t0 = time.perf_counter()
     figures: dict[str, Any] = {"tq": tq, "examples": {}}
     for name in eps_list:
@@ -126,20 +159,25 @@ def run(preset: str = "quick", *, runs: int | None = None, knudsen: list[str] | 
             U = tq.sample(k, cfg["n_test"], [Q_SEED, 7, k])
             tests.append((U, np.asarray(oracle.label(U))))
         figures["examples"][name] = tests[2][0][0], tests[2][1][0]
-        per_n = {}
+        doc["results"][name] = per_n = {}
         for N in cfg["sizes"]:
-            trials = [run_one(oracle, tq, tests, cfg, N, r, progress) for r in range(cfg["runs"])]
-            per_n[str(N)] = {
-                "initial": dict(zip(("mean", "ci95"), t_interval([t["initial"] for t in trials]))),
-                "optimized": dict(zip(("mean", "ci95"), t_interval([t["optimized"] for t in trials]))),
-                "benchmark": dict(zip(("mean", "ci95"), t_interval([t["benchmark"] for t in trials]))),
-                "seconds": dict(zip(("mean", "ci95"), t_interval([t["seconds"] for t in trials]))),
-                "trials": [{k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in t.items()
-                            if k != "particles"} for t in trials],
-            }
-            if trials[0]["particles"] is not None:
-                figures.setdefault("particles", {})[f"{name}/{N}"] = trials[0]["particles"]
-        doc["results"][name] = per_n
+            trials = []
+            for r in range(cfg["runs"]):
+                trial = reuse.get((name, N, r))
+                if trial is None:
+                    trial = run_one(oracle, tq, tests, cfg, N, r, progress)
+                else:
+                    doc["reused_trials"] = doc.get("reused_trials", 0) + 1
+                    for _ in trial["errors"]:  # the ticks its iterations would have taken
+                        if progress:
+                            progress(f"eps {name} N {N} run {r}: reused from the earlier results")
+                trials.append(trial)
+                if trial.get("particles") is not None:
+                    figures.setdefault("particles", {})[f"{name}/{N}"] = trial["particles"]
+                per_n[str(N)] = summarise(trials)
+                doc["seconds"] = time.perf_counter() - t0
+                if checkpoint:
+                    checkpoint({**doc, "_figures": figures})
     doc["seconds"] = time.perf_counter() - t0
     doc["_figures"] = figures
     return doc
@@ -156,8 +194,11 @@ def markdown(doc: dict) -> str:
              "| eps | initial | optimised | benchmark (Q mixture) | reduction | paper (initial / optimised / benchmark) |",
              "|---|---|---|---|---|---|"]
     for name, per_n in doc["results"].items():
+        if N not in per_n:  # a checkpoint written before this eps reached the largest N
+            continue
         r = per_n[N]
-        cell = lambda m: f"{r[m]['mean']:.3e} ± {r[m]['ci95']:.1e}"  # noqa: E731
+        cell = lambda m: (f"{r[m]['mean']:.3e} ± {r[m]['ci95']:.1e}" if r[m]["ci95"] is not None  # noqa: E731
+                          else f"{r[m]['mean']:.3e} (1 trial)")
         red = 100 * (1 - r["optimized"]["mean"] / r["initial"]["mean"])
         p = doc["paper"][name]
         lines.append(f"| {name} | {cell('initial')} | {cell('optimized')} | {cell('benchmark')} | {red:.0f}% | "
@@ -167,7 +208,8 @@ def markdown(doc: dict) -> str:
     for name, per_n in doc["results"].items():
         for n, r in per_n.items():
             lines.append(f"| {name} | {n} | {r['initial']['mean']:.3e} | {r['optimized']['mean']:.3e} | "
-                         f"{r['benchmark']['mean']:.3e} | {r['seconds']['mean']:.1f} ± {r['seconds']['ci95']:.1f} |")
+                         f"{r['benchmark']['mean']:.3e} | {r['seconds']['mean']:.1f}"
+                         + (f" ± {r['seconds']['ci95']:.1f} |" if r["seconds"]["ci95"] is not None else " |"))
     return "\n".join(lines) + "\n"
 
 
@@ -180,7 +222,7 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
         sizes = [int(n) for n in doc["results"][name]]
         for m, label in (("initial", "initial"), ("optimized", "particle AMA"), ("benchmark", "Q mixture")):
             mean = np.array([doc["results"][name][str(n)][m]["mean"] for n in sizes])
-            ci = np.array([doc["results"][name][str(n)][m]["ci95"] for n in sizes])
+            ci = np.array([doc["results"][name][str(n)][m]["ci95"] or 0.0 for n in sizes])
             a.errorbar(sizes, mean, yerr=ci, marker="o", capsize=3, label=label)
         a.set(title=f"eps = {name}", xlabel="N", ylabel="relative OOD error", yscale="log")
         a.legend()
@@ -191,7 +233,7 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
     for name in names:
         sizes = [int(n) for n in doc["results"][name]]
         mean = np.array([doc["results"][name][str(n)]["seconds"]["mean"] for n in sizes])
-        ci = np.array([doc["results"][name][str(n)]["seconds"]["ci95"] for n in sizes])
+        ci = np.array([doc["results"][name][str(n)]["seconds"]["ci95"] or 0.0 for n in sizes])
         a.errorbar(sizes, mean, yerr=ci, marker="o", capsize=3, label=f"eps = {name}")
     a.set(xlabel="N", ylabel="particle AMA wall time [s]", title="runtime (this machine, 2 cores)")
     a.legend()

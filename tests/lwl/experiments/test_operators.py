@@ -29,13 +29,28 @@ def test_tiny_study_runs_and_the_ood_error_falls(tmp_path, name):
         assert (tmp_path / "error_fields.png").exists()
 
 
-def test_tiny_rte_table(tmp_path):
-    doc = rte.run("tiny")
+def test_tiny_rte_table_checkpoints_and_grows_by_trials(tmp_path, monkeypatch):
+    written = []
+    first = rte.run("tiny", runs=1, checkpoint=lambda d: written.append(rte.write_outputs(d, tmp_path)))
+    assert len(written) == 1 and (tmp_path / "results.json").exists()  # one checkpoint per trial
+    previous = json.loads((tmp_path / "results.json").read_text())
+    assert previous["results"]["2"]["10"]["optimized"]["ci95"] is None  # no interval from one trial
+    calls = []
+    real = rte.run_one
+    monkeypatch.setattr(rte, "run_one", lambda *a, **k: calls.append(a[5]) or real(*a, **k))
+    doc = rte.run("tiny", runs=2, previous=previous)
+    assert calls == [1] and doc["reused_trials"] == 1  # trial 0 reused, only trial 1 computed
+    trials = doc["results"]["2"]["10"]["trials"]
+    assert trials[0]["errors"] == first["results"]["2"]["10"]["trials"][0]["errors"]
     rte.write_outputs(doc, tmp_path)
     row = doc["results"]["2"]["10"]
     assert row["optimized"]["mean"] < row["initial"]["mean"]
+    assert row["optimized"]["ci95"] > 0
     assert "| 2 |" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "runtime.png").stat().st_size > 0
+    # trials made with other settings are never reused
+    previous["config"]["epochs"] += 1
+    assert rte.reusable_trials(previous, rte.PRESETS["tiny"]) == {}
 
 
 def test_k_center_greedy_picks_the_farthest_points():
