@@ -43,6 +43,8 @@ class MetaTestSamples:
                 x = Gaussian(m.gaussian.mean, cov=m.gaussian.cov).sample(m.size, [seed, STREAM_Q, k])
             elif m.kle is not None:
                 x = m.kle.measure().sample(m.size, [seed, STREAM_Q, k])
+            elif m.lognormal is not None:
+                x = np.exp(m.lognormal.measure().sample(m.size, [seed, STREAM_Q, k]))
             elif m.samples is not None:
                 x = np.asarray(m.samples, dtype=np.float64)
             else:

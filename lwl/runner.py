@@ -38,6 +38,10 @@ def build_stepper(spec: JobSpec, resolve: DatasetResolver = _no_datasets, oracle
         from lwl.design.ama import AMADesign
 
         return AMADesign.from_spec(spec, oracle or make_oracle(spec.oracle))
+    if spec.algorithm.name == "particle_ama":
+        from lwl.design.particles import ParticleAMADesign
+
+        return ParticleAMADesign.from_spec(spec, oracle or make_oracle(spec.oracle), resolve)
     raise ValueError(f"algorithm.name: unknown algorithm {spec.algorithm.name!r}")
 
 
@@ -69,11 +73,15 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         state = unpack(bytes(state))
     state = state if state is not None else stepper.init()
     t0 = time.perf_counter()
-    total = spec.algorithm.iterations + (1 if spec.algorithm.name == "ama" else 0)  # AMA: + final model step
+    # AMA and particle AMA: + the final model step
+    total = spec.algorithm.iterations + (1 if spec.algorithm.name in ("ama", "particle_ama") else 0)
+    cached = getattr(stepper, "cached_labels", lambda state: None)  # labels its last step already computed
     while not stepper.done(state):
         if should_stop is not None and should_stop():
             raise Interrupted(state)
-        labels = as_numpy(oracle.label(stepper.queries(state)))
+        labels = cached(state)
+        if labels is None:
+            labels = as_numpy(oracle.label(stepper.queries(state)))
         state = stepper.step(state, labels)
         if checkpoint is not None:
             checkpoint(pack(state))
@@ -86,7 +94,9 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
     out = stepper.result(state)
     do_eval = spec.evaluation.enabled if evaluate is None else evaluate
     t1 = time.perf_counter()
-    if do_eval and spec.algorithm.name == "ama":
+    if do_eval and spec.algorithm.name == "particle_ama":
+        out["evaluation"] = stepper.evaluate(state)
+    elif do_eval and spec.algorithm.name == "ama":
         out["evaluation"] = stepper.evaluate(state, spec.test_distributions.validation_per_member,
                                              [spec.seed, STREAM_EVAL])
     elif do_eval:

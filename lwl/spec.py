@@ -137,23 +137,28 @@ class KLEParameters(StrictModel):
 class MemberSpec(StrictModel):
     """One test distribution nu'_k of Q, given by exactly one of: ``gaussian`` parameters
     (lwl draws ``size`` samples from the job's seed), ``kle`` parameters (closed-form W2 for
-    AMA; ``size`` samples are drawn when the algorithm needs samples), ``samples`` (an (M, d)
-    array the user drew), or ``dataset`` (the id of an uploaded array, resolved by the service
-    or the CLI)."""
+    AMA; ``size`` samples are drawn when the algorithm needs samples), ``lognormal`` (exp of a
+    KLE Gaussian with these parameters, e.g. scattering or conductivity fields; ``size``
+    samples), ``samples`` (an (M, d) array the user drew), or ``dataset`` (the id of an uploaded
+    array, resolved by the service or the CLI)."""
 
     gaussian: GaussianMember | None = None
     kle: KLEParameters | None = None
+    lognormal: KLEParameters | None = None
     samples: list[list[float]] | None = None
     dataset: str | None = None
     size: int | None = Field(default=None, ge=1, le=MAX_MEMBER_SIZE)
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in ("gaussian", "kle", "samples", "dataset") if getattr(self, k) is not None]
+        given = [k for k in ("gaussian", "kle", "lognormal", "samples", "dataset") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of gaussian, kle, samples, dataset (got {given or 'none'})")
-        if self.kle is not None:
-            self.kle.measure()  # parameter checks
+            raise ValueError(f"give exactly one of gaussian, kle, lognormal, samples, dataset (got {given or 'none'})")
+        for kle in (self.kle, self.lognormal):
+            if kle is not None:
+                kle.measure()  # parameter checks
+        if self.lognormal is not None and self.size is None:
+            raise ValueError("size: a lognormal member needs the number of samples to draw")
         if self.gaussian is not None and self.size is None:
             raise ValueError("size: a gaussian member needs the number of samples to draw")
         if self.samples is not None:
@@ -168,6 +173,8 @@ class MemberSpec(StrictModel):
             return len(self.gaussian.mean)
         if self.kle is not None:
             return self.kle.dim
+        if self.lognormal is not None:
+            return self.lognormal.dim
         if self.samples is not None:
             return len(self.samples[0])
         return None  # a dataset's dimension is known once it is resolved
@@ -251,6 +258,22 @@ class KLEFamilySpec(KLEParameters):
         return KLEParameters(**self.model_dump(exclude={"name", "free", "bounds"}))
 
 
+class ParticlesFamilySpec(StrictModel):
+    """N particles a_q = exp(L c_q) on the closed grid x grid nodes of [0, 1]^2, (L c)(x, y) =
+    sum_ij c_ij 2 sin(i pi x) sin(j pi y) with ``modes`` x ``modes`` coefficients, initially
+    c ~ N(0, init_std^2) (paper SM RTE: 20 x 20 coefficients, N = 120, c ~ N(0, 1e-6)). Moved by
+    ``particle_ama``; the result is the particles' empirical measure (family "particles")."""
+    name: Literal["particles"] = "particles"
+    grid: int = Field(ge=3, le=1024, description="nodes per side, boundary included (the oracle's grid)")
+    modes: int = Field(default=20, ge=1, le=256)
+    particles: int = Field(default=120, ge=2, le=100_000)
+    init_std: float = Field(default=1e-3, ge=0, le=10)
+
+    @property
+    def dim(self) -> int:
+        return self.grid**2
+
+
 class DeepONetSpec(StrictModel):
     """DeepONet (SM DeepONet): ReLU branch and trunk MLPs with the given hidden widths plus a
     common last width ``latent``; Adam with ``learning_rate``, ``iterations`` full-batch steps per
@@ -317,6 +340,24 @@ class AMASpec(StrictModel):
     lipschitz_candidates: int = Field(default=11, ge=1, le=1000)
 
 
+class ParticleAMASpec(StrictModel):
+    """Particle AMA (paper Alg. 2 in particle form, Cor. "Wasserstein gradient", SM RTE): train
+    the DeepONet on the particles, then move them by c <- c - step_size N grad_c F of the upper
+    bound F (exact OT to the members' validation samples, the oracle's adjoint for the data
+    term). A step that does not lower F halves step_size, which stays reduced; stop when the step
+    norm falls below ``tol``. Needs an oracle with an adjoint solver (``rte``).
+    lwl's default step_size is 0.01 (the paper's 1e-6 does not move the particles under lwl's
+    L^2-normalised bound; docs/method.md)."""
+    name: Literal["particle_ama"] = "particle_ama"
+    iterations: int = Field(default=10, ge=1, le=10_000)
+    step_size: float = Field(default=0.01, gt=0)
+    tol: float = Field(default=1e-6, gt=0)
+    max_halvings: int = Field(default=30, ge=0, le=200)
+    max_field: float = Field(default=1e6, gt=0, description="a step taking a field above this has failed")
+    lipschitz_oracle: float | None = Field(default=None, gt=0, description="Lip(G*); estimated when omitted")
+    lipschitz_model: float | None = Field(default=None, gt=0, description="R; estimated when omitted")
+
+
 class EvaluationSpec(StrictModel):
     """Err of the final distribution and of baselines on the held-out Q samples: a KRR model
     is trained on ``train_size`` labelled samples with ridge N sigma^2 = ``ridge``."""
@@ -341,9 +382,9 @@ class JobSpec(StrictModel):
 
     oracle: OracleSpec
     test_distributions: TestDistributionsSpec
-    family: GaussianFamilySpec | KLEFamilySpec = Field(discriminator="name")
+    family: GaussianFamilySpec | KLEFamilySpec | ParticlesFamilySpec = Field(discriminator="name")
     model: KRRSpec | DeepONetSpec = Field(default_factory=KRRSpec, discriminator="name")
-    algorithm: BilevelSpec | AMASpec = Field(default_factory=BilevelSpec, discriminator="name")
+    algorithm: BilevelSpec | AMASpec | ParticleAMASpec = Field(default_factory=BilevelSpec, discriminator="name")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     seed: int = Field(default=0, ge=0, lt=2**63)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -360,8 +401,9 @@ class JobSpec(StrictModel):
     def _family_dim(cls, family, info: ValidationInfo):
         tests = info.data.get("test_distributions")
         d = tests.dim if tests is not None else None
+        field = "mean" if family.name == "gaussian" else "grid"  # what sets the family's dimension
         if d is not None and family.dim != d:
-            raise ValueError(f"mean: dimension {family.dim} does not match the test distributions' dimension {d}")
+            raise ValueError(f"{field}: dimension {family.dim} does not match the test distributions' dimension {d}")
         oracle = info.data.get("oracle")
         if oracle is not None:
             from lwl.oracles import make_oracle
@@ -369,7 +411,7 @@ class JobSpec(StrictModel):
             o = make_oracle(oracle.model_dump())
             if family.dim < o.min_dim or (o.dim is not None and family.dim != o.dim):
                 want = o.dim if o.dim is not None else f">= {o.min_dim}"
-                raise ValueError(f"mean: oracle {oracle.name} takes inputs of dimension {want}, got {family.dim}")
+                raise ValueError(f"{field}: oracle {oracle.name} takes inputs of dimension {want}, got {family.dim}")
         return family
 
     @field_validator("evaluation")
@@ -394,7 +436,11 @@ class JobSpec(StrictModel):
     def _algorithm_parts(self):
         if self.evaluation.enabled is None:  # also when the evaluation block is omitted
             self.evaluation.enabled = not self.oracle.is_external
-        if self.algorithm.name == "ama":
+        if self.algorithm.name == "particle_ama":
+            self._particle_ama_parts()
+        elif self.family.name == "particles":
+            raise ValueError("algorithm.name: a particles family is moved by particle_ama")
+        elif self.algorithm.name == "ama":
             if self.family.name != "kle":
                 raise ValueError("family.name: the ama algorithm moves a KLE family ('kle')")
             if self.model.name != "deeponet":
@@ -422,11 +468,39 @@ class JobSpec(StrictModel):
         else:
             if self.family.name != "gaussian" or self.model.name != "krr":
                 raise ValueError("algorithm.name: bilevel needs a gaussian family and a krr model")
-            for k, m in enumerate(self.test_distributions.members):
-                if m.kle is not None and m.size is None:
-                    raise ValueError(f"test_distributions.members.{k}.size: a kle member needs the number of "
-                                     "samples to draw")
+            self._kle_member_sizes()
         return self
+
+    def _kle_member_sizes(self) -> None:
+        for k, m in enumerate(self.test_distributions.members):
+            if m.kle is not None and m.size is None:
+                raise ValueError(f"test_distributions.members.{k}.size: a kle member needs the number of "
+                                 "samples to draw")
+
+    def _particle_ama_parts(self) -> None:
+        if self.family.name != "particles":
+            raise ValueError("family.name: particle_ama moves a particles family ('particles')")
+        if self.model.name != "deeponet":
+            raise ValueError("model.name: particle_ama trains a DeepONet ('deeponet')")
+        if self.oracle.is_external:
+            raise ValueError("oracle.name: particle_ama labels inside its step and needs the oracle's adjoint: "
+                             "a built-in solver (rte), not ask/tell")
+        from lwl.oracles import make_oracle
+
+        oracle = make_oracle(self.oracle.model_dump())
+        if not hasattr(oracle, "solver"):
+            raise ValueError(f"oracle.name: particle_ama needs an oracle with an adjoint solver (rte), "
+                             f"not {self.oracle.name}")
+        if oracle.grid != self.family.grid:
+            raise ValueError(f"family.grid: {self.family.grid} does not match the oracle's grid {oracle.grid}")
+        if self.family.modes > self.family.grid - 2:
+            raise ValueError(f"family.modes: at most grid - 2 = {self.family.grid - 2} sine modes per axis "
+                             "on this grid")
+        if any(m.kle is not None and not m.kle.endpoints or m.lognormal is not None and not m.lognormal.endpoints
+               for m in self.test_distributions.members):
+            raise ValueError("test_distributions.members: kle and lognormal members of a particles job need "
+                             "endpoints: true (the oracle's nodes include the boundary)")
+        self._kle_member_sizes()
 
     @property
     def dim(self) -> int:
@@ -441,7 +515,8 @@ class SpecError(ValueError):
         super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
 
 
-_UNION_TAGS = {"family": ("gaussian", "kle"), "model": ("krr", "deeponet"), "algorithm": ("bilevel", "ama")}
+_UNION_TAGS = {"family": ("gaussian", "kle", "particles"), "model": ("krr", "deeponet"),
+               "algorithm": ("bilevel", "ama", "particle_ama")}
 
 
 def _loc(parts) -> str:

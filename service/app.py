@@ -160,7 +160,7 @@ def catalog() -> dict:
 
     from lwl.oracles.base import _REGISTRY
     from lwl.spec import (AMASpec, BilevelSpec, DeepONetSpec, EvaluationSpec, GaussianFamilySpec, JobSpec,
-                          KLEFamilySpec, KRRSpec)
+                          KLEFamilySpec, KRRSpec, ParticleAMASpec, ParticlesFamilySpec)
 
     oracles = []
     for name, cls in sorted(_REGISTRY.items()):
@@ -171,11 +171,13 @@ def catalog() -> dict:
     return {
         "oracles": oracles,
         "families": [{"name": "gaussian", "schema": GaussianFamilySpec.model_json_schema()},
-                     {"name": "kle", "schema": KLEFamilySpec.model_json_schema()}],
+                     {"name": "kle", "schema": KLEFamilySpec.model_json_schema()},
+                     {"name": "particles", "schema": ParticlesFamilySpec.model_json_schema()}],
         "models": [{"name": "krr", "schema": KRRSpec.model_json_schema()},
                    {"name": "deeponet", "schema": DeepONetSpec.model_json_schema()}],
         "algorithms": [{"name": "bilevel", "schema": BilevelSpec.model_json_schema()},
-                       {"name": "ama", "schema": AMASpec.model_json_schema()}],
+                       {"name": "ama", "schema": AMASpec.model_json_schema()},
+                       {"name": "particle_ama", "schema": ParticleAMASpec.model_json_schema()}],
         "evaluation": EvaluationSpec.model_json_schema(),
         "job_spec": JobSpec.model_json_schema(),
     }

@@ -49,3 +49,19 @@ def ama_spec() -> dict:
     s["algorithm"].update(iterations=2, samples_per_iteration=30, steps=10, rounds=1, lipschitz_pairs=40)
     s["test_distributions"]["validation_per_member"] = 20
     return s
+
+
+@pytest.fixture
+def particle_spec() -> dict:
+    """examples/rte_particles.json made small enough to run in seconds (grid 9)."""
+    s = json.loads((ROOT / "examples" / "rte_particles.json").read_text())
+    s["oracle"]["params"].update(grid=9, directions=8)
+    for m in s["test_distributions"]["members"]:
+        m["lognormal"]["grid"] = 9
+        m["size"] = 16
+    s["test_distributions"]["validation_per_member"] = 8
+    s["family"].update(grid=9, modes=4, particles=8)
+    s["model"].update(branch=[32], trunk=[32], latent=16, iterations=40)
+    s["algorithm"].update(iterations=2, step_size=0.05)
+    s["device"] = "cpu"
+    return s

@@ -29,14 +29,9 @@ import torch
 
 from lwl.design.ama import bound_constant_squared
 from lwl.lipschitz import lipschitz_ratio
+from lwl.measures.particles import LogSineParticles, sine_table
 
 PHASE_ITERATE, PHASE_DONE = "iterate", "done"
-
-
-def sine_table(modes: int, grid: int) -> np.ndarray:
-    """(modes, grid): sqrt(2) sin(i pi x) on the nodes x = 0, 1/(grid-1), ..., 1."""
-    x = np.linspace(0.0, 1.0, grid)
-    return math.sqrt(2) * np.sin(math.pi * np.outer(np.arange(1, modes + 1), x))
 
 
 def trapezoid_weights(grid: int) -> np.ndarray:
@@ -53,9 +48,12 @@ class ParticleAMADesign:
     def __init__(self, oracle, q_samples: list[np.ndarray], model_factory: Callable[[int], Any], z: np.ndarray, *,
                  particles: int = 120, modes: int = 20, init_std: float = 1e-3, step_size: float = 1e-6,
                  tol: float = 1e-6, iterations: int = 10, max_halvings: int = 30, max_field: float = 1e6,
-                 lipschitz_oracle: float | None = None, lipschitz_model: float | None = None, seed: int = 0):
+                 lipschitz_oracle: float | None = None, lipschitz_model: float | None = None, seed: int = 0,
+                 weights=None):
         self.oracle, self.grid = oracle, oracle.grid
         self.q = [torch.as_tensor(np.asarray(x), dtype=torch.float64) for x in q_samples]
+        w = np.ones(len(self.q)) if weights is None else np.asarray(weights, dtype=np.float64)
+        self.weights = torch.as_tensor(w / w.sum())  # of the members of Q
         self.factory, self.z = model_factory, np.asarray(z)
         self.N, self.modes, self.init_std = particles, modes, init_std
         self.step_size, self.tol, self.iterations, self.max_halvings = step_size, tol, iterations, max_halvings
@@ -66,6 +64,7 @@ class ParticleAMADesign:
         self._m2_q = torch.stack([(x * x * self._w).sum(1).mean() for x in self.q])
         self._cache: tuple | None = None  # (key of c, labels, solvers or None)
         self.labels_used = 0
+        self.heldout: list[np.ndarray] | None = None  # samples of Q for evaluate (set by from_spec)
 
     # -- particles ----------------------------------------------------------------------------
     def fields(self, c: torch.Tensor) -> torch.Tensor:
@@ -116,9 +115,9 @@ class ParticleAMADesign:
             cost = ((a * a * self._w).sum(1)[:, None] + (x * x * self._w).sum(1)[None, :]
                     - 2 * (a * self._w) @ x.T).clamp_min(0)
             w2.append(ot.emd2(uniform, torch.full((len(x),), 1.0 / len(x), dtype=torch.float64), cost))
-        w2 = torch.stack(w2).mean()
-        c2 = bound_constant_squared(state["lipschitz_oracle"], state["lipschitz_model"], m2, self._m2_q,
-                                    state["zero_sq"]).mean()
+        w2 = (torch.stack(w2) * self.weights).sum()
+        c2 = (bound_constant_squared(state["lipschitz_oracle"], state["lipschitz_model"], m2, self._m2_q,
+                                     state["zero_sq"]) * self.weights).sum()
         total = training + torch.sqrt(c2) * torch.sqrt(w2)
         if not grad:
             return float(total.detach())
@@ -238,6 +237,47 @@ class ParticleAMADesign:
         return {**state, "zero_sq": state["oracle_zero_sq"] + float((m1 * m1 * w_out).sum())}
 
     def result(self, state) -> dict[str, Any]:
-        return {"particles": self.queries(state), "coefficients": state["c"], "history": list(state["history"]),
+        return {"distribution": LogSineParticles(state["c"], self.grid).to_spec(), "history": list(state["history"]),
                 "lipschitz": {"oracle": state["lipschitz_oracle"], "model": state["lipschitz_model"]},
                 "labels_used": state["labels_used"]}
+
+    def evaluate(self, state, heldout: list[np.ndarray] | None = None) -> dict[str, Any]:
+        """Relative OOD error (SM eqn app_ntd_rel_ood_error, trapezoid L^2 norms) of the final
+        model on held-out samples of every member of Q (default: those of the job spec), labelled
+        by the oracle."""
+        heldout = self.heldout if heldout is None else heldout
+        if heldout is None:
+            raise ValueError("evaluate: no held-out samples of Q given")
+        model = self.model(state)
+        w_out = trapezoid_weights(self.grid)
+        w = self.weights.numpy()
+        num = den = 0.0
+        for k, U in enumerate(heldout):
+            Y = np.asarray(self.oracle.label(U)).reshape(len(U), -1)
+            num += w[k] * np.mean(((Y - model.predict(U)) ** 2 * w_out).sum(1))
+            den += w[k] * np.mean((Y ** 2 * w_out).sum(1))
+        return {"relative_ood_error": float(np.sqrt(num / den)), "samples_per_member": [len(U) for U in heldout]}
+
+    @classmethod
+    def from_spec(cls, spec, oracle, resolve=None) -> "ParticleAMADesign":
+        """The stepper of an ``algorithm.name == "particle_ama"`` job spec (lwl.spec.ParticleAMASpec).
+        The first ``validation_per_member`` samples of each member are the OT targets; the rest are
+        held out for :meth:`evaluate`."""
+        from lwl.meta import MetaTestSamples, _no_datasets
+        from lwl.models import DeepONetRegressor
+
+        q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve or _no_datasets)
+        fam, m, a = spec.family, spec.model, spec.algorithm
+        z, _ = oracle.output_grid(fam.dim)
+
+        def factory(seed: int) -> DeepONetRegressor:
+            return DeepONetRegressor([fam.dim, *m.branch, m.latent], [z.shape[1], *m.trunk, m.latent],
+                                     lr=m.learning_rate, max_iters=m.iterations, validation_fraction=0.0,
+                                     seed=seed, device=spec.device)
+
+        design = cls(oracle, q.validation, factory, z, particles=fam.particles, modes=fam.modes, init_std=fam.init_std,
+                   step_size=a.step_size, tol=a.tol, iterations=a.iterations, max_halvings=a.max_halvings,
+                   max_field=a.max_field, lipschitz_oracle=a.lipschitz_oracle, lipschitz_model=a.lipschitz_model,
+                   seed=spec.seed, weights=spec.test_distributions.weights)
+        design.heldout = q.heldout
+        return design

@@ -5,11 +5,12 @@ from lwl.measures.empirical import Empirical
 from lwl.measures.gaussian import MIN_DIAG, Gaussian, gaussian_log_prob, project_cholesky
 from lwl.measures.kle import KLEGaussian, LogNormal, kle_w2_squared
 from lwl.measures.mixture import Mixture
+from lwl.measures.particles import LogSineParticles
 from lwl.measures.uniform import UniformBox
 
 __all__ = [
     "Measure", "from_spec", "as_generator",
     "Gaussian", "gaussian_log_prob", "project_cholesky", "MIN_DIAG",
     "UniformBox", "Mixture", "Empirical",
-    "KLEGaussian", "LogNormal", "kle_w2_squared",
+    "KLEGaussian", "LogNormal", "kle_w2_squared", "LogSineParticles",
 ]

@@ -45,7 +45,7 @@ class Oracle(ABC):
         """(query points z (n_out, dz), quadrature weights (n_out,)) of the outputs of inputs of
         dimension ``input_dim``: a DeepONet's trunk inputs and the L^2 norm of labels."""
         raise ValueError(f"oracle.name: {self.name} has no output grid (DeepONet models need one: "
-                         "ntd, darcy, burgers)")
+                         "ntd, darcy, burgers, rte)")
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "min_dim": self.min_dim, "output_shape": list(self.output_shape)}

@@ -247,6 +247,16 @@ class RTE(Oracle):
             raise ValueError(f"oracle.params.method: 'schur' or 'direct', got {method!r}")
         self.knudsen, self.grid, self.directions, self.method = knudsen, grid, directions, method
 
+    def output_grid(self, input_dim: int):
+        """The grid's nodes (the densities live where the coefficients do) and trapezoid weights."""
+        if input_dim != self.grid**2:
+            raise ValueError(f"oracle.params.grid: rte on a {self.grid} x {self.grid} grid takes inputs of "
+                             f"dimension {self.grid**2}, got {input_dim}")
+        x = np.linspace(0.0, 1.0, self.grid)
+        w = np.full(self.grid, 1.0 / (self.grid - 1))
+        w[[0, -1]] *= 0.5
+        return np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2), np.outer(w, w).ravel()
+
     def solver(self, a: np.ndarray):
         return RTESolver(np.asarray(a).reshape(self.grid, self.grid), self.knudsen, self.directions, self.method)
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lwl.measures import Empirical, Gaussian, Mixture, UniformBox, from_spec, gaussian_log_prob
+from lwl.measures import Empirical, Gaussian, LogSineParticles, Mixture, UniformBox, from_spec, gaussian_log_prob
 
 
 def _gauss(d=3, seed=0):
@@ -92,3 +92,21 @@ def test_bad_specs_name_the_field(doc, field):
 def test_sampling_requires_a_seed():
     with pytest.raises(ValueError, match="seed"):
         UniformBox.unit(2).sample(3, None)
+
+
+def test_log_sine_particles_spec_round_trip_and_fields():
+    c = np.zeros((3, 2, 2))
+    c[1, 0, 0] = 1.0
+    m = LogSineParticles(c, 5)
+    x = np.linspace(0, 1, 5)
+    a = m.fields()
+    np.testing.assert_allclose(a[0], 1.0)
+    np.testing.assert_allclose(a[1], np.exp(2 * np.outer(np.sin(np.pi * x), np.sin(np.pi * x))).ravel(), atol=1e-12)
+    doc = json.loads(json.dumps(m.to_spec()))
+    assert doc["family"] == "particles" and doc["modes"] == 2 and doc["grid"] == 5
+    np.testing.assert_array_equal(from_spec(doc).sample(7, 3), m.sample(7, 3))  # with replacement, seeded
+    for bad, field in (({**doc, "coefficients": [[1.0, 2.0]]}, "coefficients"), ({**doc, "grid": 2}, "grid"),
+                       ({k: v for k, v in doc.items() if k != "grid"}, "grid"),
+                       ({**doc, "coefficients": [[[float("nan")]]]}, "coefficients")):
+        with pytest.raises(ValueError, match=field):
+            from_spec(bad)

@@ -64,3 +64,25 @@ def test_ama_job_runs_resumes_and_reproduces(ama_spec):
     resumed = run_job(ama_spec, state=blobs[1], evaluate=False)  # after the Lipschitz phase and iteration 0
     assert resumed["distribution"] == result["distribution"]
     assert [r["objective"] for r in resumed["history"]] == objectives
+
+
+def test_particle_ama_job_runs_resumes_and_reproduces(particle_spec):
+    seen, blobs = [], []
+    result = run_job(particle_spec, progress=seen.append, checkpoint=blobs.append)
+    objectives = [r["objective"] for r in result["history"]]
+    assert len(objectives) == 3 and all(b <= a for a, b in zip(objectives, objectives[1:]))
+    assert seen[-1]["iteration"] == seen[-1]["total"] == 3
+    dist = result["distribution"]
+    assert dist["family"] == "particles" and dist["grid"] == 9 and np.shape(dist["coefficients"]) == (8, 4, 4)
+    assert np.abs(dist["coefficients"]).max() > 0.01  # moved from c ~ N(0, 1e-6)
+    # the sampler draws the optimised particles: exp(L c) on the oracle's 9 x 9 nodes
+    fields = from_spec(dist).sample(5, 1)
+    assert fields.shape == (5, 81) and np.all(fields > 0)
+    assert all(np.isclose(((fields[i] - from_spec(dist).fields()) ** 2).sum(1), 0).any() for i in range(5))
+    assert result["evaluation"]["samples_per_member"] == [8, 8, 8]
+    assert 0 < result["evaluation"]["relative_ood_error"] < 1
+    again = run_job(particle_spec, evaluate=False)
+    assert again["distribution"] == dist
+    resumed = run_job(particle_spec, state=blobs[0], evaluate=False)  # after iteration 0
+    assert resumed["distribution"] == dist
+    assert [r["objective"] for r in resumed["history"]] == objectives

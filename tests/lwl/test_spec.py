@@ -4,7 +4,7 @@ import json
 import pytest
 from pathlib import Path
 
-from lwl.spec import SpecError, parse_job_spec
+from lwl.spec import ParticleAMASpec, ParticlesFamilySpec, SpecError, parse_job_spec
 
 
 def test_issue_spec_is_valid_with_documented_defaults(issue_spec):
@@ -93,3 +93,37 @@ def test_ama_spec_defaults():
     spec = parse_job_spec(doc)
     assert spec.algorithm.name == "ama" and spec.model.latent == 32 and spec.algorithm.lipschitz_oracle is None
     assert spec.evaluation.enabled is True  # auto: on for a built-in oracle
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda s: s["family"].__setitem__("grid", 11), "family.grid"),  # not the oracle's grid
+    (lambda s: s["family"].__setitem__("modes", 20), "family.modes"),
+    (lambda s: s["family"].__setitem__("particles", 1), "family.particles"),
+    (lambda s: s.__setitem__("model", {"name": "krr"}), "model.name"),
+    (lambda s: s["oracle"].update(name="darcy", params={}), "oracle.name"),  # no adjoint solver
+    (lambda s: s.__setitem__("algorithm", {"name": "ama"}), "algorithm.name"),
+    (lambda s: s["algorithm"].__setitem__("step_size", 0), "algorithm.step_size"),
+    (lambda s: s["test_distributions"]["members"][0]["lognormal"].__setitem__("endpoints", False),
+     "test_distributions.members"),
+    (lambda s: s["test_distributions"]["members"][0].__delitem__("size"), "test_distributions.members.0.size"),
+])
+def test_invalid_particle_ama_specs_name_the_field(particle_spec, mutate, field):
+    doc = copy.deepcopy(particle_spec)
+    mutate(doc)
+    errors = _errors(doc)
+    assert any(loc.startswith(field) for loc in errors), errors
+
+
+def test_particles_family_needs_particle_ama(particle_spec):
+    doc = copy.deepcopy(particle_spec)
+    doc["algorithm"] = {"name": "bilevel"}
+    assert "algorithm.name" in _errors(doc)
+
+
+def test_rte_particles_example_is_valid_with_the_papers_defaults():
+    doc = json.loads((Path(__file__).parents[2] / "examples" / "rte_particles.json").read_text())
+    spec = parse_job_spec(doc)
+    assert spec.family.init_std == 1e-3  # c ~ N(0, 1e-6)
+    assert spec.test_distributions.members[0].lognormal.sigma == 1.0
+    family, algorithm = ParticlesFamilySpec(grid=51), ParticleAMASpec()
+    assert (family.modes, family.particles, algorithm.iterations) == (20, 120, 10)  # SM RTE

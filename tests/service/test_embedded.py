@@ -77,6 +77,21 @@ def test_ama_job_succeeds_and_matches_the_library(alice, ama_spec):
     assert exc.value.status == 422 and "oracle.name" in json.dumps(exc.value.problem)
 
 
+def test_particle_ama_job_succeeds_and_matches_the_library(alice, particle_spec):
+    job_id = alice.submit(particle_spec)
+    done = alice.wait(job_id, progress=False, timeout=300)
+    assert done["status"] == "succeeded", done
+    local = run_job(particle_spec)
+    assert alice.distribution(job_id) == local["distribution"]
+    assert alice.distribution(job_id)["family"] == "particles"
+    assert alice.result(job_id)["evaluation"] == local["evaluation"]
+    assert np.array_equal(alice.samples(job_id, 20, 3, npy=True), from_spec(local["distribution"]).sample(20, 3))
+    # a particles job needs an oracle with an adjoint: refused at submission, naming the field
+    with pytest.raises(ApiError) as exc:
+        alice.submit({**particle_spec, "oracle": {"name": "darcy"}})
+    assert exc.value.status == 422 and "oracle" in json.dumps(exc.value.problem)
+
+
 def test_submit_answers_202_with_location_and_idempotency(server, alice):
     body = json.dumps(small_job(iterations=3))
     h = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json", "Idempotency-Key": "k1"}
@@ -198,6 +213,8 @@ def test_catalog_health_metrics(server, alice):
     cat = alice.catalog()
     assert {o["name"] for o in cat["oracles"]} >= {"sobol_g", "friedman1", "friedman2", "kernel_expansion"}
     assert cat["algorithms"][0]["name"] == "bilevel" and "properties" in cat["algorithms"][0]["schema"]
+    assert {a["name"] for a in cat["algorithms"]} == {"bilevel", "ama", "particle_ama"}
+    assert {f["name"] for f in cat["families"]} == {"gaussian", "kle", "particles"}
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/readyz").json()["checks"] == {"store": "ok", "broker": "ok"}
     text = httpx.get(f"{server.url}/metrics").text
