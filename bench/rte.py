@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -100,6 +101,10 @@ def main():
           f"{t_labels + t_first:.1f} s")
     print(f"  second iteration (labels and factorisations reused, {rec2['halvings']} halvings) {t_second:.1f} s"
           f"  (target <= 90 s; authors' GPU 163-215 s: {163 / t_second:.1f}-{215 / t_second:.1f}x)")
+    rss = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"  resident memory after the iterations {rss:.2f} GiB (peak {peak:.2f} GiB; one set of {N} solvers "
+          f"is held for the adjoint)")
 
 
 if __name__ == "__main__":

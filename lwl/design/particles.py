@@ -30,6 +30,7 @@ import torch
 from lwl.design.ama import bound_constant_squared
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table
+from lwl.memory import release_freed_memory
 
 PHASE_ITERATE, PHASE_DONE = "iterate", "done"
 
@@ -81,6 +82,7 @@ class ParticleAMADesign:
                 self.oracle.check_inputs(a)
                 solvers = [self.oracle.solver(row) for row in a]
                 self._cache = (key, np.stack([s.density() for s in solvers]), solvers)
+                release_freed_memory()  # the replaced solvers' factorisations (lwl.memory)
             else:
                 self._cache = (key, np.asarray(self.oracle.label(a)).reshape(len(a), -1), None)
         return self._cache[1]
@@ -201,6 +203,7 @@ class ParticleAMADesign:
         return value if math.isfinite(value) else math.inf
 
     def _finish(self, state, model, record, objective, t0, *, final: bool, stop: bool = False):
+        release_freed_memory()  # the step's dropped solvers, models and buffers (lwl.memory)
         record.update(objective=objective, seconds=time.perf_counter() - t0)
         weights = {f"model.{name}": v for name, v in model.get_weights().items()}
         used = state["labels_used"] + self.N + self.labels_used
