@@ -29,16 +29,10 @@ import torch
 
 from lwl.design.ama import bound_constant_squared
 from lwl.lipschitz import lipschitz_ratio
-from lwl.measures.particles import LogSineParticles, sine_table
+from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
 from lwl.memory import release_freed_memory
 
 PHASE_ITERATE, PHASE_DONE = "iterate", "done"
-
-
-def trapezoid_weights(grid: int) -> np.ndarray:
-    w = np.full(grid, 1.0 / (grid - 1))
-    w[[0, -1]] *= 0.5
-    return np.outer(w, w).ravel()
 
 
 class ParticleAMADesign:

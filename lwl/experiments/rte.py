@@ -73,9 +73,7 @@ def _factory(cfg, grid):
 
 def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=None) -> dict[str, Any]:
     grid = cfg["grid"]
-    x = np.linspace(0, 1, grid)
-    z = np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2)
-    w = np.outer(*(2 * [np.r_[0.5, np.ones(grid - 2), 0.5] / (grid - 1)])).ravel()
+    z, w = oracle.output_grid(grid * grid)  # the nodes and their trapezoid weights
     factory = _factory(cfg, grid)
     q = [tq.sample(k, N, [seed, 5, k]) for k in range(len(tq.members))]
     design = ParticleAMADesign(oracle, q, factory, z, particles=N, modes=cfg["modes"], iterations=cfg["iterations"],

@@ -23,6 +23,13 @@ def sine_table(modes: int, grid: int) -> np.ndarray:
     return math.sqrt(2) * np.sin(math.pi * np.outer(np.arange(1, modes + 1), x))
 
 
+def trapezoid_weights(grid: int) -> np.ndarray:
+    """(grid^2,): the 2-D trapezoid rule on the same nodes (L^2 norms of fields on the grid)."""
+    w = np.full(grid, 1.0 / (grid - 1))
+    w[[0, -1]] *= 0.5
+    return np.outer(w, w).ravel()
+
+
 @register_family("particles")
 class LogSineParticles(Measure):
     def __init__(self, coefficients, grid: int):

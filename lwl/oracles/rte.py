@@ -252,10 +252,10 @@ class RTE(Oracle):
         if input_dim != self.grid**2:
             raise ValueError(f"oracle.params.grid: rte on a {self.grid} x {self.grid} grid takes inputs of "
                              f"dimension {self.grid**2}, got {input_dim}")
+        from lwl.measures.particles import trapezoid_weights
+
         x = np.linspace(0.0, 1.0, self.grid)
-        w = np.full(self.grid, 1.0 / (self.grid - 1))
-        w[[0, -1]] *= 0.5
-        return np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2), np.outer(w, w).ravel()
+        return np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2), trapezoid_weights(self.grid)
 
     def solver(self, a: np.ndarray):
         return RTESolver(np.asarray(a).reshape(self.grid, self.grid), self.knudsen, self.directions, self.method)
