@@ -123,6 +123,17 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
     ev = result.get("evaluation", {}).get("err", {})
     for name, err in ev.items():
         console.print(f"Err {name}: {err:.4f}")
+    if result.get("selected"):
+        sel = result["selected"]
+        check = f" (validation check Err {sel['check_err']:.4f})" if sel.get("check_err") is not None else ""
+        console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
+    v = result.get("verdict")
+    if v and v.get("best_baseline"):
+        word = "better than" if v["beats_best_baseline"] else "NOT better than"
+        console.print(f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {v['best_baseline']} "
+                      f"(Err {v['baselines'][v['best_baseline']]:.4f}; ratio {v['ratio']:.3f})", highlight=False)
+    for w in result.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {w}")
     if "relative_ood_error" in result.get("evaluation", {}):
         console.print(f"relative OOD error: {result['evaluation']['relative_ood_error']:.4f}")
     console.print(f"wrote {out / 'result.json'}")

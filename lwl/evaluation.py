@@ -87,3 +87,28 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     return {"train_size": ev.train_size, "sizes": sizes, "held_out": int(len(test_x)),
             "err": {k: v[sizes.index(ev.train_size)] for k, v in err_vs_n.items()},
             "err_vs_n": err_vs_n}
+
+
+def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
+    """The design against its baselines on Q's held-out samples.
+
+    ``{"err": Err of the design, "baselines": {name: Err}, "best_baseline": name,
+    "ratio": Err / Err of the best baseline, "beats_best_baseline": bool,
+    "beats_initial": bool | None, "warnings": [...]}``. ``normal`` is the initial
+    distribution; a design that is not better than it on held-out data gets a warning.
+    """
+    err = evaluation["err"]
+    design = err["optimized"]
+    baselines = {k: v for k, v in err.items() if k != "optimized"}
+    out = {"err": design, "baselines": baselines, "best_baseline": None, "ratio": None,
+           "beats_best_baseline": None, "beats_initial": None, "warnings": list(warnings)}
+    if baselines:
+        best = min(baselines, key=baselines.get)
+        out.update(best_baseline=best, ratio=design / baselines[best] if baselines[best] > 0 else None,
+                   beats_best_baseline=design < baselines[best])
+    if "normal" in baselines:
+        out["beats_initial"] = design < baselines["normal"]
+        if not out["beats_initial"]:
+            out["warnings"].append(f"on held-out data the design (Err {design:.4g}) is not better than the "
+                                   f"initial distribution (Err {baselines['normal']:.4g})")
+    return out

@@ -22,6 +22,7 @@ DatasetResolver = Callable[[str], np.ndarray]
 STREAM_Q = 1
 STREAM_DESIGN = 2
 STREAM_EVAL = 3
+STREAM_CHECK = 4  # the fixed draws of the bilevel validation checks
 
 
 def _no_datasets(ref: str) -> np.ndarray:

@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_limits
 
 from lwl.design import BilevelDesign
 from lwl.design.state import pack, unpack
-from lwl.evaluation import evaluate_design
+from lwl.evaluation import evaluate_design, verdict
 from lwl.meta import STREAM_EVAL, DatasetResolver, _no_datasets
 from lwl.oracles import Oracle, as_numpy, make_oracle
 from lwl.spec import JobSpec, parse_job_spec
@@ -69,6 +69,7 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         spec = parse_job_spec(spec)
     oracle = oracle or make_oracle(spec.oracle)  # an external oracle raises LabelsRequired
     stepper = build_stepper(spec, resolve, oracle)
+    spec = getattr(stepper, "spec", spec)  # with the data-derived defaults filled in
     if isinstance(state, (bytes, bytearray, memoryview)):
         state = unpack(bytes(state))
     state = state if state is not None else stepper.init()
@@ -87,11 +88,14 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
             checkpoint(pack(state))
         if progress is not None:
             last = state["history"][-1] if state["history"] else {}
-            progress({"iteration": state["iteration"], "total": total, "objective": last.get("objective"),
+            # an early stop (the adaptive optimiser converged) completes the bar where it stopped
+            progress({"iteration": state["iteration"], "total": state["iteration"] if stepper.done(state) else total, "objective": last.get("objective"),
                       "validation_err": last.get("validation_err"), "elapsed": time.perf_counter() - t0,
                       "record": last or None})
     design_seconds = time.perf_counter() - t0
     out = stepper.result(state)
+    if isinstance(stepper, BilevelDesign):
+        spec = stepper.resolved_spec(state)  # with the lengthscale the run selected, if it selected one
     do_eval = spec.evaluation.enabled if evaluate is None else evaluate
     t1 = time.perf_counter()
     if do_eval and spec.algorithm.name == "particle_ama":
@@ -104,6 +108,8 @@ def _run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
 
         out["evaluation"] = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle,
                                             np.asarray(state.get("validation_labels")))
+        out["verdict"] = verdict(out["evaluation"], out.get("warnings", []))
+        out["warnings"] = out["verdict"]["warnings"]
     out["timings"] = {"design_seconds": design_seconds, "evaluation_seconds": time.perf_counter() - t1}
     out["spec"] = spec.model_dump(mode="json")
     return out

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 MAX_MEMBER_SIZE = 1_000_000
 BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")
+DEFAULT_BASELINES = ("normal", "barycenter", "mixture")  # a bilevel job's verdict compares with these
 
 
 class StrictModel(BaseModel):
@@ -216,23 +217,32 @@ class TestDistributionsSpec(StrictModel):
 
 
 class GaussianFamilySpec(StrictModel):
-    """nu_theta = N(m, LL^T) with theta^0 = (mean, chol(cov)); ``free`` lists what moves."""
+    """nu_theta = N(m, LL^T) with theta^0 = (mean, chol(cov)); ``free`` lists what moves.
+
+    A missing ``mean`` or ``cov`` is taken from Q's moment-matched Gaussian (the weighted mean
+    and covariance of Q's validation samples) when the job starts; the result's ``spec`` holds
+    the values used."""
 
     name: Literal["gaussian"] = "gaussian"
-    mean: list[float]
-    cov: list[list[float]] | None = None  # identity when omitted
+    mean: list[float] | None = Field(default=None, description="default: the mean of Q's validation samples")
+    cov: list[list[float]] | None = Field(default=None, description="default: the covariance of Q's validation samples")
     free: list[Literal["mean", "cov"]] = Field(default_factory=lambda: ["mean", "cov"])
 
     @model_validator(mode="after")
     def _spd(self):
-        if self.cov is None:
-            self.cov = np.eye(len(self.mean)).tolist()
-        _check_spd(self.mean, self.cov)
+        if self.mean is not None and self.cov is not None:
+            _check_spd(self.mean, self.cov)
+        elif self.mean is not None and len(self.mean) == 0:
+            raise ValueError("mean: must have at least one entry")
+        elif self.cov is not None:
+            _check_spd([0.0] * len(self.cov), self.cov)
         return self
 
     @property
-    def dim(self) -> int:
-        return len(self.mean)
+    def dim(self) -> int | None:
+        if self.mean is not None:
+            return len(self.mean)
+        return len(self.cov) if self.cov is not None else None
 
 
 class KLEFamilySpec(KLEParameters):
@@ -299,25 +309,49 @@ class KRRSpec(StrictModel):
 
     name: Literal["krr"] = "krr"
     kernel: Literal["squared_exponential", "laplace"] = "squared_exponential"
-    lengthscale: float = Field(default=1.0, gt=0)
+    lengthscale: float | None = Field(
+        default=None, gt=0, description="default: the median distance between Q's validation samples")
 
 
 class BilevelSpec(StrictModel):
-    """Bilevel gradient descent (paper Alg. 3) with cosine-annealed step size and nugget.
+    """Bilevel gradient descent (paper Alg. 3) with a cosine-annealed nugget.
 
-    ``gradient_scale="relative"`` divides the gradient by E_Q(0) (the mean squared label on
-    the validation samples), i.e. descends 1/2 Err^2 instead of 1/2 E_Q: the step size then
-    no longer depends on the scale of the oracle's outputs. The paper's setting is "absolute".
+    ``optimizer="adaptive"`` (the default) needs no step size: Adam in Q's whitened coordinates,
+    ``step`` being the step length in standard deviations of Q (cosine-annealed to
+    ``final_step``), with a guarded gradient and a parameter box (docs/method.md).
+    ``optimizer="paper"`` is the paper's plain step theta <- theta - t_k grad with t_k cosine
+    from ``learning_rate`` to ``final_learning_rate``; ``gradient_scale="relative"`` divides that
+    gradient by E_Q(0) (descends 1/2 Err^2); the paper's setting is "absolute".
+
+    Every ``check_every`` iterations (and after the last) the iterate is scored on Q's validation
+    samples by KRR trained on ``check_samples`` points drawn with one fixed seed (default: the
+    evaluation's train_size, at most 2048), with the evaluation's ridge. ``keep="best"`` returns
+    the best checked iterate; the adaptive optimiser also returns to it and halves its step after
+    ``patience`` checks without progress and stops after ``max_halvings`` halvings.
     """
 
     name: Literal["bilevel"] = "bilevel"
     iterations: int = Field(default=1000, ge=1, le=1_000_000)
-    samples_per_iteration: int = Field(default=250, ge=2, le=100_000)
-    learning_rate: float = Field(default=1e-2, gt=0)
-    final_learning_rate: float = Field(default=0.0, ge=0)
+    samples_per_iteration: int | None = Field(
+        default=None, ge=2, le=100_000,
+        description="N_k; default: the evaluation's train_size (design for the N you will train with)")
+    optimizer: Literal["adaptive", "paper"] = "adaptive"
+    step: float = Field(default=0.05, gt=0, le=10, description="adaptive: Adam step in standard deviations of Q")
+    final_step: float = Field(default=0.0, ge=0, le=10, description="adaptive: step at the last iteration")
+    learning_rate: float = Field(default=1e-2, gt=0, description="paper: t_0")
+    final_learning_rate: float = Field(default=0.0, ge=0, description="paper: t at the last iteration")
     nugget: float = Field(default=1e-3, gt=0, description="sigma^2 at the first iteration")
     final_nugget: float = Field(default=1e-7, gt=0, description="sigma^2 at the last iteration")
-    gradient_scale: Literal["absolute", "relative"] = "absolute"
+    gradient_scale: Literal["absolute", "relative"] = Field(
+        default="absolute", description="paper: raw gradient of 1/2 E_Q or of 1/2 Err^2 (adaptive is scale-free)")
+    check_every: int = Field(default=25, ge=1, le=1_000_000)
+    check_samples: int | None = Field(default=None, ge=2, le=100_000)
+    keep: Literal["best", "last"] = "best"
+    starts: Literal["given", "moment_matched"] = Field(
+        default="moment_matched",
+        description="adaptive: also check Q's moment-matched Gaussian at iteration 0 and start from the better")
+    patience: int = Field(default=2, ge=1, le=1000)
+    max_halvings: int = Field(default=6, ge=0, le=60)
 
 
 class AMASpec(StrictModel):
@@ -365,8 +399,8 @@ class EvaluationSpec(StrictModel):
     enabled: bool | None = Field(default=None, description="default: on, except for external (ask/tell) oracles")
     train_size: int = Field(default=1024, ge=1, le=100_000)
     ridge: float = Field(default=1e-3, gt=0)
-    baselines: list[Literal["normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset"]] = Field(
-        default_factory=list)
+    baselines: list[Literal["normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset"]] | None = Field(
+        default=None, description="default: normal, barycenter and mixture for bilevel jobs, none otherwise")
     sizes: list[int] = Field(default_factory=list, description="extra N for an Err-vs-N curve")
 
     @field_validator("sizes")
@@ -382,12 +416,14 @@ class JobSpec(StrictModel):
 
     oracle: OracleSpec
     test_distributions: TestDistributionsSpec
-    family: GaussianFamilySpec | KLEFamilySpec | ParticlesFamilySpec = Field(discriminator="name")
+    family: GaussianFamilySpec | KLEFamilySpec | ParticlesFamilySpec = Field(
+        default_factory=GaussianFamilySpec, discriminator="name")
     model: KRRSpec | DeepONetSpec = Field(default_factory=KRRSpec, discriminator="name")
     algorithm: BilevelSpec | AMASpec | ParticleAMASpec = Field(default_factory=BilevelSpec, discriminator="name")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     seed: int = Field(default=0, ge=0, lt=2**63)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    derived: list[str] = Field(default_factory=list, description="fields lwl filled from the data (output only)")
 
     @field_validator("family", mode="before")
     @classmethod
@@ -402,16 +438,18 @@ class JobSpec(StrictModel):
         tests = info.data.get("test_distributions")
         d = tests.dim if tests is not None else None
         field = "mean" if family.name == "gaussian" else "grid"  # what sets the family's dimension
-        if d is not None and family.dim != d:
+        if family.dim is not None and d is not None and family.dim != d:
             raise ValueError(f"{field}: dimension {family.dim} does not match the test distributions' dimension {d}")
+        dim = family.dim if family.dim is not None else d  # a Gaussian without mean/cov takes Q's
         oracle = info.data.get("oracle")
-        if oracle is not None:
+        if oracle is not None and dim is not None:
             from lwl.oracles import make_oracle
 
             o = make_oracle(oracle.model_dump())
-            if family.dim < o.min_dim or (o.dim is not None and family.dim != o.dim):
+            if dim < o.min_dim or (o.dim is not None and dim != o.dim):
                 want = o.dim if o.dim is not None else f">= {o.min_dim}"
-                raise ValueError(f"{field}: oracle {oracle.name} takes inputs of dimension {want}, got {family.dim}")
+                where = field if family.dim is not None else "test_distributions.members"
+                raise ValueError(f"{where}: oracle {oracle.name} takes inputs of dimension {want}, got {dim}")
         return family
 
     @field_validator("evaluation")
@@ -425,7 +463,7 @@ class JobSpec(StrictModel):
             raise ValueError("enabled: an external (ask/tell) oracle cannot label the evaluation's "
                              "training sets; set false")
         tests = info.data.get("test_distributions")
-        if tests is not None and any(b in ev.baselines for b in ("ncoreset", "acoreset")):
+        if tests is not None and any(b in (ev.baselines or ()) for b in ("ncoreset", "acoreset")):
             pool = tests.validation_per_member * len(tests.members)
             if max([ev.train_size, *ev.sizes]) > pool:
                 raise ValueError(f"train_size: coreset baselines select from the {pool} validation points; "
@@ -436,6 +474,10 @@ class JobSpec(StrictModel):
     def _algorithm_parts(self):
         if self.evaluation.enabled is None:  # also when the evaluation block is omitted
             self.evaluation.enabled = not self.oracle.is_external
+        if self.algorithm.name == "bilevel" and self.algorithm.samples_per_iteration is None:
+            self.algorithm.samples_per_iteration = self.evaluation.train_size
+        if self.evaluation.baselines is None:
+            self.evaluation.baselines = list(DEFAULT_BASELINES) if self.algorithm.name == "bilevel" else []
         if self.algorithm.name == "particle_ama":
             self._particle_ama_parts()
         elif self.family.name == "particles":

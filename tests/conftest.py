@@ -30,7 +30,7 @@ def small_spec(issue_spec) -> dict:
     for m in s["test_distributions"]["members"]:
         m["size"] = 300
     s["test_distributions"]["validation_per_member"] = 100
-    s["algorithm"].update(iterations=5, samples_per_iteration=60)
+    s["algorithm"] = {"name": "bilevel", "iterations": 5, "samples_per_iteration": 60}
     s["evaluation"].update(train_size=80, baselines=["normal", "mixture"])
     s["device"] = "cpu"
     return s

@@ -8,7 +8,17 @@ One iteration k, with nu_k = N(m, LL^T) and Q's validation samples V_j (weights 
    lambda = (K(U,U) + N sigma_k^2 I)^{-1} N sum_j (w_j / M_j) K(U, V_j)(y_j - G_hat(V_j));
 4. gradient (eqn derivative_bilevel_parametric_approx):
    grad = (1/N) sum_i (G_hat(u_i) - y_i) lambda_i grad_theta log p_theta(u_i);
-5. theta <- theta - t_k grad, with t_k and sigma_k^2 cosine-annealed; diag(L) kept >= 1e-7.
+5. a step on theta. ``optimizer: "paper"`` is the paper's theta <- theta - t_k grad with t_k and
+   sigma_k^2 cosine-annealed and diag(L) kept >= 1e-7. ``optimizer: "adaptive"`` (lwl's
+   default) is Adam in Q's whitened coordinates with a guarded gradient
+   (:mod:`lwl.design.adaptive`), so no step size depends on the problem.
+
+Both optimisers are watched by **validation checks** every ``check_every`` iterations: a KRR
+model trained on ``check_samples`` points m + L z_c with *fixed* z_c (common random numbers, so
+two checks differ by theta, not by sampling noise) is scored by Err on Q's validation samples.
+The returned distribution is the best checked iterate (``keep: "best"``); the adaptive optimiser
+also returns to the best iterate and halves its step after ``patience`` checks without
+progress, and stops once the step has been halved ``max_halvings`` times.
 
 This is the exact derivative of 1/2 E_Q|G_hat - G*|^2 with respect to theta when the empirical
 training measure is importance-reweighted, nu_theta^N = sum_i (p_theta(u_i) / (N p_k(u_i)))
@@ -26,16 +36,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient, moment_matched, regularised_cholesky
 from lwl.design.schedules import cosine
 from lwl.device import DTYPE, resolve_device
 from lwl.measures import Gaussian, project_cholesky
-from lwl.meta import STREAM_DESIGN, DatasetResolver, MetaTestSamples, _no_datasets
+from lwl.meta import STREAM_CHECK, STREAM_DESIGN, DatasetResolver, MetaTestSamples, _no_datasets
 from lwl.models import KernelRidge
 from lwl.spec import JobSpec
 
 PHASE_VALIDATION = "label_validation"
+PHASE_CHECK = "check"
 PHASE_ITERATE = "iterate"
 PHASE_DONE = "done"
+
+# candidates of the lengthscale selection, times the median distance between Q's samples
+LENGTHSCALE_FACTORS = (2.0, 1.0, 0.5, 0.25, 0.125)
 
 
 def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tensor,
@@ -63,8 +78,12 @@ class BilevelDesign:
     every random draw derives from (seed, stream, iteration), so a state restored from a
     checkpoint continues exactly as the uninterrupted run would.
 
-    The first query batch is Q's validation samples (their labels drive the adjoint); each
-    following batch is the N_k training samples of one iteration.
+    Query batches, in order: Q's validation samples (their labels drive the adjoint), then
+    a validation check of theta^0, then the N_k training samples of each iteration with a
+    check batch after every ``check_every`` iterations and after the last one.
+
+    ``spec`` must have its data-derived defaults filled (:func:`lwl.defaults.fill_from_data`);
+    :meth:`from_spec` does that.
     """
 
     def __init__(self, spec: JobSpec, q: MetaTestSamples):
@@ -73,87 +92,265 @@ class BilevelDesign:
         self.algo = spec.algorithm
         self.device = resolve_device(spec.device)
         self._v = torch.as_tensor(np.concatenate(q.validation), dtype=DTYPE, device=self.device)
-        self._a = torch.as_tensor(MetaTestSamples.point_weights(q.validation, q.weights), dtype=DTYPE,
-                                  device=self.device)
+        a = MetaTestSamples.point_weights(q.validation, q.weights)
+        self._a = torch.as_tensor(a, dtype=DTYPE, device=self.device)
+        centre, cov = moment_matched(np.concatenate(q.validation), a)
+        self.coords = WhitenedGaussian(centre, regularised_cholesky(cov))
+        self.check_samples = self.algo.check_samples or min(spec.evaluation.train_size, 2048)
         self._queries_cache: tuple = (None, None)
 
     @classmethod
     def from_spec(cls, spec: JobSpec, resolve: DatasetResolver = _no_datasets) -> "BilevelDesign":
-        return cls(spec, MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve))
+        from lwl.defaults import fill_from_data
+
+        q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve)
+        return cls(fill_from_data(spec, q), q)
 
     # -- stepper protocol -------------------------------------------------------------------
     def init(self) -> dict[str, Any]:
+        first = self.start_points()[0][1]
         fam = Gaussian(self.spec.family.mean, cov=self.spec.family.cov)
-        return {"phase": PHASE_VALIDATION, "iteration": 0, "mean": fam.mean, "chol": fam.chol, "history": []}
+        phi = self.coords.to_phi(fam.mean, fam.chol)
+        return {"phase": PHASE_VALIDATION, "iteration": 0, "mean": first.mean, "chol": first.chol, "history": [],
+                "checks": [], "phi": phi, "phi0": phi.copy(), "adam_m1": np.zeros_like(phi),
+                "adam_m2": np.zeros_like(phi), "adam_t": 0, "grad_ms": 0.0, "step_scale": 1.0, "halvings": 0,
+                "best_mean": fam.mean, "best_chol": fam.chol, "best_err": float("inf"), "best_iteration": 0,
+                "stale_checks": 0, "start_index": 0, "lengthscale": self.spec.model.lengthscale}
+
+    @property
+    def selects_lengthscale(self) -> bool:
+        """True when the spec left the KRR lengthscale to lwl (:mod:`lwl.defaults`)."""
+        return "model.lengthscale" in self.spec.derived
+
+    def start_points(self) -> list[tuple[str, Gaussian]]:
+        """The distributions checked at iteration 0, in order; the run starts from the best.
+
+        ``("given", theta^0)`` always; before it, with ``starts: "moment_matched"`` (adaptive) or
+        when the lengthscale is to be selected, Q's moment-matched Gaussian in the free
+        parameters: a poor initial distribution then costs one check, not the run, and the
+        lengthscale is chosen on samples that look like Q."""
+        given = Gaussian(self.spec.family.mean, cov=self.spec.family.cov)
+        wanted = (self.algo.optimizer == "adaptive" and self.algo.starts == "moment_matched") or self.selects_lengthscale
+        free = self.spec.family.free
+        mean = self.coords.centre if "mean" in free else given.mean
+        chol = self.coords.S if "cov" in free else given.chol
+        if not wanted or (np.allclose(mean, given.mean) and np.allclose(chol, given.chol)):
+            return [("given", given)]
+        return [("moment_matched", Gaussian(mean, chol)), ("given", given)]
 
     def done(self, state: dict[str, Any]) -> bool:
         return state["phase"] == PHASE_DONE
 
     def queries(self, state: dict[str, Any]) -> np.ndarray:
-        if state["phase"] == PHASE_VALIDATION:
+        phase = state["phase"]
+        if phase == PHASE_VALIDATION:
             return self._v.cpu().numpy()
-        if state["phase"] == PHASE_DONE:
+        if phase == PHASE_DONE:
             return np.zeros((0, self.q.dim))
-        # the loop asks for an iteration's queries and step() needs them again: draw once
-        key = (state["iteration"], state["mean"].tobytes(), state["chol"].tobytes())
+        # the loop asks for a batch and step() needs it again: draw once
+        key = (phase, state["iteration"], state["mean"].tobytes(), state["chol"].tobytes())
         if self._queries_cache[0] != key:
-            x = self.distribution(state).sample(self.algo.samples_per_iteration,
-                                                [self.spec.seed, STREAM_DESIGN, state["iteration"]])
+            dist = self.distribution(state)
+            if phase == PHASE_CHECK:  # fixed z for every check: common random numbers
+                x = dist.sample(self.check_samples, [self.spec.seed, STREAM_CHECK])
+            else:
+                x = dist.sample(self.algo.samples_per_iteration, [self.spec.seed, STREAM_DESIGN, state["iteration"]])
             self._queries_cache = (key, x)
         return self._queries_cache[1].copy()
 
     def step(self, state: dict[str, Any], labels) -> dict[str, Any]:
         labels = np.asarray(labels, dtype=np.float64).reshape(-1)
-        expected = len(self.queries(state)) if state["phase"] != PHASE_ITERATE else self.algo.samples_per_iteration
+        if state["phase"] == PHASE_DONE:
+            raise ValueError("step: the design is finished")
+        expected = len(self.queries(state))
         if labels.shape[0] != expected:
             raise ValueError(f"labels: expected {expected} labels, got {labels.shape[0]}")
         if not np.all(np.isfinite(labels)):
             raise ValueError("labels: values must be finite")
         if state["phase"] == PHASE_VALIDATION:
-            return {**state, "phase": PHASE_ITERATE, "validation_labels": labels}
-        if state["phase"] == PHASE_DONE:
-            raise ValueError("step: the design is finished")
+            return {**state, "phase": PHASE_CHECK, "validation_labels": labels}
+        if state["phase"] == PHASE_CHECK:
+            return self._check(state, labels)
         return self._iterate(state, labels)
 
     def result(self, state: dict[str, Any]) -> dict[str, Any]:
-        return {"distribution": self.distribution(state).to_spec(), "history": list(state["history"])}
+        """The kept distribution (best checked iterate, or the last with ``keep: "last"``), the
+        last iterate, the history, the checks and which iterate was selected and why."""
+        last = self.distribution(state)
+        checks = state["checks"]
+        if self.algo.keep == "best" and checks:
+            kept, it = Gaussian.from_parameters(state["best_mean"], state["best_chol"]), state["best_iteration"]
+        else:
+            kept, it = last, state["iteration"]
+        history = [dict(h) for h in state["history"]]
+        for h in history:
+            h["selected"] = h["iteration"] == it
+        initial = next((c["err"] for c in checks if c.get("start") == "given"), None)
+        kept_err = state["best_err"] if self.algo.keep == "best" else (checks[-1]["err"] if checks else None)
+        selected = {"iteration": it, "rule": f"{self.algo.keep} validation check",
+                    "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
+                    "initial_check_err": initial, "lengthscale": state["lengthscale"],
+                    "last_check_err": checks[-1]["err"] if checks else None}
+        warnings = []
+        if initial is not None and selected["check_err"] is not None and selected["check_err"] > initial:
+            warnings.append(f"the returned distribution is worse on the validation data than the initial one "
+                            f"(check Err {selected['check_err']:.4g} > {initial:.4g})")
+        starts = [c for c in checks if c["iteration"] == 0]
+        if starts and self.algo.keep == "best":
+            selected["start"] = min(starts, key=lambda c: c["err"])["start"]
+        if checks and it == 0 and self.algo.keep == "best" and state["iteration"] > 0:
+            warnings.append("no iterate improved on the initial distribution on the validation data; "
+                            "the initial distribution is returned")
+        events = [h.get("event") for h in history]
+        return {"distribution": kept.to_spec(), "last_distribution": last.to_spec(), "history": history,
+                "checks": list(checks), "selected": selected, "warnings": warnings,
+                "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted") if e in events}}
 
-    # -- one iteration of Alg. 3 -------------------------------------------------------------
+    # -- pieces of Alg. 3 ----------------------------------------------------------------------
     def distribution(self, state: dict[str, Any]) -> Gaussian:
         return Gaussian.from_parameters(state["mean"], state["chol"])
 
     def schedules(self, k: int) -> tuple[float, float]:
+        """(step size, nugget sigma_k^2) at iteration k: the paper's learning rate for
+        ``optimizer: "paper"``, Adam's step in Q standard deviations for ``"adaptive"``."""
         a, T = self.algo, self.algo.iterations
-        return (cosine(a.learning_rate, a.final_learning_rate, k, T), cosine(a.nugget, a.final_nugget, k, T))
+        if a.optimizer == "adaptive":
+            step = cosine(a.step, a.final_step, k, T)
+        else:
+            step = cosine(a.learning_rate, a.final_learning_rate, k, T)
+        return step, cosine(a.nugget, a.final_nugget, k, T)
 
     def gradient(self, state: dict[str, Any], U: np.ndarray, y: np.ndarray, sigma2: float):
         """(objective, validation Err, grad_mean, grad_chol) at the state's theta for data (U, y)."""
-        model = KernelRidge(self.spec.model.kernel, self.spec.model.lengthscale, sigma2, device=str(self.device))
+        model = KernelRidge(self.spec.model.kernel, state["lengthscale"], sigma2, device=str(self.device))
         model.fit(U, y)
         yv = torch.as_tensor(state["validation_labels"], dtype=DTYPE, device=self.device)
         objective, c = bilevel_gradient_weights(model, self._v, yv, self._a)
         scale = float(self._a @ yv.square())  # E_Q(0) on the validation samples
-        if self.algo.gradient_scale == "relative":
+        if self.algo.gradient_scale == "relative" or self.algo.optimizer == "adaptive":
             c = c / scale
         g_mean, g_chol = self.distribution(state).score(U, weights=c.cpu().numpy())
         return objective, float(np.sqrt(objective / scale)), g_mean, g_chol
+
+    def check_err(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray, lengthscale: float) -> float:
+        """Err on Q's validation samples of KRR trained on (U, y) with the evaluation's ridge."""
+        from lwl.evaluation import relative_ood_error
+
+        ridge = self.spec.evaluation.ridge
+        model = KernelRidge(self.spec.model.kernel, lengthscale, ridge / len(U), device=str(self.device)).fit(U, y)
+        pred = model.predict_from_kernel(model.kernel_matrix(model.X_, self._v)).cpu().numpy()
+        return relative_ood_error(pred, validation_labels, self._a.cpu().numpy())
+
+    def _safe_check_err(self, U, y, validation_labels, lengthscale) -> float:
+        try:
+            err = self.check_err(U, y, validation_labels, lengthscale)
+        except np.linalg.LinAlgError:
+            return float("inf")
+        return err if np.isfinite(err) else float("inf")
+
+    def select_lengthscale(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray) -> dict[str, float]:
+        """Check Err for the median distance times each of LENGTHSCALE_FACTORS (on one batch)."""
+        base = self.spec.model.lengthscale
+        return {repr(f * base): self._safe_check_err(U, y, validation_labels, f * base) for f in LENGTHSCALE_FACTORS}
+
+    def resolved_spec(self, state: dict[str, Any]) -> JobSpec:
+        """The spec with the lengthscale the run selected (the one its evaluation must use)."""
+        if state.get("lengthscale") == self.spec.model.lengthscale:
+            return self.spec
+        return self.spec.model_copy(update={"model": self.spec.model.model_copy(
+            update={"lengthscale": state["lengthscale"]})})
+
+    def _check(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:
+        """Score theta_k on the fixed check batch; keep the best; revert and halve on stalls."""
+        k = state["iteration"]
+        new = dict(state)
+        U = self.queries(state)
+        record = {"iteration": k}
+        if k == 0 and not state["checks"] and self.selects_lengthscale:
+            errs = self.select_lengthscale(U, y, state["validation_labels"])
+            new["lengthscale"] = float(min(errs, key=errs.get))
+            record["lengthscales"] = errs
+        err = self._safe_check_err(U, y, state["validation_labels"], new["lengthscale"])
+        record.update(err=err, best=err < state["best_err"], action=None)
+        if record["best"]:
+            new.update(best_mean=state["mean"], best_chol=state["chol"], best_err=err, best_iteration=k,
+                       stale_checks=0)
+        elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
+            new["stale_checks"] = state["stale_checks"] + 1
+            if new["stale_checks"] >= self.algo.patience:
+                # back to the best iterate with half the step and fresh Adam moments
+                phi = self.coords.to_phi(state["best_mean"], state["best_chol"])
+                new.update(mean=state["best_mean"], chol=state["best_chol"], phi=phi,
+                           adam_m1=np.zeros_like(phi), adam_m2=np.zeros_like(phi), adam_t=0,
+                           step_scale=0.5 * state["step_scale"], halvings=state["halvings"] + 1, stale_checks=0)
+                record["action"] = "reverted"
+        new["checks"] = [*state["checks"], record]
+        if k == 0:  # starting points: check each, then start from the best
+            starts = self.start_points()
+            i = state["start_index"]
+            record["start"] = starts[i][0]
+            if i + 1 < len(starts):
+                nxt = starts[i + 1][1]
+                new.update(mean=nxt.mean, chol=nxt.chol, start_index=i + 1)
+                return new
+            phi = self.coords.to_phi(new["best_mean"], new["best_chol"])
+            new.update(mean=new["best_mean"], chol=new["best_chol"], phi=phi, phi0=phi.copy(), stale_checks=0)
+        stop = k >= self.algo.iterations or new["halvings"] > self.algo.max_halvings
+        if stop and k < self.algo.iterations:
+            record["action"] = "stopped"  # the step has shrunk to nothing: converged
+        new["phase"] = PHASE_DONE if stop else PHASE_ITERATE
+        return new
 
     def _iterate(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:
         t0 = time.perf_counter()
         k = state["iteration"]
         step, sigma2 = self.schedules(k)
         U = self.queries(state)
-        objective, err, g_mean, g_chol = self.gradient(state, U, y, sigma2)
-        mean, chol = state["mean"], state["chol"]
-        free = self.spec.family.free
-        if "mean" in free:
-            mean = mean - step * g_mean
-        if "cov" in free:
-            chol = project_cholesky(chol - step * g_chol)
-        record = {"iteration": k, "objective": objective, "validation_err": err, "step_size": step,
-                  "nugget": sigma2, "grad_norm": float(np.sqrt(np.sum(g_mean**2) + np.sum(g_chol**2))),
-                  "seconds": time.perf_counter() - t0}
+        try:
+            objective, err, g_mean, g_chol = self.gradient(state, U, y, sigma2)
+        except np.linalg.LinAlgError:  # a degenerate sample: no step this iteration
+            objective, err, g_mean, g_chol = float("nan"), float("nan"), None, None
+        update = self._adaptive if self.algo.optimizer == "adaptive" else self._plain
+        new, event, grad_norm = update(state, g_mean, g_chol, step)
+        record = {"iteration": k, "objective": objective, "validation_err": err,
+                  "step_size": step * new.get("step_scale", 1.0), "nugget": sigma2, "grad_norm": grad_norm,
+                  "event": event, "seconds": time.perf_counter() - t0}
         k += 1
-        phase = PHASE_DONE if k >= self.algo.iterations else PHASE_ITERATE
-        return {**state, "phase": phase, "iteration": k, "mean": mean, "chol": chol,
-                "history": [*state["history"], record]}
+        new.update(iteration=k, history=[*state["history"], record])
+        if k >= self.algo.iterations or k % self.algo.check_every == 0:
+            new["phase"] = PHASE_CHECK
+        return new
+
+    def _plain(self, state, g_mean, g_chol, step):
+        """The paper's step theta <- theta - t_k grad (diag(L) clamped), refusing non-finite results."""
+        if g_mean is None:
+            return dict(state), "rejected", float("nan")
+        free = self.spec.family.free
+        mean = state["mean"] - step * g_mean if "mean" in free else state["mean"]
+        chol = project_cholesky(state["chol"] - step * g_chol) if "cov" in free else state["chol"]
+        norm = float(np.sqrt(np.sum(g_mean**2) + np.sum(g_chol**2)))
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(chol))):
+            return dict(state), "rejected", norm
+        return {**state, "mean": mean, "chol": chol}, None, norm
+
+    def _adaptive(self, state, g_mean, g_chol, step):
+        """Guarded Adam in whitened coordinates, projected on the parameter box."""
+        if g_mean is None:
+            return dict(state), "rejected", float("nan")
+        phi = state["phi"]
+        grad = self.coords.gradient(phi, g_mean, g_chol) * self.coords.mask(self.spec.family.free)
+        norm = float(np.sqrt(np.sum(grad**2))) if np.all(np.isfinite(grad)) else float("inf")
+        grad, grad_ms, event = guard_gradient(grad, state["grad_ms"], state["adam_t"])
+        if grad is None:
+            return dict(state), event, norm
+        t = state["adam_t"] + 1
+        new_phi, m1, m2 = adam_step(phi, grad, state["adam_m1"], state["adam_m2"], t, step * state["step_scale"])
+        lo, hi = self.coords.bounds(state["phi0"])
+        bounded = np.clip(new_phi, lo, hi)
+        if not np.array_equal(bounded, new_phi):
+            event = event or "bounded"
+        mean, chol = self.coords.from_phi(bounded)
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(chol)) and np.all(np.diag(chol) > 0)):
+            return {**state, "grad_ms": grad_ms}, "rejected", norm
+        return ({**state, "phi": bounded, "mean": mean, "chol": chol, "adam_m1": m1, "adam_m2": m2, "adam_t": t,
+                 "grad_ms": grad_ms}, event, norm)

@@ -2,7 +2,8 @@
 
 g1 Sobol G, g2 Friedman-1, g3 Friedman-2 and g4 a kernel expansion, each defined for any
 input dimension d >= the number of coordinates it reads. Written once for numpy and torch
-with :func:`lwl.arrays.namespace` dispatch.
+with :func:`lwl.arrays.namespace` dispatch. ``params.scale`` multiplies every label (units,
+and the robustness study's output scales); the default 1 is the paper's function.
 """
 
 from __future__ import annotations
@@ -15,8 +16,22 @@ from lwl.arrays import asarray_like, namespace
 from lwl.oracles.base import Oracle, register_oracle
 
 
+class BenchmarkFunction(Oracle):
+    """A scalar test function g, labelled as ``scale * g(x)``."""
+
+    def __init__(self, dim: int | None = None, scale: float = 1.0):
+        super().__init__(dim)
+        if not (np.isfinite(scale) and scale != 0):
+            raise ValueError("oracle.params.scale: must be finite and non-zero")
+        self.scale = float(scale)
+
+    def label(self, inputs):
+        out = super().label(inputs)
+        return out if self.scale == 1.0 else self.scale * out
+
+
 @register_oracle("sobol_g")
-class SobolG(Oracle):
+class SobolG(BenchmarkFunction):
     """g1(x) = prod_j (|4 x_j - 2| + a_j) / (1 + a_j), a_j = (j - 2)/2, j = 1..d."""
 
     min_dim = 1
@@ -28,7 +43,7 @@ class SobolG(Oracle):
 
 
 @register_oracle("friedman1")
-class Friedman1(Oracle):
+class Friedman1(BenchmarkFunction):
     """g2(x) = 10 sin(pi x1 x2) + 20 (x3 - 1/2)^2 + 10 x4 + 5 x5."""
 
     min_dim = 5
@@ -40,7 +55,7 @@ class Friedman1(Oracle):
 
 
 @register_oracle("friedman2")
-class Friedman2(Oracle):
+class Friedman2(BenchmarkFunction):
     """g3(x) = sqrt((100 x1)^2 + (x3 b - 1 / (b (10 x4 + 1)))^2), b = 520 pi x2 + 40 pi."""
 
     min_dim = 4
@@ -53,7 +68,7 @@ class Friedman2(Oracle):
 
 
 @register_oracle("kernel_expansion")
-class KernelExpansion(Oracle):
+class KernelExpansion(BenchmarkFunction):
     """g4(x) = sum_{l <= L} c_l exp(-||x - x_l||^2 / l^2), c_l ~ U(-1, 1), x_l ~ U(-4, 4)^d.
 
     The centres and coefficients are drawn once from ``seed``, so they are fixed for a given
@@ -64,8 +79,8 @@ class KernelExpansion(Oracle):
     min_dim = 1
 
     def __init__(self, dim: int = 10, centres: int = 1000, lengthscale: float = 5.0,
-                 seed: int = 0, low: float = -4.0, high: float = 4.0):
-        super().__init__(dim)
+                 seed: int = 0, low: float = -4.0, high: float = 4.0, scale: float = 1.0):
+        super().__init__(dim, scale)
         if centres < 1:
             raise ValueError("oracle.params.centres: must be >= 1")
         if not lengthscale > 0:

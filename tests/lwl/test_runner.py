@@ -28,13 +28,15 @@ def test_result_document(small_spec):
 def test_progress_checkpoint_and_cancel(small_spec):
     seen, blobs = [], []
     run_job(small_spec, progress=seen.append, checkpoint=blobs.append, evaluate=False)
-    assert [p["iteration"] for p in seen] == [0, 1, 2, 3, 4, 5]  # validation labels, then 5 steps
+    # validation labels, checks of Q's moment-matched Gaussian and of theta^0, 5 iterations,
+    # the check of the last iterate
+    assert [p["iteration"] for p in seen] == [0, 0, 0, 1, 2, 3, 4, 5, 5]
     assert seen[-1]["total"] == 5
     # resuming from the third checkpoint finishes with the uninterrupted distribution
     full = run_job(small_spec, evaluate=False)
-    resumed = run_job(small_spec, state=blobs[2], evaluate=False)
+    resumed = run_job(small_spec, state=blobs[4], evaluate=False)
     assert resumed["distribution"] == full["distribution"]
-    calls = iter([False, False, True])
+    calls = iter([False, False, False, False, True])
     with pytest.raises(Interrupted) as exc:
         run_job(small_spec, should_stop=lambda: next(calls))
     assert exc.value.state["iteration"] == 1

@@ -11,6 +11,9 @@ def test_issue_spec_is_valid_with_documented_defaults(issue_spec):
     spec = parse_job_spec(issue_spec)
     assert spec.dim == 5
     assert spec.algorithm.learning_rate == 1e-2 and spec.algorithm.nugget == 1e-3
+    # no algorithm block: the adaptive optimiser, designing for the evaluation's training size
+    assert spec.algorithm.optimizer == "adaptive" and spec.algorithm.keep == "best"
+    assert spec.algorithm.samples_per_iteration == spec.evaluation.train_size == 1024
     assert spec.family.free == ["mean", "cov"]
     # JSON text parses the same way
     assert parse_job_spec(json.dumps(issue_spec)) == spec
@@ -31,7 +34,9 @@ def _errors(doc):
     (lambda s: s["model"].__setitem__("lengthscale", float("inf")), "model.lengthscale"),
     (lambda s: s["model"].__setitem__("lengthscale", -1.0), "model.lengthscale"),
     (lambda s: s["oracle"].__setitem__("name", "nope"), "oracle.name"),
-    (lambda s: s["algorithm"].__setitem__("name", "sgd"), "algorithm.name"),
+    (lambda s: s.__setitem__("algorithm", {"name": "sgd"}), "algorithm.name"),
+    (lambda s: s.__setitem__("algorithm", {"name": "bilevel", "step": 0.0}), "algorithm.step"),
+    (lambda s: s.__setitem__("algorithm", {"name": "bilevel", "optimizer": "sgd"}), "algorithm.optimizer"),
     (lambda s: s["test_distributions"]["members"][0].pop("size"), "test_distributions.members.0"),
     (lambda s: s["test_distributions"]["members"][0].__setitem__("samples", [[0.0] * 5]),
      "test_distributions.members.0"),
@@ -127,3 +132,13 @@ def test_rte_particles_example_is_valid_with_the_papers_defaults():
     assert spec.test_distributions.members[0].lognormal.sigma == 1.0
     family, algorithm = ParticlesFamilySpec(grid=51), ParticleAMASpec()
     assert (family.modes, family.particles, algorithm.iterations) == (20, 120, 10)  # SM RTE
+
+
+def test_minimal_spec_names_only_oracle_and_q(issue_spec):
+    doc = {"oracle": issue_spec["oracle"], "test_distributions": issue_spec["test_distributions"]}
+    spec = parse_job_spec(doc)
+    assert spec.family.name == "gaussian" and spec.family.mean is None and spec.family.cov is None
+    assert spec.model.lengthscale is None
+    assert spec.evaluation.baselines == ["normal", "barycenter", "mixture"]
+    doc["family"] = {"mean": [0.0] * 3}
+    assert "family.mean" in _errors(doc) or "family" in _errors(doc)

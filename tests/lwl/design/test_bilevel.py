@@ -13,7 +13,7 @@ from tests.conftest import devices
 
 def _design(small_spec, **algo):
     s = copy.deepcopy(small_spec)
-    s["algorithm"].update(algo)
+    s["algorithm"].update({"optimizer": "paper", **algo})
     spec = parse_job_spec(s)
     design = BilevelDesign.from_spec(spec)
     oracle = make_oracle(spec.oracle)
@@ -95,6 +95,7 @@ def test_steps_follow_the_schedules_and_fixed_parameters_stay(small_spec):
     hist = state["history"]
     assert [h["iteration"] for h in hist] == [0, 1, 2, 3]
     assert hist[0]["step_size"] == 1e-2 and hist[0]["nugget"] == 1e-3
+    assert [c["iteration"] for c in state["checks"]] == [0, 4]  # theta^0 and the last iterate
     assert all(np.isfinite(h["objective"]) and 0 < h["validation_err"] for h in hist)
 
 
@@ -135,3 +136,119 @@ def test_cuda_gradient_matches_cpu(small_spec):
         U = design.queries(state)
         grads.append(design.gradient(state, U, oracle.label(U), 1e-3)[2])
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-8)
+
+
+def _adaptive(small_spec, **algo):
+    s = copy.deepcopy(small_spec)
+    s["algorithm"].update({"optimizer": "adaptive", **algo})
+    spec = parse_job_spec(s)
+    return BilevelDesign.from_spec(spec), make_oracle(spec.oracle)
+
+
+def test_kept_iterate_is_the_best_check(small_spec):
+    design, oracle = _adaptive(small_spec, iterations=12, check_every=3, patience=1)
+    state = design.init()
+    checked = []  # theta at every check, in order
+    while not design.done(state):
+        if state["phase"] == "check":
+            checked.append((state["mean"].copy(), state["chol"].copy()))
+        state = design.step(state, oracle.label(design.queries(state)))
+    res = design.result(state)
+    errs = [c["err"] for c in res["checks"]]
+    assert len(errs) == len(checked) >= 5
+    best = int(np.argmin(errs))
+    np.testing.assert_array_equal(res["distribution"]["mean"], checked[best][0].tolist())
+    assert res["selected"]["check_err"] == min(errs)
+    assert res["selected"]["iteration"] == res["checks"][best]["iteration"]
+    assert sum(h["selected"] for h in res["history"]) <= 1
+    assert res["last_distribution"]["mean"] == state["mean"].tolist()
+    # a stall returned to the best iterate with half the step
+    reverts = [c for c in res["checks"] if c["action"] == "reverted"]
+    assert all(h["step_size"] <= 0.05 for h in res["history"])
+    if reverts:
+        assert state["step_scale"] < 1.0
+
+
+def test_forced_runaway_steps_are_refused_and_the_job_still_ends_well(small_spec, monkeypatch):
+    design, oracle = _adaptive(small_spec, iterations=16, check_every=4)
+    real = design.gradient
+
+    def sabotaged(state, U, y, sigma2):
+        obj, err, g_mean, g_chol = real(state, U, y, sigma2)
+        if state["iteration"] == 8:
+            return obj, err, g_mean * 1e12, g_chol * 1e12  # a runaway gradient
+        if state["iteration"] == 10:
+            return obj, err, g_mean * np.nan, g_chol  # a non-finite one
+        return obj, err, g_mean, g_chol
+
+    monkeypatch.setattr(design, "gradient", sabotaged)
+    state = design.init()
+    means = {}
+    while not design.done(state):
+        state = design.step(state, oracle.label(design.queries(state)))
+        means[state["iteration"]] = state["mean"].copy()
+    res = design.result(state)
+    events = {h["iteration"]: h["event"] for h in res["history"]}
+    assert events[8] == "clipped" and events[10] == "rejected"
+    np.testing.assert_array_equal(means[11], means[10])  # the rejected step did not move theta
+    assert np.abs(means[9] - means[8]).max() < 1.0  # the clipped one moved it by an ordinary step
+    assert res["events"] == {"clipped": 1, "rejected": 1}
+    mean, cov = np.array(res["distribution"]["mean"]), np.array(res["distribution"]["cov"])
+    assert np.all(np.isfinite(mean)) and np.all(np.linalg.eigvalsh(cov) > 0)
+    assert res["selected"]["check_err"] <= res["selected"]["initial_check_err"]
+
+
+def test_paper_optimizer_with_a_runaway_step_size_returns_the_best_check(small_spec):
+    from lwl import run_job
+
+    small_spec["algorithm"].update(optimizer="paper", learning_rate=1e6, iterations=6, check_every=2)
+    res = run_job(small_spec)
+    last = np.array(res["last_distribution"]["cov"])
+    assert np.abs(last).max() > 1e3  # the plain schedule ran away ...
+    kept = res["selected"]
+    assert kept["check_err"] <= kept["initial_check_err"]  # ... and the kept iterate did not
+    assert np.abs(np.array(res["distribution"]["cov"])).max() < 1e3
+
+
+def test_paper_optimizer_keep_last_warns_when_worse_than_the_start(small_spec):
+    from lwl import run_job
+
+    small_spec["algorithm"].update(optimizer="paper", learning_rate=1e6, iterations=4, check_every=2, keep="last")
+    res = run_job(small_spec)
+    assert res["distribution"] == res["last_distribution"]
+    assert any("worse on the validation data" in w for w in res["warnings"])
+    assert res["verdict"]["warnings"] == res["warnings"]
+
+
+def test_spec_without_mean_cov_or_lengthscale_gets_data_derived_values(small_spec):
+    from lwl import run_job
+    from lwl.defaults import median_distance
+    from lwl.design.adaptive import moment_matched
+    from lwl.meta import MetaTestSamples
+
+    del small_spec["family"]
+    del small_spec["model"]
+    del small_spec["evaluation"]["baselines"]
+    res = run_job(small_spec)
+    spec = res["spec"]
+    assert set(spec["derived"]) == {"family.mean", "family.cov", "model.lengthscale"}
+    q = MetaTestSamples.from_spec(parse_job_spec(small_spec).test_distributions, small_spec["seed"])
+    pts = np.concatenate(q.validation)
+    mean, cov = moment_matched(pts, q.point_weights(q.validation, q.weights))
+    np.testing.assert_allclose(spec["family"]["mean"], mean, rtol=1e-12)
+    np.testing.assert_allclose(spec["family"]["cov"], cov, rtol=1e-6, atol=1e-9)
+    # the lengthscale is the median distance times the factor that validated best at the start
+    med = median_distance(pts, [small_spec["seed"], 5])
+    tried = res["checks"][0]["lengthscales"]
+    assert set(map(float, tried)) == {f * med for f in (2.0, 1.0, 0.5, 0.25, 0.125)}
+    assert spec["model"]["lengthscale"] == float(min(tried, key=tried.get))
+    assert res["selected"]["lengthscale"] == spec["model"]["lengthscale"]
+    assert set(res["evaluation"]["err"]) == {"optimized", "normal", "barycenter", "mixture"}
+
+
+def test_a_given_lengthscale_is_kept(small_spec):
+    from lwl import run_job
+
+    res = run_job(small_spec)
+    assert res["spec"]["model"]["lengthscale"] == 3.0 and "lengthscales" not in res["checks"][0]
+    assert res["spec"]["derived"] == []

@@ -1,0 +1,62 @@
+"""Defaults that come from the data: what a bilevel job uses where its spec is silent.
+
+- ``family.mean`` / ``family.cov``: Q's moment-matched Gaussian, i.e. the weighted mean and
+  covariance of Q's validation samples (each member weighted by w_k, its points equally);
+- ``model.lengthscale``: the median distance between Q's validation samples (the median
+  heuristic), computed on at most 2000 of them drawn with the job's seed.
+
+:func:`fill_from_data` returns a copy of the spec with these values written in, so the result's
+``spec`` states exactly what ran; ``derived`` lists the fields that were filled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lwl.meta import MetaTestSamples
+from lwl.spec import JobSpec
+
+MEDIAN_POINTS = 2000
+
+
+def median_distance(points: np.ndarray, seed) -> float:
+    """Median Euclidean distance between distinct points of (a subsample of) ``points``."""
+    rng = np.random.default_rng(seed)
+    x = points if len(points) <= MEDIAN_POINTS else points[rng.choice(len(points), MEDIAN_POINTS, replace=False)]
+    sq = (x * x).sum(1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0)
+    d = np.sqrt(d2[np.triu_indices(len(x), 1)])
+    d = d[d > 0]
+    return float(np.median(d)) if len(d) else 1.0
+
+
+def fill_from_data(spec: JobSpec, q: MetaTestSamples) -> JobSpec:
+    """The spec with the Gaussian family's mean/cov and KRR's lengthscale filled from Q
+    (see module docstring); ``spec.derived`` names what was filled. Refuses a family whose
+    dimension differs from Q's."""
+    from lwl.design.adaptive import moment_matched, regularised_cholesky
+
+    if spec.family.name != "gaussian":
+        return spec
+    pts = np.concatenate(q.validation)
+    a = q.point_weights(q.validation, q.weights)
+    family, model = spec.family.model_copy(), spec.model.model_copy()
+    derived = []
+    if family.dim is not None and family.dim != q.dim:
+        raise ValueError(f"family.mean: dimension {family.dim} does not match the test distributions' "
+                         f"dimension {q.dim}")
+    if family.mean is None or family.cov is None:
+        mean, cov = moment_matched(pts, a)
+        if family.mean is None:
+            family.mean = mean.tolist()
+            derived.append("family.mean")
+        if family.cov is None:
+            L = regularised_cholesky(cov, rel=1e-6)  # positive definite even for degenerate Q samples
+            family.cov = (L @ L.T).tolist()
+            derived.append("family.cov")
+    if model.name == "krr" and model.lengthscale is None:
+        model.lengthscale = median_distance(pts, [spec.seed, 5])
+        derived.append("model.lengthscale")
+    out = spec.model_copy(update={"family": family, "model": model})
+    out.derived = [*spec.derived, *derived]
+    return out

@@ -1,0 +1,189 @@
+"""Does the default bilevel job win without tuning? (issue "Designs that win without tuning")
+
+A fixed list of Table-1-like problems, varied over the four test functions, the dimension d
+(2..10), the number of Q members K (1..10), the oracle's output scale (x1e-3 .. x1e4) and the
+initial distribution (none: Q's moment-matched Gaussian; ``paper``: N(1/2, I); ``far``: a mean
+several standard deviations of Q away from Q's centre and a covariance 1/10 of Q's; ``near``:
+Q's centre plus a small offset with the identity covariance). Every job names only the oracle,
+Q and (for the non-default starts) the family: no model, algorithm or evaluation block, so it
+runs on lwl's defaults. Each problem reports the held-out Err of the design and of the initial
+distribution (``normal``), the barycenter and the mixture, whether the run diverged, and time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import wishart
+
+FUNCTIONS = (("sobol_g", 2), ("friedman1", 5), ("friedman2", 4), ("kernel_expansion", 2))
+SCALES = (1e-3, 1e-1, 1.0, 1e2, 1e4)
+STARTS = ("default", "paper", "far", "near")
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    oracle: str
+    dim: int
+    members: int
+    scale: float
+    start: str
+
+
+def problems(count: int = 32) -> list[Problem]:
+    """``count`` problems cycling through functions, starts and scales, with d and K drawn
+    from a fixed generator (the list is the same on every machine)."""
+    rng = np.random.default_rng(20261126)
+    out = []
+    for i in range(count):
+        oracle, min_dim = FUNCTIONS[i % len(FUNCTIONS)]
+        dim = int(rng.integers(min_dim, 11))
+        members = int(rng.integers(1, 11))
+        scale = SCALES[(i // len(FUNCTIONS)) % len(SCALES)]
+        start = STARTS[(i + i // len(FUNCTIONS)) % len(STARTS)]
+        out.append(Problem(f"p{i:02d}-{oracle}-d{dim}-K{members}", oracle, dim, members, scale, start))
+    return out
+
+
+def problem_spec(p: Problem, *, size: int, validation: int, iterations: int | None, seed: int = 0,
+                 lengthscale_factor: float | None = None) -> dict:
+    """The job spec of a problem: Q of K Gaussians N(m_k, C_k), m_k ~ N(0, I),
+    C_k ~ Wishart_d(I, d + 1) (Table 1's construction), fixed by the problem."""
+    rng = np.random.default_rng([7, p.dim, p.members, sum(map(ord, p.key))])
+    d = p.dim
+    members = []
+    for _ in range(p.members):
+        m = rng.standard_normal(d)
+        C = np.atleast_2d(wishart(df=d + 1, scale=np.eye(d)).rvs(random_state=rng))
+        members.append({"gaussian": {"mean": m.tolist(), "cov": (0.5 * (C + C.T)).tolist()}, "size": size})
+    params = {"scale": p.scale}
+    if p.oracle == "kernel_expansion":
+        params.update(dim=d, centres=200, lengthscale=2.0, seed=p.dim, low=-3.0, high=3.0)
+    spec = {"oracle": {"name": p.oracle, "params": params},
+            "test_distributions": {"members": members, "validation_per_member": validation},
+            "seed": seed, "device": "cpu"}
+    centre = np.mean([m["gaussian"]["mean"] for m in members], axis=0)
+    if p.start == "paper":
+        spec["family"] = {"mean": [0.5] * d, "cov": np.eye(d).tolist()}
+    elif p.start == "far":
+        direction = rng.standard_normal(d)
+        spec["family"] = {"mean": (centre + 4.0 * direction / np.linalg.norm(direction) * np.sqrt(d)).tolist(),
+                          "cov": (0.1 * np.eye(d)).tolist()}
+    elif p.start == "near":
+        spec["family"] = {"mean": (centre + 0.3 * rng.standard_normal(d)).tolist(), "cov": np.eye(d).tolist()}
+    if iterations is not None:
+        spec["algorithm"] = {"name": "bilevel", "iterations": iterations}
+    if lengthscale_factor is not None:  # a model given as Table 1 gives it: a fixed fraction of Q's spread
+        spread = np.sqrt(2.0 * sum(np.trace(m["gaussian"]["cov"]) + np.sum(np.square(m["gaussian"]["mean"]))
+                                   for m in members) / len(members))
+        spec["model"] = {"name": "krr", "lengthscale": float(lengthscale_factor * spread)}
+    return spec
+
+
+PRESETS = {
+    # every job on lwl's defaults (1000 iterations with early stopping, N_k = 1024)
+    "full": dict(count=32, size=5000, validation=500, iterations=None),
+    # CI-sized: fewer Q samples and iterations, same problems
+    "quick": dict(count=32, size=1500, validation=300, iterations=150),
+    # for the test suite
+    "smoke": dict(count=4, size=400, validation=150, iterations=20),
+}
+
+
+def run(preset: str = "quick", *, count: int | None = None, progress=None) -> dict:
+    from lwl.runner import run_job
+
+    cfg = dict(PRESETS[preset])
+    n = count or cfg.pop("count")
+    cfg.pop("count", None)
+    rows = []
+    t_all = time.perf_counter()
+    for p in problems(max(n, 1))[:n]:
+        spec = problem_spec(p, **cfg)
+        t0 = time.perf_counter()
+        res = run_job(spec)
+        seconds = time.perf_counter() - t0
+        v = res["verdict"]
+        dist = res["distribution"]
+        finite = bool(np.all(np.isfinite(dist["mean"])) and np.all(np.isfinite(dist["cov"])))
+        rows.append({**asdict(p), "err": v["err"], "baselines": v["baselines"],
+                     "best_of_mixture_barycenter": min(v["baselines"]["mixture"], v["baselines"]["barycenter"]),
+                     "diverged": (not finite) or v["err"] >= 0.999 or not np.isfinite(v["err"]),
+                     "selected_iteration": res["selected"]["iteration"], "iterations_run": len(res["history"]),
+                     "events": res["events"], "warnings": res["warnings"], "seconds": seconds,
+                     "lengthscale": res["spec"]["model"]["lengthscale"]})
+        if progress:
+            progress(p.key, rows[-1])
+    out = {"experiment": "robustness", "preset": preset, "settings": cfg, "problems": rows,
+           "summary": summary(rows), "wall_seconds": time.perf_counter() - t_all}
+    return out
+
+
+def summary(rows: list[dict]) -> dict:
+    n = len(rows)
+
+    def rate(key):
+        return sum(r["err"] < r["baselines"][key] for r in rows) / n
+
+    return {"problems": n, "diverged": sum(r["diverged"] for r in rows),
+            "win_rate": {"normal": rate("normal"), "barycenter": rate("barycenter"), "mixture": rate("mixture"),
+                         "better_of_mixture_barycenter": sum(r["err"] < r["best_of_mixture_barycenter"]
+                                                             for r in rows) / n},
+            "median_ratio_to_best_of_mixture_barycenter": float(np.median(
+                [r["err"] / r["best_of_mixture_barycenter"] for r in rows])),
+            "seconds_per_problem": float(np.mean([r["seconds"] for r in rows]))}
+
+
+def markdown(doc: dict) -> str:
+    s = doc["summary"]
+    w = s["win_rate"]
+    lines = [f"# Robustness of the default bilevel job ({doc['preset']} preset)", "",
+             "Every job names only the oracle, Q and (for non-default starts) the family; model, algorithm "
+             "and evaluation are lwl's defaults. Err on Q's held-out samples, KRR with N = 1024.", "",
+             f"- problems: {s['problems']}; diverged: {s['diverged']}",
+             f"- design beats its initial distribution: {w['normal']:.0%}",
+             f"- beats the barycenter: {w['barycenter']:.0%}; the mixture: {w['mixture']:.0%}; "
+             f"the better of the two: {w['better_of_mixture_barycenter']:.0%}",
+             f"- median Err ratio design / better of mixture and barycenter: "
+             f"{s['median_ratio_to_best_of_mixture_barycenter']:.3f}",
+             f"- {s['seconds_per_problem']:.1f} s per problem on average; {doc['wall_seconds']:.0f} s in all", "",
+             "| problem | start | scale | design | initial | barycenter | mixture | verdict | iterations (kept) | s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["problems"]:
+        b = r["baselines"]
+        ok = "win" if r["err"] < r["best_of_mixture_barycenter"] else "loss"
+        if r["diverged"]:
+            ok = "DIVERGED"
+        lines.append(f"| {r['key']} | {r['start']} | {r['scale']:g} | {r['err']:.3f} | {b['normal']:.3f} | "
+                     f"{b['barycenter']:.3f} | {b['mixture']:.3f} | {ok} | {r['iterations_run']} "
+                     f"({r['selected_iteration']}) | {r['seconds']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(doc: dict, out_dir) -> list:
+    from lwl.experiments.report import pyplot, write_tables
+
+    out, _, paths = write_tables(doc, out_dir, markdown)
+    plt = pyplot()
+    rows = doc["problems"]
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    best = np.array([r["best_of_mixture_barycenter"] for r in rows])
+    design = np.array([r["err"] for r in rows])
+    init = np.array([r["baselines"]["normal"] for r in rows])
+    ax.scatter(best, design, label="design vs better of mixture/barycenter", s=18)
+    ax.scatter(init, design, label="design vs initial", s=18, marker="x")
+    lim = [min(best.min(), design.min(), init.min()) * 0.8, 1.05]
+    ax.plot(lim, lim, color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("baseline Err (held out)")
+    ax.set_ylabel("design Err (held out)")
+    ax.set_title("below the diagonal: the design wins")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "robustness.png", dpi=120)
+    plt.close(fig)
+    return [*paths, out / "robustness.png"]

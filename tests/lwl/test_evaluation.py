@@ -1,0 +1,39 @@
+import numpy as np
+
+from lwl.evaluation import krr_error, relative_ood_error, verdict
+
+
+def test_err_equals_its_definition_computed_directly():
+    """Err = sqrt(sum_k w_k mean_i |G*(v_ki) - G(v_ki)|^2 / sum_k w_k mean_i |G*(v_ki)|^2)."""
+    rng = np.random.default_rng(0)
+    sizes, w = [7, 3, 12], np.array([0.2, 0.5, 0.3])
+    truth = [rng.standard_normal(m) * (k + 1) for k, m in enumerate(sizes)]
+    pred = [t + 0.3 * rng.standard_normal(len(t)) for t in truth]
+    num = sum(wk * np.mean((t - p) ** 2) for wk, t, p in zip(w, truth, pred))
+    den = sum(wk * np.mean(t**2) for wk, t in zip(w, truth))
+    a = np.concatenate([np.full(m, wk / m) for m, wk in zip(sizes, w)])
+    assert np.isclose(relative_ood_error(np.concatenate(pred), np.concatenate(truth), a), np.sqrt(num / den),
+                      rtol=1e-13)
+
+
+def test_krr_error_equals_a_dense_numpy_kernel_ridge_regression():
+    rng = np.random.default_rng(1)
+    X, Xt = rng.standard_normal((40, 3)), rng.standard_normal((25, 3))
+    f = lambda x: np.sin(x).sum(1)  # noqa: E731
+    ell, ridge = 1.7, 1e-2
+    K = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1) / ell**2)
+    Kt = np.exp(-((Xt[:, None] - X[None]) ** 2).sum(-1) / ell**2)
+    pred = Kt @ np.linalg.solve(K + ridge * np.eye(40), f(X))  # N sigma^2 = ridge
+    a = np.full(25, 1 / 25)
+    direct = np.sqrt(np.mean((f(Xt) - pred) ** 2) / np.mean(f(Xt) ** 2))
+    got = krr_error(X, f(X), Xt, f(Xt), a, kernel="squared_exponential", lengthscale=ell, ridge=ridge)
+    assert np.isclose(got, direct, rtol=1e-9)
+
+
+def test_verdict_names_the_best_baseline_and_warns_when_the_start_was_better():
+    v = verdict({"err": {"optimized": 0.2, "normal": 0.5, "barycenter": 0.3, "mixture": 0.25}})
+    assert v["best_baseline"] == "mixture" and np.isclose(v["ratio"], 0.8)
+    assert v["beats_best_baseline"] and v["beats_initial"] and v["warnings"] == []
+    v = verdict({"err": {"optimized": 0.6, "normal": 0.5, "mixture": 0.25}}, ["earlier"])
+    assert not v["beats_best_baseline"] and not v["beats_initial"]
+    assert v["warnings"][0] == "earlier" and "not better than the initial" in v["warnings"][1]
