@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="lwl: learning where to learn.")
 console = Console(stderr=True)
 
-EXPERIMENTS = ("table1", "ntd", "darcy", "burgers", "rte")
+EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte")
 
 
 class _LogProgress:
@@ -156,6 +156,8 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
     if name == "rte":
         return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
                           [int(n) for n in sizes.split(",")] if sizes else None, resume)
+    if name == "robustness":
+        return _robustness_study(preset, out)
     if name != "table1":
         return _operator_study(name, preset, out, runs)
     from lwl.experiments import table1
@@ -179,6 +181,24 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
             console.print(f"[red]{exc}")
             raise typer.Exit(2)
     _report(table1.write_outputs(doc, out), out)
+
+
+def _robustness_study(preset: str, out: Path | None) -> None:
+    """Default bilevel jobs over many problems (lwl.experiments.robustness): one tick a problem."""
+    from lwl.experiments import robustness
+
+    if preset not in robustness.PRESETS:
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(robustness.PRESETS)}")
+        raise typer.Exit(2)
+    out = out or Path("runs") / f"robustness-{preset}"
+    with _progress() as bar:
+        task = bar.add_task(f"robustness ({preset})", total=robustness.PRESETS[preset]["count"], info="")
+
+        def progress(key, row):
+            bar.update(task, advance=1, info=f"{key}: Err {row['err']:.3f} vs mixture {row['baselines']['mixture']:.3f}")
+
+        doc = robustness.run(preset, progress=progress)
+    _report(robustness.write_outputs(doc, out), out)
 
 
 def _report(paths, out: Path) -> None:

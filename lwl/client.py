@@ -128,6 +128,8 @@ class Client:
                     bar.update(task, completed=p.get("iteration", 0),
                                info=f"{doc['status']}" + (f"  Err {err:.4f}" if err is not None else ""))
                 if _settled(doc, deadline, timeout):
+                    if bar is not None:
+                        _print_verdict(bar.console, doc)
                     return doc
                 time.sleep(poll)
         finally:
@@ -191,3 +193,14 @@ class Client:
 
     def catalog(self) -> dict:
         return self._check(self.http.get("/v1/catalog")).json()
+
+
+def _print_verdict(console, doc: dict) -> None:
+    """The finished job's held-out verdict and warnings, under its progress bar."""
+    v = doc.get("verdict")
+    if v and v.get("best_baseline"):
+        word = "better than" if v["beats_best_baseline"] else "NOT better than"
+        console.print(f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {v['best_baseline']} "
+                      f"(Err {v['baselines'][v['best_baseline']]:.4f}; ratio {v['ratio']:.3f})", highlight=False)
+    for w in doc.get("warnings") or []:
+        console.print(f"warning: {w}", highlight=False)

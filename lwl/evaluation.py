@@ -65,8 +65,11 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     pool = np.concatenate(q.validation)
     pool_y = validation_labels if validation_labels is not None else None
     err_vs_n: dict[str, list[float]] = {}
-    for idx, (name, measure) in enumerate(candidates.items()):
-        x = measure.sample(n_max, [spec.seed, STREAM_EVAL, idx])
+    for name, measure in candidates.items():
+        # one seed for every candidate: Gaussians then share their standard-normal draws
+        # (common random numbers), so equal distributions get equal Err and differences are
+        # not sampling noise
+        x = measure.sample(n_max, [spec.seed, STREAM_EVAL])
         y = as_numpy(oracle.label(x))
         err_vs_n[name] = [krr_error(x[:n], y[:n], test_x, test_y, a, **kw) for n in sizes]
         if progress:

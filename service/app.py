@@ -110,6 +110,10 @@ def parse_json(raw: bytes) -> Any:
 def job_view(job: dict) -> dict:
     out = {k: job.get(k) for k in ("id", "status", "created_at", "updated_at", "started_at", "finished_at",
                                     "progress", "error", "attempts", "worker")}
+    progress = job.get("progress") or {}
+    # a finished bilevel job: held-out Err against the baselines, and anything the user must know
+    out["verdict"] = progress.get("verdict")
+    out["warnings"] = progress.get("warnings", [])
     out["links"] = {rel: f"/v1/jobs/{job['id']}{suffix}" for rel, suffix in
                     (("self", ""), ("history", "/history"), ("distribution", "/distribution"),
                      ("result", "/result"), ("samples", "/samples"), ("cancel", "/cancel"))}

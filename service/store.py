@@ -266,7 +266,13 @@ class Store:
         return self.get_job(job_id)["generation"] if ok else None
 
     def succeed(self, job_id: str, lease: str, result: dict) -> bool:
-        return self._finish(job_id, lease, status="succeeded", result=_json(result), finished_at=time.time())
+        """Store the result; its verdict, warnings and kept iterate also go into ``progress`` so
+        that ``GET /v1/jobs/{id}`` shows them without reading the whole result."""
+        job = self.get_job(job_id) or {}
+        progress = {**(job.get("progress") or {}),
+                    **{k: result[k] for k in ("verdict", "warnings", "selected") if k in result}}
+        return self._finish(job_id, lease, status="succeeded", result=_json(result), progress=_json(progress),
+                            finished_at=time.time())
 
     def fail(self, job_id: str, lease: str | None, problem: dict) -> bool:
         return self._finish(job_id, lease, status="failed", error=_json(problem), finished_at=time.time())

@@ -50,6 +50,11 @@ def test_bilevel_job_succeeds_and_matches_the_library(alice):
     assert dist == local["distribution"]  # the service runs the same code path as lwl run
     result = alice.result(job_id)
     assert result["evaluation"] == local["evaluation"]
+    # the job's GET carries the verdict and warnings of the result
+    assert done["verdict"] == result["verdict"] == local["verdict"]
+    assert done["verdict"]["best_baseline"] in ("normal", "mixture")
+    assert done["warnings"] == result["warnings"]
+    assert result["selected"]["iteration"] in [c["iteration"] for c in result["checks"]]
     hist = alice.history(job_id)
     assert [h["iteration"] for h in hist] == list(range(30))
     assert [h["objective"] for h in hist] == [h["objective"] for h in local["history"]]

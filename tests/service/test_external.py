@@ -207,7 +207,8 @@ def test_webhook_announces_new_rounds_signed(server):
             assert received[0]["type"] == "lwl.queries" and received[0]["job_id"] == job
             assert received[0]["batch_ids"] == ["1.0", "1.1", "1.2", "1.3"]
             c.label_loop(job, FRIEDMAN.label, timeout=120)
-        # one announcement per round: the validation round and the single iteration's round
-        assert [r["batch_ids"][0] for r in received] == ["1.0", "2.0"]
+        # one announcement per round: the validation round, the checks of Q's moment-matched
+        # Gaussian and of theta^0, the single iteration's round and the check of its result
+        assert [r["batch_ids"][0] for r in received] == ["1.0", "2.0", "3.0", "4.0", "5.0"]
     finally:
         httpd.shutdown()

@@ -52,3 +52,14 @@ def test_dimension_checks():
         make_oracle({"name": "nope"})
     with pytest.raises(ValueError, match="oracle.params"):
         make_oracle({"name": "sobol_g", "params": {"bogus": 1}})
+
+
+@pytest.mark.parametrize("name,params,d", [("sobol_g", {}, 3), ("friedman1", {}, 5), ("friedman2", {}, 4),
+                                          ("kernel_expansion", {"dim": 3, "centres": 20}, 3)])
+def test_scale_multiplies_every_label(name, params, d):
+    x = np.random.default_rng(0).standard_normal((6, d))
+    base = make_oracle({"name": name, "params": params}).label(x)
+    scaled = make_oracle({"name": name, "params": {**params, "scale": -1e4}}).label(x)
+    np.testing.assert_allclose(scaled, -1e4 * base, rtol=1e-14)
+    with pytest.raises(ValueError, match="oracle.params.scale"):
+        make_oracle({"name": name, "params": {**params, "scale": 0.0}})

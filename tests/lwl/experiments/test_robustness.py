@@ -1,0 +1,40 @@
+import numpy as np
+
+from lwl.experiments import robustness
+from lwl.spec import parse_job_spec
+
+
+def test_problem_list_covers_the_variations_and_is_fixed():
+    ps = robustness.problems(32)
+    assert ps == robustness.problems(32)
+    assert {p.oracle for p in ps} == {"sobol_g", "friedman1", "friedman2", "kernel_expansion"}
+    assert {p.start for p in ps} == set(robustness.STARTS)
+    assert {p.scale for p in ps} == set(robustness.SCALES)
+    assert min(p.dim for p in ps) == 2 and max(p.dim for p in ps) == 10
+    assert min(p.members for p in ps) == 1 and max(p.members for p in ps) >= 9
+
+
+def test_problem_specs_use_defaults_and_their_starts():
+    cfg = dict(size=400, validation=100, iterations=None, lengthscale_factor=None)
+    for p in robustness.problems(8):
+        doc = robustness.problem_spec(p, **cfg)
+        assert "algorithm" not in doc and "model" not in doc and "evaluation" not in doc
+        spec = parse_job_spec(doc)
+        assert spec.algorithm.optimizer == "adaptive" and spec.oracle.params["scale"] == p.scale
+        if p.start == "default":
+            assert spec.family.mean is None
+        if p.start == "far":
+            centre = np.mean([m.gaussian.mean for m in spec.test_distributions.members], axis=0)
+            assert np.linalg.norm(np.array(spec.family.mean) - centre) > 3.9 * np.sqrt(p.dim)
+
+
+def test_smoke_preset_writes_the_study(tmp_path):
+    doc = robustness.run("smoke")
+    assert doc["summary"]["problems"] == 4 and len(doc["problems"]) == 4
+    assert doc["summary"]["diverged"] == 0
+    for row in doc["problems"]:
+        assert np.isfinite(row["err"]) and set(row["baselines"]) == {"normal", "barycenter", "mixture"}
+        assert row["iterations_run"] <= 20
+    paths = robustness.write_outputs(doc, tmp_path)
+    assert all(p.stat().st_size > 0 for p in paths)
+    assert "| problem |" in (tmp_path / "results.md").read_text()
