@@ -58,9 +58,13 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     builders = {"normal": lambda: Gaussian(spec.family.mean, cov=spec.family.cov),
                 "barycenter": lambda: bl.barycenter(q), "mixture": lambda: bl.mixture(q),
                 "uniform": lambda: bl.uniform(q.dim)}
+    failed: dict[str, str] = {}  # a baseline that cannot be built or trained never costs the design
     for name in ev.baselines:
         if name in builders:
-            candidates[name] = builders[name]()
+            try:
+                candidates[name] = builders[name]()
+            except (ValueError, np.linalg.LinAlgError) as exc:
+                failed[name] = str(exc)
 
     pool = np.concatenate(q.validation)
     pool_y = validation_labels if validation_labels is not None else None
@@ -71,7 +75,12 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
         # not sampling noise
         x = measure.sample(n_max, [spec.seed, STREAM_EVAL])
         y = as_numpy(oracle.label(x))
-        err_vs_n[name] = [krr_error(x[:n], y[:n], test_x, test_y, a, **kw) for n in sizes]
+        try:
+            err_vs_n[name] = [krr_error(x[:n], y[:n], test_x, test_y, a, **kw) for n in sizes]
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            if name == "optimized":
+                raise
+            failed[name] = str(exc)
         if progress:
             progress(name)
     for idx, name in enumerate(b for b in ev.baselines if b in ("ncoreset", "acoreset")):
@@ -89,7 +98,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
             progress(name)
     return {"train_size": ev.train_size, "sizes": sizes, "held_out": int(len(test_x)),
             "err": {k: v[sizes.index(ev.train_size)] for k, v in err_vs_n.items()},
-            "err_vs_n": err_vs_n}
+            "err_vs_n": err_vs_n, "failed": failed}
 
 
 def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
@@ -105,6 +114,8 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     baselines = {k: v for k, v in err.items() if k != "optimized"}
     out = {"err": design, "baselines": baselines, "best_baseline": None, "ratio": None,
            "beats_best_baseline": None, "beats_initial": None, "warnings": list(warnings)}
+    for name, why in evaluation.get("failed", {}).items():
+        out["warnings"].append(f"baseline {name} could not be evaluated: {why}")
     if baselines:
         best = min(baselines, key=baselines.get)
         out.update(best_baseline=best, ratio=design / baselines[best] if baselines[best] > 0 else None,

@@ -26,10 +26,15 @@ from lwl.transport import gaussian_barycenter
 
 def fitted_gaussians(q: MetaTestSamples) -> list[Gaussian]:
     """N(empirical mean, empirical covariance) of each member's samples (the paper uses all M)."""
+    from lwl.design.adaptive import regularised_cholesky
+
     out = []
     for x in q.members:
         cov = np.cov(x, rowvar=False).reshape(q.dim, q.dim)
-        out.append(Gaussian(x.mean(0), cov=cov))
+        try:
+            out.append(Gaussian(x.mean(0), cov=cov))
+        except ValueError:  # rank-deficient samples (e.g. repeated rows): floor the spectrum
+            out.append(Gaussian(x.mean(0), regularised_cholesky(cov, rel=1e-6)))
     return out
 
 

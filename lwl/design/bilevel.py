@@ -199,9 +199,13 @@ class BilevelDesign:
         if starts and self.algo.keep == "best":
             selected["start"] = min(starts, key=lambda c: c["err"])["start"]
         if checks and it == 0 and self.algo.keep == "best" and state["iteration"] > 0:
-            warnings.append("no iterate improved on the initial distribution on the validation data; "
-                            "the initial distribution is returned")
-        events = [h.get("event") for h in history]
+            if selected.get("start") == "moment_matched":
+                warnings.append("no iterate improved on Q's moment-matched Gaussian (which validated better than "
+                                "the given initial distribution); it is returned")
+            else:
+                warnings.append("no iterate improved on the initial distribution on the validation data; "
+                                "the initial distribution is returned")
+        events = [h.get("event") for h in history] + [c.get("action") for c in checks]
         return {"distribution": kept.to_spec(), "last_distribution": last.to_spec(), "history": history,
                 "checks": list(checks), "selected": selected, "warnings": warnings,
                 "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted") if e in events}}

@@ -37,3 +37,22 @@ def test_verdict_names_the_best_baseline_and_warns_when_the_start_was_better():
     v = verdict({"err": {"optimized": 0.6, "normal": 0.5, "mixture": 0.25}}, ["earlier"])
     assert not v["beats_best_baseline"] and not v["beats_initial"]
     assert v["warnings"][0] == "earlier" and "not better than the initial" in v["warnings"][1]
+
+
+def test_rank_deficient_q_member_still_gets_its_baselines(small_spec):
+    """Identical rows make a member's covariance singular: the fitted Gaussians floor its
+    spectrum instead of failing the evaluation (and with it the design)."""
+    from lwl import run_job
+
+    small_spec["test_distributions"]["members"][0] = {"samples": [[0.1, 0.2, 0.3, 0.4, 0.5]] * 150}
+    small_spec["evaluation"]["baselines"] = ["normal", "barycenter", "mixture"]
+    res = run_job(small_spec)
+    assert set(res["evaluation"]["err"]) == {"optimized", "normal", "barycenter", "mixture"}
+    assert all(np.isfinite(v) for v in res["evaluation"]["err"].values())
+    assert res["evaluation"]["failed"] == {}
+
+
+def test_verdict_reports_a_failed_baseline():
+    v = verdict({"err": {"optimized": 0.2, "normal": 0.5}, "failed": {"barycenter": "boom"}})
+    assert v["best_baseline"] == "normal" and any("barycenter could not be evaluated: boom" in w
+                                                   for w in v["warnings"])
