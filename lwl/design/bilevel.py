@@ -206,8 +206,10 @@ class BilevelDesign:
                 warnings.append("no iterate improved on the initial distribution on the validation data; "
                                 "the initial distribution is returned")
         events = [h.get("event") for h in history] + [c.get("action") for c in checks]
+        labels_used = (len(self._v) + len(history) * self.algo.samples_per_iteration
+                       + len(checks) * self.check_samples)
         return {"distribution": kept.to_spec(), "last_distribution": last.to_spec(), "history": history,
-                "checks": list(checks), "selected": selected, "warnings": warnings,
+                "checks": list(checks), "selected": selected, "warnings": warnings, "labels_used": labels_used,
                 "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted") if e in events}}
 
     # -- pieces of Alg. 3 ----------------------------------------------------------------------

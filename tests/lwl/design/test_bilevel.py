@@ -162,6 +162,9 @@ def test_kept_iterate_is_the_best_check(small_spec):
     assert res["selected"]["iteration"] == res["checks"][best]["iteration"]
     assert sum(h["selected"] for h in res["history"]) <= 1
     assert res["last_distribution"]["mean"] == state["mean"].tolist()
+    # Q's validation points, every iteration's batch and every check batch were labelled
+    n_labels = len(design.queries(design.init())) + 60 * len(res["history"]) + 80 * len(res["checks"])
+    assert res["labels_used"] == n_labels
     # a stall returned to the best iterate with half the step
     reverts = [c for c in res["checks"] if c["action"] == "reverted"]
     assert all(h["step_size"] <= 0.05 for h in res["history"])
