@@ -98,13 +98,36 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+MAX_JSON_DEPTH = 64  # a job spec nests about 6 levels deep
+
+
 def parse_json(raw: bytes) -> Any:
     """JSON text to Python; NaN/Infinity literals parse here so that validation can refuse
-    them with the field named."""
+    them with the field named. Documents nested deeper than MAX_JSON_DEPTH are refused with 400
+    (the parser's own recursion limit would otherwise surface as a 500)."""
     try:
-        return json.loads(raw)
+        doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise Problem(400, "Malformed JSON", str(exc)) from None
+    except RecursionError:
+        raise Problem(400, "JSON nested too deeply", f"at most {MAX_JSON_DEPTH} levels of arrays and objects") from None
+    if json_depth(doc) > MAX_JSON_DEPTH:
+        raise Problem(400, "JSON nested too deeply", f"at most {MAX_JSON_DEPTH} levels of arrays and objects")
+    return doc
+
+
+def json_depth(doc: Any) -> int:
+    """Nesting depth of arrays and objects, without recursion."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node)
+                         if isinstance(child, (list, dict)))
+    return deepest
 
 
 def job_view(job: dict) -> dict:
@@ -147,6 +170,8 @@ def load_array(raw: bytes) -> np.ndarray:
             if len(data.files) != 1:
                 raise ValueError(f"an .npz upload must hold exactly one array, found {len(data.files)}")
             data = data[data.files[0]]
+        if not isinstance(data, np.ndarray):  # an .npz member that is not an .npy array
+            raise ValueError("the archive member is not an .npy array")
     except Exception as exc:
         raise Problem(400, "Unreadable dataset", f"expected .npy or .npz bytes: {exc}") from None
     if data.dtype.kind not in "fiu":

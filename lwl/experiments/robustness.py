@@ -61,8 +61,8 @@ def problem_spec(p: Problem, *, size: int, validation: int, iterations: int | No
         C = np.atleast_2d(wishart(df=d + 1, scale=np.eye(d)).rvs(random_state=rng))
         members.append({"gaussian": {"mean": m.tolist(), "cov": (0.5 * (C + C.T)).tolist()}, "size": size})
     params = {"scale": p.scale}
-    if p.oracle == "kernel_expansion":
-        params.update(dim=d, centres=200, lengthscale=2.0, seed=p.dim, low=-3.0, high=3.0)
+    if p.oracle == "kernel_expansion":  # the paper's g4 in dimension d (Table 1's kernel convention)
+        params.update(dim=d, centres=1000, lengthscale=5.0 * 2**0.5, seed=p.dim)
     spec = {"oracle": {"name": p.oracle, "params": params},
             "test_distributions": {"members": members, "validation_per_member": validation},
             "seed": seed, "device": "cpu"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 
 import httpx
 import numpy as np
@@ -212,6 +213,21 @@ def test_datasets_upload_and_use(alice, server):
     buf = io.BytesIO()
     np.save(buf, np.array([[1.0, np.nan]]))
     _problem(httpx.post(f"{server.url}/v1/datasets", content=buf.getvalue(), headers=h), 422)
+    # an .npz archive whose one member is a text file, not an array: 400, not a server error
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("notes.txt", "no array here")
+    _problem(httpx.post(f"{server.url}/v1/datasets", content=buf.getvalue(), headers=h), 400)
+
+
+def test_deeply_nested_json_is_refused_and_the_connection_lives(server):
+    h = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=server.url, headers=h) as c:  # one keep-alive connection
+        for depth in (100, 100_000):
+            r = c.post("/v1/jobs", content="[" * depth + "]" * depth)
+            _problem(r, 400)
+            assert "nested too deeply" in r.json()["title"]
+            assert c.get("/v1/jobs").status_code == 200  # the next request on the same connection
 
 
 def test_catalog_health_metrics(server, alice):
