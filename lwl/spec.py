@@ -350,6 +350,10 @@ class BilevelSpec(StrictModel):
     starts: Literal["given", "moment_matched"] = Field(
         default="moment_matched",
         description="adaptive: also check Q's moment-matched Gaussian at iteration 0 and start from the better")
+    significance: float = Field(
+        default=2.0, ge=0.0, le=100.0,
+        description="keep=best: the kept iterate must beat the given initial distribution by this many standard "
+                    "errors of the paired validation difference, else the initial one is returned (0: off)")
     patience: int = Field(default=2, ge=1, le=1000)
     max_halvings: int = Field(default=6, ge=0, le=60)
 

@@ -35,7 +35,7 @@ INLINE_FLOATS = 1_000_000  # sampling requests up to this size run on the event 
 
 
 class SampleRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "n": "5" is refused, not coerced
     n: int = Field(ge=1, description="number of samples")
     seed: int = Field(ge=0, lt=2**63, description="same seed, same samples as lwl.measures.from_spec(doc).sample(n, seed)")
 

@@ -178,8 +178,16 @@ class BilevelDesign:
         last iterate, the history, the checks and which iterate was selected and why."""
         last = self.distribution(state)
         checks = state["checks"]
+        z, within_noise = None, False
         if self.algo.keep == "best" and checks:
             kept, it = Gaussian.from_parameters(state["best_mean"], state["best_chol"]), state["best_iteration"]
+            given = Gaussian(self.spec.family.mean, cov=self.spec.family.cov)
+            moved = not (np.array_equal(kept.mean, given.mean) and np.array_equal(kept.chol, given.chol))
+            if moved and state.get("initial_sq") is not None and state.get("best_sq") is not None:
+                z = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
+                within_noise = z < self.algo.significance
+            if within_noise:  # the improvement is not distinguishable from validation noise
+                kept, it = given, 0
         else:
             kept, it = last, state["iteration"]
         history = [dict(h) for h in state["history"]]
@@ -187,7 +195,10 @@ class BilevelDesign:
             h["selected"] = h["iteration"] == it
         initial = next((c["err"] for c in checks if c.get("start") == "given"), None)
         kept_err = state["best_err"] if self.algo.keep == "best" else (checks[-1]["err"] if checks else None)
+        if within_noise:
+            kept_err = next((c["err"] for c in checks if c.get("start") == "given"), kept_err)
         selected = {"iteration": it, "rule": f"{self.algo.keep} validation check",
+                    "improvement_z": z if z is None or np.isfinite(z) else None,
                     "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
                     "initial_check_err": initial, "lengthscale": state["lengthscale"],
                     "last_check_err": checks[-1]["err"] if checks else None}
@@ -198,7 +209,12 @@ class BilevelDesign:
         starts = [c for c in checks if c["iteration"] == 0]
         if starts and self.algo.keep == "best":
             selected["start"] = min(starts, key=lambda c: c["err"])["start"]
-        if checks and it == 0 and self.algo.keep == "best" and state["iteration"] > 0:
+        if within_noise:
+            selected.update(rule="initial distribution: the best check was within noise of it", start="given")
+            warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
+                            f"noise ({z:.2f} standard errors < {self.algo.significance:g}): the initial "
+                            f"distribution is returned, the best checked iterate is best_distribution")
+        if checks and it == 0 and self.algo.keep == "best" and state["iteration"] > 0 and not within_noise:
             if selected.get("start") == "moment_matched":
                 warnings.append("no iterate improved on Q's moment-matched Gaussian (which validated better than "
                                 "the given initial distribution); it is returned")
@@ -208,7 +224,9 @@ class BilevelDesign:
         events = [h.get("event") for h in history] + [c.get("action") for c in checks]
         labels_used = (len(self._v) + len(history) * self.algo.samples_per_iteration
                        + len(checks) * self.check_samples)
-        return {"distribution": kept.to_spec(), "last_distribution": last.to_spec(), "history": history,
+        best = Gaussian.from_parameters(state["best_mean"], state["best_chol"])
+        return {"distribution": kept.to_spec(), "last_distribution": last.to_spec(),
+                "best_distribution": best.to_spec(), "history": history,
                 "checks": list(checks), "selected": selected, "warnings": warnings, "labels_used": labels_used,
                 "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted") if e in events}}
 
@@ -238,26 +256,48 @@ class BilevelDesign:
         g_mean, g_chol = self.distribution(state).score(U, weights=c.cpu().numpy())
         return objective, float(np.sqrt(objective / scale)), g_mean, g_chol
 
-    def check_err(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray, lengthscale: float) -> float:
-        """Err on Q's validation samples of KRR trained on (U, y) with the evaluation's ridge."""
-        from lwl.evaluation import relative_ood_error
-
+    def check_residuals(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
+                        lengthscale: float) -> np.ndarray:
+        """|G_hat(v) - G*(v)|^2 on Q's validation samples for KRR trained on (U, y) with the
+        evaluation's ridge; Err = sqrt(sum a e / sum a G*^2)."""
         ridge = self.spec.evaluation.ridge
         model = KernelRidge(self.spec.model.kernel, lengthscale, ridge / len(U), device=str(self.device)).fit(U, y)
         pred = model.predict_from_kernel(model.kernel_matrix(model.X_, self._v)).cpu().numpy()
-        return relative_ood_error(pred, validation_labels, self._a.cpu().numpy())
+        return (pred - validation_labels) ** 2
 
-    def _safe_check_err(self, U, y, validation_labels, lengthscale) -> float:
+    def _checked(self, U, y, validation_labels, lengthscale) -> tuple[float, np.ndarray | None]:
+        """(Err, squared residuals) of a check; (inf, None) when the model cannot be trained."""
         try:
-            err = self.check_err(U, y, validation_labels, lengthscale)
+            sq = self.check_residuals(U, y, validation_labels, lengthscale)
         except np.linalg.LinAlgError:
-            return float("inf")
-        return err if np.isfinite(err) else float("inf")
+            return float("inf"), None
+        a = self._a.cpu().numpy()
+        err = float(np.sqrt((a @ sq) / (a @ validation_labels**2)))
+        return (err, sq) if np.isfinite(err) else (float("inf"), None)
 
     def select_lengthscale(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray) -> dict[str, float]:
         """Check Err for the median distance times each of LENGTHSCALE_FACTORS (on one batch)."""
         base = self.spec.model.lengthscale
-        return {repr(f * base): self._safe_check_err(U, y, validation_labels, f * base) for f in LENGTHSCALE_FACTORS}
+        return {repr(f * base): self._checked(U, y, validation_labels, f * base)[0] for f in LENGTHSCALE_FACTORS}
+
+    def improvement_z(self, sq_new: np.ndarray, sq_old: np.ndarray, validation_labels: np.ndarray) -> float:
+        """How many standard errors the check's Err^2 improved from ``sq_old`` to ``sq_new``.
+
+        Paired on the validation points: Delta = sum_i a_i (e_new,i - e_old,i) / sum_i a_i G*_i^2,
+        with Var(Delta) = sum_k (w_k / den)^2 Var_k(e_new - e_old) / M_k over Q's members (points
+        of one member are i.i.d.). Err is dominated by the largest labels; a few validation
+        points can make a distribution look better than it is, and this says when."""
+        a = self._a.cpu().numpy()
+        den = float(a @ validation_labels**2)
+        diff = sq_new - sq_old
+        delta = float(a @ diff) / den
+        var, start = 0.0, 0
+        for x, w in zip(self.q.validation, self.q.weights):
+            part = diff[start:start + len(x)]
+            start += len(x)
+            if len(x) > 1:
+                var += (w / den) ** 2 * float(part.var(ddof=1)) / len(x)
+        return -delta / np.sqrt(var) if var > 0 else (float("inf") if delta < 0 else 0.0)
 
     def resolved_spec(self, state: dict[str, Any]) -> JobSpec:
         """The spec with the lengthscale the run selected (the one its evaluation must use)."""
@@ -276,11 +316,11 @@ class BilevelDesign:
             errs = self.select_lengthscale(U, y, state["validation_labels"])
             new["lengthscale"] = float(min(errs, key=errs.get))
             record["lengthscales"] = errs
-        err = self._safe_check_err(U, y, state["validation_labels"], new["lengthscale"])
+        err, sq = self._checked(U, y, state["validation_labels"], new["lengthscale"])
         record.update(err=err, best=err < state["best_err"], action=None)
         if record["best"]:
             new.update(best_mean=state["mean"], best_chol=state["chol"], best_err=err, best_iteration=k,
-                       stale_checks=0)
+                       stale_checks=0, best_sq=sq)
         elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
             new["stale_checks"] = state["stale_checks"] + 1
             if new["stale_checks"] >= self.algo.patience:
@@ -295,6 +335,8 @@ class BilevelDesign:
             starts = self.start_points()
             i = state["start_index"]
             record["start"] = starts[i][0]
+            if starts[i][0] == "given" and sq is not None:
+                new["initial_sq"] = sq  # what the kept iterate must beat beyond noise
             if i + 1 < len(starts):
                 nxt = starts[i + 1][1]
                 new.update(mean=nxt.mean, chol=nxt.chol, start_index=i + 1)

@@ -8,11 +8,11 @@ from lwl.runner import Interrupted
 
 def test_same_spec_and_seed_give_the_same_result(small_spec):
     a, b = run_job(small_spec), run_job(small_spec)
-    assert a["distribution"] == b["distribution"]
+    assert a["distribution"] == b["distribution"] and a["last_distribution"] == b["last_distribution"]
     assert a["evaluation"] == b["evaluation"]
     small_spec["seed"] = 1
     c = run_job(small_spec)
-    assert c["distribution"]["mean"] != a["distribution"]["mean"]
+    assert c["last_distribution"]["mean"] != a["last_distribution"]["mean"]
 
 
 def test_result_document(small_spec):
@@ -36,6 +36,8 @@ def test_progress_checkpoint_and_cancel(small_spec):
     full = run_job(small_spec, evaluate=False)
     resumed = run_job(small_spec, state=blobs[4], evaluate=False)
     assert resumed["distribution"] == full["distribution"]
+    assert resumed["last_distribution"] == full["last_distribution"]
+    assert resumed["selected"] == full["selected"]
     calls = iter([False, False, False, False, True])
     with pytest.raises(Interrupted) as exc:
         run_job(small_spec, should_stop=lambda: next(calls))

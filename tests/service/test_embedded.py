@@ -188,6 +188,7 @@ def test_bad_input_gets_problem_documents_and_stores_nothing(server, alice, bob)
     _problem(httpx.post(f"{server.url}/v1/jobs/{mine}/samples", json={"n": 0, "seed": 0}, headers=sh), 422, "n")
     _problem(httpx.post(f"{server.url}/v1/jobs/{mine}/samples", json={"n": 10**9, "seed": 0}, headers=sh), 422, "n")
     _problem(httpx.post(f"{server.url}/v1/jobs/{mine}/samples", json={"n": 5, "seed": -1}, headers=sh), 422, "seed")
+    _problem(httpx.post(f"{server.url}/v1/jobs/{mine}/samples", json={"n": "5", "seed": 0}, headers=sh), 422, "n")
     # only the one valid job was stored; the worker is alive and still runs jobs
     assert len(alice.jobs()) + len(bob.jobs()) == before + 1
     assert alice.wait(alice.submit(small_job(iterations=2)), progress=False, timeout=60)["status"] == "succeeded"

@@ -146,7 +146,7 @@ def _adaptive(small_spec, **algo):
 
 
 def test_kept_iterate_is_the_best_check(small_spec):
-    design, oracle = _adaptive(small_spec, iterations=12, check_every=3, patience=1)
+    design, oracle = _adaptive(small_spec, iterations=12, check_every=3, patience=1, significance=0)
     state = design.init()
     checked = []  # theta at every check, in order
     while not design.done(state):
@@ -172,8 +172,39 @@ def test_kept_iterate_is_the_best_check(small_spec):
         assert state["step_scale"] < 1.0
 
 
+def test_an_improvement_within_validation_noise_returns_the_initial_distribution(small_spec):
+    from lwl import run_job
+
+    small_spec["algorithm"].update(iterations=8, check_every=4)
+    moved = run_job({**small_spec, "algorithm": {**small_spec["algorithm"], "significance": 0}})
+    assert moved["selected"]["iteration"] > 0 and moved["distribution"] == moved["best_distribution"]
+    z = moved["selected"]["improvement_z"]
+    assert np.isfinite(z)
+    # demand more standard errors than the improvement has: the initial distribution comes back
+    small_spec["algorithm"]["significance"] = z + 1.0
+    kept = run_job(small_spec)
+    assert kept["distribution"]["mean"] == small_spec["family"]["mean"]
+    assert kept["best_distribution"] == moved["best_distribution"]
+    assert kept["selected"]["iteration"] == 0 and "within noise" in kept["selected"]["rule"]
+    assert any("within noise" in w for w in kept["warnings"])
+
+
+def test_improvement_z_is_the_paired_difference_over_its_standard_error(small_spec):
+    design, _ = _adaptive(small_spec)
+    rng = np.random.default_rng(3)
+    n = [len(x) for x in design.q.validation]
+    y = rng.standard_normal(sum(n)) * 3
+    old, new = rng.random(sum(n)), rng.random(sum(n)) * 0.8
+    a = design.q.point_weights(design.q.validation, design.q.weights)
+    den = a @ y**2
+    d = new - old
+    parts = np.split(d, np.cumsum(n)[:-1])
+    se = np.sqrt(sum((w / den) ** 2 * p.var(ddof=1) / len(p) for p, w in zip(parts, design.q.weights)))
+    assert np.isclose(design.improvement_z(new, old, y), -(a @ d / den) / se, rtol=1e-12)
+
+
 def test_forced_runaway_steps_are_refused_and_the_job_still_ends_well(small_spec, monkeypatch):
-    design, oracle = _adaptive(small_spec, iterations=16, check_every=4)
+    design, oracle = _adaptive(small_spec, iterations=16, check_every=4, significance=0)
     real = design.gradient
 
     def sabotaged(state, U, y, sigma2):
