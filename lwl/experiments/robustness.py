@@ -8,7 +8,8 @@ Q's centre plus a small offset with the identity covariance). Every job names on
 Q, (for the non-default starts) the family and the KRR lengthscale as Table 1 gives it (half
 the RMS distance between Q's samples; the ``full-selected`` preset leaves it to lwl): no
 algorithm or evaluation block, so it runs on lwl's defaults. Each problem reports the held-out Err of the design and of the initial
-distribution (``normal``), the barycenter and the mixture, whether the run diverged, and time.
+distribution (``normal``), the barycenter and the mixture, whether the run diverged (see
+:func:`diverged`: runaway parameters or blown-up predictions), and time.
 """
 
 from __future__ import annotations
@@ -111,11 +112,10 @@ def run(preset: str = "quick", *, count: int | None = None, progress=None) -> di
         res = run_job(spec)
         seconds = time.perf_counter() - t0
         v = res["verdict"]
-        dist = res["distribution"]
-        finite = bool(np.all(np.isfinite(dist["mean"])) and np.all(np.isfinite(dist["cov"])))
+        size = runaway_measures(res)
         rows.append({**asdict(p), "err": v["err"], "baselines": v["baselines"],
                      "best_of_mixture_barycenter": min(v["baselines"]["mixture"], v["baselines"]["barycenter"]),
-                     "diverged": (not finite) or v["err"] >= 0.999 or not np.isfinite(v["err"]),
+                     **size, "diverged": diverged(v["err"], v["baselines"]["normal"], size),
                      "selected_iteration": res["selected"]["iteration"], "iterations_run": len(res["history"]),
                      "events": res["events"], "warnings": res["warnings"], "seconds": seconds,
                      "lengthscale": res["spec"]["model"]["lengthscale"]})
@@ -126,6 +126,35 @@ def run(preset: str = "quick", *, count: int | None = None, progress=None) -> di
     return out
 
 
+def runaway_measures(res: dict) -> dict:
+    """How far the kept distribution is from Q's moment-matched Gaussian N(mu_Q, C_Q): the
+    largest eigenvalue of C_Q^{-1/2} C C_Q^{-1/2}, the smallest, and the mean offset
+    |C_Q^{-1/2}(m - mu_Q)| (inf when a parameter is not finite)."""
+    from lwl.design.adaptive import moment_matched
+    from lwl.meta import MetaTestSamples
+    from lwl.spec import parse_job_spec
+
+    spec = parse_job_spec(res["spec"])
+    q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed)
+    mu, C = moment_matched(np.concatenate(q.validation), q.point_weights(q.validation, q.weights))
+    m, S = np.asarray(res["distribution"]["mean"]), np.asarray(res["distribution"]["cov"])
+    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(S))):
+        return {"cov_ratio_max": float("inf"), "cov_ratio_min": 0.0, "mean_offset": float("inf")}
+    w, V = np.linalg.eigh(C)
+    W = (V / np.sqrt(w)) @ V.T  # C_Q^{-1/2}
+    ratios = np.linalg.eigvalsh(W @ S @ W)
+    return {"cov_ratio_max": float(ratios.max()), "cov_ratio_min": float(ratios.min()),
+            "mean_offset": float(np.linalg.norm(W @ (m - mu)))}
+
+
+def diverged(err: float, initial_err: float, size: dict) -> bool:
+    """A run diverged when its distribution ran away (non-finite, a covariance 1000x Q's or
+    1e-9 of it, a mean 100 standard deviations of Q away) or its held-out Err is not finite or
+    above both 1.5 and 1.5x the initial distribution's (predictions blown up)."""
+    runaway = (size["cov_ratio_max"] > 1e3 or size["cov_ratio_min"] < 1e-9 or size["mean_offset"] > 100.0)
+    return bool(runaway or not np.isfinite(err) or err > 1.5 * max(1.0, initial_err))
+
+
 def summary(rows: list[dict]) -> dict:
     n = len(rows)
 
@@ -133,6 +162,8 @@ def summary(rows: list[dict]) -> dict:
         return sum(r["err"] < r["baselines"][key] for r in rows) / n
 
     return {"problems": n, "diverged": sum(r["diverged"] for r in rows),
+            "worse_than_initial": sum(r["err"] > r["baselines"]["normal"] for r in rows),
+            "equal_to_initial": sum(r["err"] == r["baselines"]["normal"] for r in rows),
             "win_rate": {"normal": rate("normal"), "barycenter": rate("barycenter"), "mixture": rate("mixture"),
                          "better_of_mixture_barycenter": sum(r["err"] < r["best_of_mixture_barycenter"]
                                                              for r in rows) / n},
@@ -152,7 +183,8 @@ def markdown(doc: dict) -> str:
              + (f" except {doc['settings']['iterations']} iterations" if doc["settings"].get("iterations") else "")
              + ". Err on Q's held-out samples, KRR with N = 1024.", "",
              f"- problems: {s['problems']}; diverged: {s['diverged']}",
-             f"- design beats its initial distribution: {w['normal']:.0%}",
+             f"- design beats its initial distribution: {w['normal']:.0%} (equal to it: "
+             f"{s['equal_to_initial']}, worse: {s['worse_than_initial']})",
              f"- beats the barycenter: {w['barycenter']:.0%}; the mixture: {w['mixture']:.0%}; "
              f"the better of the two: {w['better_of_mixture_barycenter']:.0%}",
              f"- median Err ratio design / better of mixture and barycenter: "

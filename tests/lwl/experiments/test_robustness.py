@@ -38,3 +38,13 @@ def test_smoke_preset_writes_the_study(tmp_path):
     paths = robustness.write_outputs(doc, tmp_path)
     assert all(p.stat().st_size > 0 for p in paths)
     assert "| problem |" in (tmp_path / "results.md").read_text()
+
+
+def test_divergence_means_runaway_parameters_or_blown_up_predictions():
+    sane = {"cov_ratio_max": 3.0, "cov_ratio_min": 0.1, "mean_offset": 2.0}
+    assert not robustness.diverged(0.9, 1.0, sane)
+    assert not robustness.diverged(1.2, 1.0, sane)  # worse than the start, but not a divergence
+    assert robustness.diverged(1.6, 1.0, sane) and robustness.diverged(float("nan"), 1.0, sane)
+    assert robustness.diverged(0.5, 1.0, {**sane, "cov_ratio_max": 1e15})  # the old default's runaway
+    assert robustness.diverged(0.5, 1.0, {**sane, "mean_offset": 1e7})
+    assert robustness.diverged(0.5, 1.0, {**sane, "cov_ratio_min": 0.0})
