@@ -353,7 +353,8 @@ class BilevelSpec(StrictModel):
     significance: float = Field(
         default=2.0, ge=0.0, le=100.0,
         description="keep=best: the kept iterate must beat the given initial distribution by this many standard "
-                    "errors of the paired validation difference, else the initial one is returned (0: off)")
+                    "errors of the paired validation difference, else the best check that does (or the initial "
+                    "one) is returned (0: off)")
     patience: int = Field(default=2, ge=1, le=1000)
     max_halvings: int = Field(default=6, ge=0, le=60)
 

@@ -178,7 +178,7 @@ class BilevelDesign:
         last iterate, the history, the checks and which iterate was selected and why."""
         last = self.distribution(state)
         checks = state["checks"]
-        z, within_noise = None, False
+        z, within_noise, fallback = None, False, False
         if self.algo.keep == "best" and checks:
             kept, it = Gaussian.from_parameters(state["best_mean"], state["best_chol"]), state["best_iteration"]
             given = Gaussian(self.spec.family.mean, cov=self.spec.family.cov)
@@ -186,8 +186,12 @@ class BilevelDesign:
             if moved and state.get("initial_sq") is not None and state.get("best_sq") is not None:
                 z = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
                 within_noise = z < self.algo.significance
-            if within_noise:  # the improvement is not distinguishable from validation noise
+            fallback = within_noise and state.get("significant_mean") is not None
+            if within_noise:  # the best check's improvement is not distinguishable from validation noise
                 kept, it = given, 0
+            if fallback:  # ... but another check's is: the best of those
+                kept = Gaussian.from_parameters(state["significant_mean"], state["significant_chol"])
+                it = state["significant_iteration"]
         else:
             kept, it = last, state["iteration"]
         history = [dict(h) for h in state["history"]]
@@ -196,7 +200,8 @@ class BilevelDesign:
         initial = next((c["err"] for c in checks if c.get("start") == "given"), None)
         kept_err = state["best_err"] if self.algo.keep == "best" else (checks[-1]["err"] if checks else None)
         if within_noise:
-            kept_err = next((c["err"] for c in checks if c.get("start") == "given"), kept_err)
+            kept_err = (state["significant_err"] if fallback
+                        else next((c["err"] for c in checks if c.get("start") == "given"), kept_err))
         selected = {"iteration": it, "rule": f"{self.algo.keep} validation check",
                     "improvement_z": z if z is None or np.isfinite(z) else None,
                     "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
@@ -209,11 +214,17 @@ class BilevelDesign:
         starts = [c for c in checks if c["iteration"] == 0]
         if starts and self.algo.keep == "best":
             selected["start"] = min(starts, key=lambda c: c["err"])["start"]
-        if within_noise:
+        if fallback:
+            selected["rule"] = "best check that beats the initial distribution beyond noise"
+            warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
+                            f"noise ({z:.2f} standard errors < {self.algo.significance:g}): the best check that "
+                            f"beats it beyond noise is returned, the best checked iterate is best_distribution")
+        elif within_noise:
             selected.update(rule="initial distribution: the best check was within noise of it", start="given")
             warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.algo.significance:g}): the initial "
-                            f"distribution is returned, the best checked iterate is best_distribution")
+                            f"noise ({z:.2f} standard errors < {self.algo.significance:g}), and so is every "
+                            f"other check's: the initial distribution is returned, the best checked iterate is "
+                            f"best_distribution")
         if checks and it == 0 and self.algo.keep == "best" and state["iteration"] > 0 and not within_noise:
             if selected.get("start") == "moment_matched":
                 warnings.append("no iterate improved on Q's moment-matched Gaussian (which validated better than "
@@ -306,6 +317,31 @@ class BilevelDesign:
         return self.spec.model_copy(update={"model": self.spec.model.model_copy(
             update={"lengthscale": state["lengthscale"]})})
 
+    def _track_significant(self, state: dict[str, Any], new: dict[str, Any], record: dict, err: float,
+                           sq: np.ndarray) -> dict[str, Any]:
+        """Remember the best check that beats the given theta0 by ``significance`` standard
+        errors: what is returned when the overall best check does not. A start checked before
+        theta0 waits until theta0's residuals are known."""
+        k = record["iteration"]
+        given_start = k == 0 and self.start_points()[state["start_index"]][0] == "given"
+        if k == 0 and not given_start:
+            new.update(pending_mean=state["mean"], pending_chol=state["chol"], pending_err=err, pending_sq=sq)
+            return new
+        if given_start:
+            new["initial_sq"] = sq  # what a kept iterate must beat beyond noise
+        if new.get("initial_sq") is None:
+            return new
+        candidates = [(state["mean"], state["chol"], err, k, sq, record)]
+        if given_start and state.get("pending_sq") is not None:
+            candidates.append((state["pending_mean"], state["pending_chol"], state["pending_err"], 0,
+                               state["pending_sq"], new["checks"][-1] if new["checks"] else {}))
+        for mean, chol, e, it, s, rec in candidates:
+            z = self.improvement_z(s, new["initial_sq"], state["validation_labels"])
+            rec["z"] = z if np.isfinite(z) else None
+            if z >= self.algo.significance and e < new.get("significant_err", float("inf")):
+                new.update(significant_mean=mean, significant_chol=chol, significant_err=e, significant_iteration=it)
+        return new
+
     def _check(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:
         """Score theta_k on the fixed check batch; keep the best; revert and halve on stalls."""
         k = state["iteration"]
@@ -321,6 +357,8 @@ class BilevelDesign:
         if record["best"]:
             new.update(best_mean=state["mean"], best_chol=state["chol"], best_err=err, best_iteration=k,
                        stale_checks=0, best_sq=sq)
+        if sq is not None:
+            new = self._track_significant(state, new, record, err, sq)
         elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
             new["stale_checks"] = state["stale_checks"] + 1
             if new["stale_checks"] >= self.algo.patience:
@@ -335,8 +373,6 @@ class BilevelDesign:
             starts = self.start_points()
             i = state["start_index"]
             record["start"] = starts[i][0]
-            if starts[i][0] == "given" and sq is not None:
-                new["initial_sq"] = sq  # what the kept iterate must beat beyond noise
             if i + 1 < len(starts):
                 nxt = starts[i + 1][1]
                 new.update(mean=nxt.mean, chol=nxt.chol, start_index=i + 1)

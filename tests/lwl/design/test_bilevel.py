@@ -180,13 +180,25 @@ def test_an_improvement_within_validation_noise_returns_the_initial_distribution
     assert moved["selected"]["iteration"] > 0 and moved["distribution"] == moved["best_distribution"]
     z = moved["selected"]["improvement_z"]
     assert np.isfinite(z)
-    # demand more standard errors than the improvement has: the initial distribution comes back
-    small_spec["algorithm"]["significance"] = z + 1.0
+    # demand more standard errors than any check has: the initial distribution comes back
+    small_spec["algorithm"]["significance"] = 100.0
     kept = run_job(small_spec)
     assert kept["distribution"]["mean"] == small_spec["family"]["mean"]
     assert kept["best_distribution"] == moved["best_distribution"]
-    assert kept["selected"]["iteration"] == 0 and "within noise" in kept["selected"]["rule"]
+    assert kept["selected"]["iteration"] == 0 and kept["selected"]["rule"].startswith("initial distribution")
     assert any("within noise" in w for w in kept["warnings"])
+    # more than the best check has: the best of the checks that have enough, else the initial one
+    small_spec["algorithm"]["significance"] = z + 1e-9
+    fallback = run_job(small_spec)
+    eligible = [c for c in fallback["checks"] if c.get("z") is not None and c["z"] >= z + 1e-9]
+    if eligible:
+        assert fallback["selected"]["check_err"] == min(c["err"] for c in eligible)
+        assert fallback["selected"]["rule"] == "best check that beats the initial distribution beyond noise"
+    else:
+        assert fallback["distribution"]["mean"] == small_spec["family"]["mean"]
+    # every check after theta0's carries its z; the best check's is the selection's improvement_z
+    zs = {c["iteration"]: c["z"] for c in moved["checks"] if c.get("z") is not None}
+    assert np.isclose(zs[moved["selected"]["iteration"]], z)
 
 
 def test_improvement_z_is_the_paired_difference_over_its_standard_error(small_spec):
