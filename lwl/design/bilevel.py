@@ -357,8 +357,6 @@ class BilevelDesign:
         if record["best"]:
             new.update(best_mean=state["mean"], best_chol=state["chol"], best_err=err, best_iteration=k,
                        stale_checks=0, best_sq=sq)
-        if sq is not None:
-            new = self._track_significant(state, new, record, err, sq)
         elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
             new["stale_checks"] = state["stale_checks"] + 1
             if new["stale_checks"] >= self.algo.patience:
@@ -368,6 +366,8 @@ class BilevelDesign:
                            adam_m1=np.zeros_like(phi), adam_m2=np.zeros_like(phi), adam_t=0,
                            step_scale=0.5 * state["step_scale"], halvings=state["halvings"] + 1, stale_checks=0)
                 record["action"] = "reverted"
+        if sq is not None:
+            new = self._track_significant(state, new, record, err, sq)
         new["checks"] = [*state["checks"], record]
         if k == 0:  # starting points: check each, then start from the best
             starts = self.start_points()
