@@ -213,6 +213,19 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+_Q_NOTE = """- **Q.** The paper's 10 test Gaussians cannot be had; lwl draws its own (means N(0, I),
+  covariances Wishart_d(I, d+1), fixed per column from seed 2025), so baseline errors differ
+  from the paper's where Q is easier or harder.
+- **Kernel convention.** The paper writes k(x, x') = exp(-||x - x'||^2 / l^2) with
+  l = 1, 3, 2/1.1, 5; the authors' code evaluates exp(-||x - x'||^2 / (2 l^2)) with those
+  numbers, and the paper's table comes from that code. lwl's kernel is the paper's formula,
+  so Table 1 passes lengthscale sqrt(2) l (the code's kernel; g4's oracle too, which uses the
+  same kernel)."""
+
+_RUNS_NOTE = """- **Runs.** Each run re-draws everything random (Q's samples, design samples, baselines,
+  coresets' random starts, final training sets) from its own seed.
+"""
+
 DEPARTURES = """\\* Departures from the paper's stated settings:
 
 - **Optimiser: one configuration for all six columns.** Every run is the job spec with no
@@ -221,17 +234,7 @@ DEPARTURES = """\\* Departures from the paper's stated settings:
   N_k = 250 and plain steps, in the authors' code with a step size per column).
   ``--preset paper-schedule`` runs the paper's plain schedule with the per-column step sizes
   of lwl's earlier table.
-- **Q.** The paper's 10 test Gaussians cannot be had; lwl draws its own (means N(0, I),
-  covariances Wishart_d(I, d+1), fixed per column from seed 2025), so baseline errors differ
-  from the paper's where Q is easier or harder.
-- **Kernel convention.** The paper writes k(x, x') = exp(-||x - x'||^2 / l^2) with
-  l = 1, 3, 2/1.1, 5; the authors' code evaluates exp(-||x - x'||^2 / (2 l^2)) with those
-  numbers, and the paper's table comes from that code. lwl's kernel is the paper's formula,
-  so Table 1 passes lengthscale sqrt(2) l (the code's kernel; g4's oracle too, which uses the
-  same kernel).
-- **Runs.** Each run re-draws everything random (Q's samples, design samples, baselines,
-  coresets' random starts, final training sets) from its own seed.
-"""
+""" + _Q_NOTE + "\n" + _RUNS_NOTE
 
 DEPARTURES_SCHEDULE = """\\* Departures from the paper's stated settings:
 
@@ -241,18 +244,9 @@ DEPARTURES_SCHEDULE = """\\* Departures from the paper's stated settings:
   1/2 Err^2 instead (``gradient_scale: relative``: the gradient divided by E_Q(0) on the
   validation samples), so one scale-free step size serves every column; the value used per
   column is in the table above. ``gradient_scale: absolute`` gives the paper's raw gradient.
-- **Q.** The paper's 10 test Gaussians cannot be had; lwl draws its own (means N(0, I),
-  covariances Wishart_d(I, d+1), fixed per column from seed 2025), so baseline errors differ
-  from the paper's where Q is easier or harder.
-- **Kernel convention.** The paper writes k(x, x') = exp(-||x - x'||^2 / l^2) with
-  l = 1, 3, 2/1.1, 5; the authors' code evaluates exp(-||x - x'||^2 / (2 l^2)) with those
-  numbers, and the paper's table comes from that code. lwl's kernel is the paper's formula,
-  so Table 1 passes lengthscale sqrt(2) l (the code's kernel; g4's oracle too, which uses the
-  same kernel). At l itself every distribution is worse on lwl's Q (seed 0, 1000 iterations:
+""" + _Q_NOTE + """ At l itself every distribution is worse on lwl's Q (seed 0, 1000 iterations:
   g1 mixture 0.449 and ours 0.092; g2 d=5 mixture 0.526 and ours 0.329).
-- **Runs.** Each run re-draws everything random (Q's samples, design samples, baselines,
-  coresets' random starts, final training sets) from its own seed.
-"""
+""" + _RUNS_NOTE
 
 
 def write_outputs(doc: dict, out_dir) -> list:
