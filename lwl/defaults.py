@@ -3,7 +3,10 @@
 - ``family.mean`` / ``family.cov``: Q's moment-matched Gaussian, i.e. the weighted mean and
   covariance of Q's validation samples (each member weighted by w_k, its points equally);
 - ``model.lengthscale``: the median distance between Q's validation samples (the median
-  heuristic), computed on at most 2000 of them drawn with the job's seed.
+  heuristic), computed on at most 2000 of them drawn with the job's seed;
+- a mixture family's ``weights`` / ``means`` / ``covs``: one moment-matched Gaussian per member
+  of Q or per k-means cluster of Q's validation samples
+  (:func:`lwl.design.families.mixture.initial_components`).
 
 :func:`fill_from_data` returns a copy of the spec with these values written in, so the result's
 ``spec`` states exactly what ran; ``derived`` lists the fields that were filled.
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lwl.meta import MetaTestSamples
+from lwl.meta import STREAM_KMEANS, STREAM_MEDIAN, MetaTestSamples
 from lwl.spec import JobSpec
 
 MEDIAN_POINTS = 2000
@@ -36,16 +39,23 @@ def fill_from_data(spec: JobSpec, q: MetaTestSamples) -> JobSpec:
     dimension differs from Q's."""
     from lwl.design.adaptive import moment_matched, regularised_cholesky
 
-    if spec.family.name != "gaussian":
+    if spec.family.name not in ("gaussian", "mixture"):
         return spec
     pts = np.concatenate(q.validation)
     a = q.point_weights(q.validation, q.weights)
     family, model = spec.family.model_copy(), spec.model.model_copy()
     derived = []
     if family.dim is not None and family.dim != q.dim:
-        raise ValueError(f"family.mean: dimension {family.dim} does not match the test distributions' "
+        field = "mean" if family.name == "gaussian" else "means"
+        raise ValueError(f"family.{field}: dimension {family.dim} does not match the test distributions' "
                          f"dimension {q.dim}")
-    if family.mean is None or family.cov is None:
+    if family.name == "mixture" and family.means is None:
+        from lwl.design.families.mixture import initial_components
+
+        family = family.model_copy(update=initial_components(q, family.components, family.init, [spec.seed, STREAM_KMEANS]))
+        family.components = len(family.means)
+        derived += ["family.weights", "family.means", "family.covs"]
+    elif family.name == "gaussian" and (family.mean is None or family.cov is None):
         mean, cov = moment_matched(pts, a)
         if family.mean is None:
             family.mean = mean.tolist()
@@ -55,7 +65,7 @@ def fill_from_data(spec: JobSpec, q: MetaTestSamples) -> JobSpec:
             family.cov = (L @ L.T).tolist()
             derived.append("family.cov")
     if model.name == "krr" and model.lengthscale is None:
-        model.lengthscale = median_distance(pts, [spec.seed, 5])
+        model.lengthscale = median_distance(pts, [spec.seed, STREAM_MEDIAN])
         derived.append("model.lengthscale")
     out = spec.model_copy(update={"family": family, "model": model})
     out.derived = [*spec.derived, *derived]

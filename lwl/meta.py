@@ -23,6 +23,8 @@ STREAM_Q = 1
 STREAM_DESIGN = 2
 STREAM_EVAL = 3
 STREAM_CHECK = 4  # the fixed draws of the bilevel validation checks
+STREAM_MEDIAN = 5  # the subsample of the median-distance lengthscale
+STREAM_KMEANS = 6  # k-means++ seeding of a mixture family's initial components
 
 
 def _no_datasets(ref: str) -> np.ndarray:

@@ -245,6 +245,59 @@ class GaussianFamilySpec(StrictModel):
         return len(self.cov) if self.cov is not None else None
 
 
+class MixtureFamilySpec(StrictModel):
+    """nu_theta = sum_k w_k N(m_k, C_k), moved by the bilevel method (adaptive optimiser).
+
+    Missing ``weights``/``means``/``covs`` are fitted to Q's validation samples when the job
+    starts (:func:`lwl.design.families.mixture.initial_components`): one component per member
+    of Q (``init: "members"``, the ``mixture`` baseline) or ``components`` k-means clusters
+    (``"kmeans"``); by default members when ``components`` equals Q's member count (the default
+    count is min(K, 16)), k-means otherwise. The result's ``spec`` holds the values used."""
+
+    name: Literal["mixture"] = "mixture"
+    components: int | None = Field(default=None, ge=1, le=64, description="default: min(K, 16)")
+    init: Literal["members", "kmeans"] | None = Field(
+        default=None, description="default: members when components equals Q's member count, else kmeans")
+    weights: list[float] | None = None
+    means: list[list[float]] | None = None
+    covs: list[list[list[float]]] | None = None
+    free: list[Literal["weights", "means", "covs"]] = Field(
+        default_factory=lambda: ["weights", "means", "covs"], min_length=1)
+
+    @model_validator(mode="after")
+    def _components(self):
+        given = [k for k in ("weights", "means", "covs") if getattr(self, k) is not None]
+        if given and len(given) != 3:
+            missing = sorted({"weights", "means", "covs"} - set(given))
+            raise ValueError(f"{missing[0]}: give weights, means and covs together (or none)")
+        if given:
+            C = len(self.means)
+            if C == 0:
+                raise ValueError("means: at least one component")
+            for k in ("weights", "covs"):
+                if len(getattr(self, k)) != C:
+                    raise ValueError(f"{k}: {len(getattr(self, k))} entries for {C} means")
+            if self.components is not None and self.components != C:
+                raise ValueError(f"components: {self.components} does not match the {C} means")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights: must be non-negative with a positive sum")
+            if any(w == 0 for w in self.weights):
+                raise ValueError("weights: every component needs a positive weight (drop the others)")
+            d = len(self.means[0])
+            for k, (m, c) in enumerate(zip(self.means, self.covs)):
+                if len(m) != d:
+                    raise ValueError(f"means.{k}: dimension {len(m)}, expected {d}")
+                try:
+                    _check_spd(m, c)
+                except ValueError as exc:
+                    raise ValueError(f"covs.{k}: {str(exc).partition(': ')[2]}") from None
+        return self
+
+    @property
+    def dim(self) -> int | None:
+        return len(self.means[0]) if self.means else None
+
+
 class KLEFamilySpec(KLEParameters):
     """nu_theta = a KLE Gaussian (AMA); ``free`` names the parameters that move, ``bounds``
     their box (required by differential evolution)."""
@@ -421,7 +474,7 @@ class JobSpec(StrictModel):
 
     oracle: OracleSpec
     test_distributions: TestDistributionsSpec
-    family: GaussianFamilySpec | KLEFamilySpec | ParticlesFamilySpec = Field(
+    family: GaussianFamilySpec | MixtureFamilySpec | KLEFamilySpec | ParticlesFamilySpec = Field(
         default_factory=GaussianFamilySpec, discriminator="name")
     model: KRRSpec | DeepONetSpec = Field(default_factory=KRRSpec, discriminator="name")
     algorithm: BilevelSpec | AMASpec | ParticleAMASpec = Field(default_factory=BilevelSpec, discriminator="name")
@@ -442,7 +495,7 @@ class JobSpec(StrictModel):
     def _family_dim(cls, family, info: ValidationInfo):
         tests = info.data.get("test_distributions")
         d = tests.dim if tests is not None else None
-        field = "mean" if family.name == "gaussian" else "grid"  # what sets the family's dimension
+        field = {"gaussian": "mean", "mixture": "means"}.get(family.name, "grid")  # what sets its dimension
         if family.dim is not None and d is not None and family.dim != d:
             raise ValueError(f"{field}: dimension {family.dim} does not match the test distributions' dimension {d}")
         dim = family.dim if family.dim is not None else d  # a Gaussian without mean/cov takes Q's
@@ -513,8 +566,14 @@ class JobSpec(StrictModel):
             except ValueError as exc:
                 raise ValueError(str(exc)) from None
         else:
-            if self.family.name != "gaussian" or self.model.name != "krr":
-                raise ValueError("algorithm.name: bilevel needs a gaussian family and a krr model")
+            from lwl.design.families import BILEVEL_FAMILIES
+
+            if self.family.name not in BILEVEL_FAMILIES or self.model.name != "krr":
+                raise ValueError(f"algorithm.name: bilevel needs a family among {BILEVEL_FAMILIES.names()} "
+                                 "and a krr model")
+            if self.algorithm.optimizer == "paper" and self.family.name != "gaussian":
+                raise ValueError("algorithm.optimizer: the paper's plain step is defined for the gaussian family; "
+                                 "use the adaptive optimiser")
             self._kle_member_sizes()
         return self
 
@@ -562,7 +621,7 @@ class SpecError(ValueError):
         super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
 
 
-_UNION_TAGS = {"family": ("gaussian", "kle", "particles"), "model": ("krr", "deeponet"),
+_UNION_TAGS = {"family": ("gaussian", "mixture", "kle", "particles"), "model": ("krr", "deeponet"),
                "algorithm": ("bilevel", "ama", "particle_ama")}
 
 

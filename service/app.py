@@ -189,7 +189,7 @@ def catalog() -> dict:
 
     from lwl.oracles.base import _REGISTRY
     from lwl.spec import (AMASpec, BilevelSpec, DeepONetSpec, EvaluationSpec, GaussianFamilySpec, JobSpec,
-                          KLEFamilySpec, KRRSpec, ParticleAMASpec, ParticlesFamilySpec)
+                          KLEFamilySpec, KRRSpec, MixtureFamilySpec, ParticleAMASpec, ParticlesFamilySpec)
 
     oracles = []
     for name, cls in sorted(_REGISTRY.items()):
@@ -200,6 +200,7 @@ def catalog() -> dict:
     return {
         "oracles": oracles,
         "families": [{"name": "gaussian", "schema": GaussianFamilySpec.model_json_schema()},
+                     {"name": "mixture", "schema": MixtureFamilySpec.model_json_schema()},
                      {"name": "kle", "schema": KLEFamilySpec.model_json_schema()},
                      {"name": "particles", "schema": ParticlesFamilySpec.model_json_schema()}],
         "models": [{"name": "krr", "schema": KRRSpec.model_json_schema()},

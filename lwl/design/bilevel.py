@@ -37,9 +37,10 @@ import numpy as np
 import torch
 
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient, moment_matched, regularised_cholesky
+from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
 from lwl.device import DTYPE, resolve_device
-from lwl.measures import Gaussian, project_cholesky
+from lwl.measures import Measure
 from lwl.meta import STREAM_CHECK, STREAM_DESIGN, DatasetResolver, MetaTestSamples, _no_datasets
 from lwl.models import KernelRidge
 from lwl.spec import JobSpec
@@ -96,6 +97,7 @@ class BilevelDesign:
         self._a = torch.as_tensor(a, dtype=DTYPE, device=self.device)
         centre, cov = moment_matched(np.concatenate(q.validation), a)
         self.coords = WhitenedGaussian(centre, regularised_cholesky(cov))
+        self.family: BilevelFamily = build_bilevel_family(spec.family, self.coords, q)
         self.check_samples = self.algo.check_samples or min(spec.evaluation.train_size, 2048)
         self._queries_cache: tuple = (None, None)
 
@@ -109,34 +111,39 @@ class BilevelDesign:
     # -- stepper protocol -------------------------------------------------------------------
     def init(self) -> dict[str, Any]:
         first = self.start_points()[0][1]
-        fam = Gaussian(self.spec.family.mean, cov=self.spec.family.cov)
-        phi = self.coords.to_phi(fam.mean, fam.chol)
-        return {"phase": PHASE_VALIDATION, "iteration": 0, "mean": first.mean, "chol": first.chol, "history": [],
+        given = self.family.initial()
+        phi = self.family.to_phi(given)
+        return {"phase": PHASE_VALIDATION, "iteration": 0, **self._put(first), "history": [],
                 "checks": [], "phi": phi, "phi0": phi.copy(), "adam_m1": np.zeros_like(phi),
                 "adam_m2": np.zeros_like(phi), "adam_t": 0, "grad_ms": 0.0, "step_scale": 1.0, "halvings": 0,
-                "best_mean": fam.mean, "best_chol": fam.chol, "best_err": float("inf"), "best_iteration": 0,
+                **self._put(given, "best_"), "best_err": float("inf"), "best_iteration": 0,
                 "stale_checks": 0, "start_index": 0, "lengthscale": self.spec.model.lengthscale}
+
+    # the family's parameters live in the state under their own names, with a prefix for the
+    # best / significant / pending copies ("best_mean", "best_chol", ...)
+    def _get(self, state: dict[str, Any], prefix: str = "") -> Params:
+        return {n: state[prefix + n] for n in self.family.param_names}
+
+    def _put(self, params: Params, prefix: str = "") -> dict[str, Any]:
+        return {prefix + n: params[n] for n in self.family.param_names}
+
+    def _has(self, state: dict[str, Any], prefix: str) -> bool:
+        return state.get(prefix + self.family.param_names[0]) is not None
 
     @property
     def selects_lengthscale(self) -> bool:
         """True when the spec left the KRR lengthscale to lwl (:mod:`lwl.defaults`)."""
         return "model.lengthscale" in self.spec.derived
 
-    def start_points(self) -> list[tuple[str, Gaussian]]:
-        """The distributions checked at iteration 0, in order; the run starts from the best.
+    def start_points(self) -> list[tuple[str, Params]]:
+        """The parameters checked at iteration 0, in order; the run starts from the best.
 
         ``("given", theta^0)`` always; before it, with ``starts: "moment_matched"`` (adaptive) or
-        when the lengthscale is to be selected, Q's moment-matched Gaussian in the free
-        parameters: a poor initial distribution then costs one check, not the run, and the
-        lengthscale is chosen on samples that look like Q."""
-        given = Gaussian(self.spec.family.mean, cov=self.spec.family.cov)
+        when the lengthscale is to be selected, the family's fit to Q (for a Gaussian, Q's
+        moment-matched Gaussian in the free parameters): a poor initial distribution then costs
+        one check, not the run, and the lengthscale is chosen on samples that look like Q."""
         wanted = (self.algo.optimizer == "adaptive" and self.algo.starts == "moment_matched") or self.selects_lengthscale
-        free = self.spec.family.free
-        mean = self.coords.centre if "mean" in free else given.mean
-        chol = self.coords.S if "cov" in free else given.chol
-        if not wanted or (np.allclose(mean, given.mean) and np.allclose(chol, given.chol)):
-            return [("given", given)]
-        return [("moment_matched", Gaussian(mean, chol)), ("given", given)]
+        return self.family.start_points(wanted)
 
     def done(self, state: dict[str, Any]) -> bool:
         return state["phase"] == PHASE_DONE
@@ -148,7 +155,7 @@ class BilevelDesign:
         if phase == PHASE_DONE:
             return np.zeros((0, self.q.dim))
         # the loop asks for a batch and step() needs it again: draw once
-        key = (phase, state["iteration"], state["mean"].tobytes(), state["chol"].tobytes())
+        key = (phase, state["iteration"], *(v.tobytes() for v in self._get(state).values()))
         if self._queries_cache[0] != key:
             dist = self.distribution(state)
             if phase == PHASE_CHECK:  # fixed z for every check: common random numbers
@@ -180,20 +187,19 @@ class BilevelDesign:
         checks = state["checks"]
         z, within_noise, fallback = None, False, False
         if self.algo.keep == "best" and checks:
-            kept, it = Gaussian.from_parameters(state["best_mean"], state["best_chol"]), state["best_iteration"]
-            given = Gaussian(self.spec.family.mean, cov=self.spec.family.cov)
-            moved = not (np.array_equal(kept.mean, given.mean) and np.array_equal(kept.chol, given.chol))
+            kept, it = self._get(state, "best_"), state["best_iteration"]
+            given = self.family.initial()
+            moved = not all(np.array_equal(kept[n], given[n]) for n in self.family.param_names)
             if moved and state.get("initial_sq") is not None and state.get("best_sq") is not None:
                 z = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
                 within_noise = z < self.algo.significance
-            fallback = within_noise and state.get("significant_mean") is not None
+            fallback = within_noise and self._has(state, "significant_")
             if within_noise:  # the best check's improvement is not distinguishable from validation noise
                 kept, it = given, 0
             if fallback:  # ... but another check's is: the best of those
-                kept = Gaussian.from_parameters(state["significant_mean"], state["significant_chol"])
-                it = state["significant_iteration"]
+                kept, it = self._get(state, "significant_"), state["significant_iteration"]
         else:
-            kept, it = last, state["iteration"]
+            kept, it = self._get(state), state["iteration"]
         history = [dict(h) for h in state["history"]]
         for h in history:
             h["selected"] = h["iteration"] == it
@@ -235,15 +241,20 @@ class BilevelDesign:
         events = [h.get("event") for h in history] + [c.get("action") for c in checks]
         labels_used = (len(self._v) + len(history) * self.algo.samples_per_iteration
                        + len(checks) * self.check_samples)
-        best = Gaussian.from_parameters(state["best_mean"], state["best_chol"])
-        return {"distribution": kept.to_spec(), "last_distribution": last.to_spec(),
-                "best_distribution": best.to_spec(), "history": history,
-                "checks": list(checks), "selected": selected, "warnings": warnings, "labels_used": labels_used,
-                "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted") if e in events}}
+        best = self.family.measure(self._get(state, "best_"))
+        out = {"distribution": self.family.measure(kept).to_spec(), "last_distribution": last.to_spec(),
+               "best_distribution": best.to_spec(), "history": history,
+               "checks": list(checks), "selected": selected, "warnings": warnings, "labels_used": labels_used,
+               "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted") if e in events}}
+        facts = self.family.diagnostics(kept)
+        if facts:
+            warnings.extend(facts.pop("warnings", []))
+            out["family_diagnostics"] = facts
+        return out
 
     # -- pieces of Alg. 3 ----------------------------------------------------------------------
-    def distribution(self, state: dict[str, Any]) -> Gaussian:
-        return Gaussian.from_parameters(state["mean"], state["chol"])
+    def distribution(self, state: dict[str, Any]) -> Measure:
+        return self.family.measure(self._get(state))
 
     def schedules(self, k: int) -> tuple[float, float]:
         """(step size, nugget sigma_k^2) at iteration k: the paper's learning rate for
@@ -256,7 +267,14 @@ class BilevelDesign:
         return step, cosine(a.nugget, a.final_nugget, k, T)
 
     def gradient(self, state: dict[str, Any], U: np.ndarray, y: np.ndarray, sigma2: float):
-        """(objective, validation Err, grad_mean, grad_chol) at the state's theta for data (U, y)."""
+        """(objective, validation Err, *gradient) at the state's theta for data (U, y), the
+        gradient in the family's natural parameters (for a Gaussian: grad_mean, grad_chol)."""
+        objective, err, c = self.gradient_weights(state, U, y, sigma2)
+        return (objective, err, *self.family.score(self._get(state), U, c))
+
+    def gradient_weights(self, state: dict[str, Any], U: np.ndarray, y: np.ndarray, sigma2: float):
+        """(objective, validation Err, c) at the state's theta for data (U, y): the gradient is
+        sum_i c_i grad log p_theta(u_i) (:func:`bilevel_gradient_weights`)."""
         model = KernelRidge(self.spec.model.kernel, state["lengthscale"], sigma2, device=str(self.device))
         model.fit(U, y)
         yv = torch.as_tensor(state["validation_labels"], dtype=DTYPE, device=self.device)
@@ -264,8 +282,7 @@ class BilevelDesign:
         scale = float(self._a @ yv.square())  # E_Q(0) on the validation samples
         if self.algo.gradient_scale == "relative" or self.algo.optimizer == "adaptive":
             c = c / scale
-        g_mean, g_chol = self.distribution(state).score(U, weights=c.cpu().numpy())
-        return objective, float(np.sqrt(objective / scale)), g_mean, g_chol
+        return objective, float(np.sqrt(objective / scale)), c.cpu().numpy()
 
     def check_residuals(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
                         lengthscale: float) -> np.ndarray:
@@ -325,21 +342,21 @@ class BilevelDesign:
         k = record["iteration"]
         given_start = k == 0 and self.start_points()[state["start_index"]][0] == "given"
         if k == 0 and not given_start:
-            new.update(pending_mean=state["mean"], pending_chol=state["chol"], pending_err=err, pending_sq=sq)
+            new.update(**self._put(self._get(state), "pending_"), pending_err=err, pending_sq=sq)
             return new
         if given_start:
             new["initial_sq"] = sq  # what a kept iterate must beat beyond noise
         if new.get("initial_sq") is None:
             return new
-        candidates = [(state["mean"], state["chol"], err, k, sq, record)]
+        candidates = [(self._get(state), err, k, sq, record)]
         if given_start and state.get("pending_sq") is not None:
-            candidates.append((state["pending_mean"], state["pending_chol"], state["pending_err"], 0,
+            candidates.append((self._get(state, "pending_"), state["pending_err"], 0,
                                state["pending_sq"], new["checks"][-1] if new["checks"] else {}))
-        for mean, chol, e, it, s, rec in candidates:
+        for params, e, it, s, rec in candidates:
             z = self.improvement_z(s, new["initial_sq"], state["validation_labels"])
             rec["z"] = z if np.isfinite(z) else None
             if z >= self.algo.significance and e < new.get("significant_err", float("inf")):
-                new.update(significant_mean=mean, significant_chol=chol, significant_err=e, significant_iteration=it)
+                new.update(**self._put(params, "significant_"), significant_err=e, significant_iteration=it)
         return new
 
     def _check(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:
@@ -355,14 +372,14 @@ class BilevelDesign:
         err, sq = self._checked(U, y, state["validation_labels"], new["lengthscale"])
         record.update(err=err, best=err < state["best_err"], action=None)
         if record["best"]:
-            new.update(best_mean=state["mean"], best_chol=state["chol"], best_err=err, best_iteration=k,
+            new.update(**self._put(self._get(state), "best_"), best_err=err, best_iteration=k,
                        stale_checks=0, best_sq=sq)
         elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
             new["stale_checks"] = state["stale_checks"] + 1
             if new["stale_checks"] >= self.algo.patience:
                 # back to the best iterate with half the step and fresh Adam moments
-                phi = self.coords.to_phi(state["best_mean"], state["best_chol"])
-                new.update(mean=state["best_mean"], chol=state["best_chol"], phi=phi,
+                phi = self.family.to_phi(self._get(state, "best_"))
+                new.update(**self._get(state, "best_"), phi=phi,
                            adam_m1=np.zeros_like(phi), adam_m2=np.zeros_like(phi), adam_t=0,
                            step_scale=0.5 * state["step_scale"], halvings=state["halvings"] + 1, stale_checks=0)
                 record["action"] = "reverted"
@@ -374,11 +391,10 @@ class BilevelDesign:
             i = state["start_index"]
             record["start"] = starts[i][0]
             if i + 1 < len(starts):
-                nxt = starts[i + 1][1]
-                new.update(mean=nxt.mean, chol=nxt.chol, start_index=i + 1)
+                new.update(**starts[i + 1][1], start_index=i + 1)
                 return new
-            phi = self.coords.to_phi(new["best_mean"], new["best_chol"])
-            new.update(mean=new["best_mean"], chol=new["best_chol"], phi=phi, phi0=phi.copy(), stale_checks=0)
+            phi = self.family.to_phi(self._get(new, "best_"))
+            new.update(**self._get(new, "best_"), phi=phi, phi0=phi.copy(), stale_checks=0)
         stop = k >= self.algo.iterations or new["halvings"] > self.algo.max_halvings
         if stop and k < self.algo.iterations:
             record["action"] = "stopped"  # the step has shrunk to nothing: converged
@@ -391,11 +407,11 @@ class BilevelDesign:
         step, sigma2 = self.schedules(k)
         U = self.queries(state)
         try:
-            objective, err, g_mean, g_chol = self.gradient(state, U, y, sigma2)
+            objective, err, *grads = self.gradient(state, U, y, sigma2)
         except np.linalg.LinAlgError:  # a degenerate sample: no step this iteration
-            objective, err, g_mean, g_chol = float("nan"), float("nan"), None, None
+            objective, err, grads = float("nan"), float("nan"), None
         update = self._adaptive if self.algo.optimizer == "adaptive" else self._plain
-        new, event, grad_norm = update(state, g_mean, g_chol, step)
+        new, event, grad_norm = update(state, grads, step)
         record = {"iteration": k, "objective": objective, "validation_err": err,
                   "step_size": step * new.get("step_scale", 1.0), "nugget": sigma2, "grad_norm": grad_norm,
                   "event": event, "seconds": time.perf_counter() - t0}
@@ -405,36 +421,33 @@ class BilevelDesign:
             new["phase"] = PHASE_CHECK
         return new
 
-    def _plain(self, state, g_mean, g_chol, step):
+    def _plain(self, state, grads, step):
         """The paper's step theta <- theta - t_k grad (diag(L) clamped), refusing non-finite results."""
-        if g_mean is None:
+        if grads is None:
             return dict(state), "rejected", float("nan")
-        free = self.spec.family.free
-        mean = state["mean"] - step * g_mean if "mean" in free else state["mean"]
-        chol = project_cholesky(state["chol"] - step * g_chol) if "cov" in free else state["chol"]
-        norm = float(np.sqrt(np.sum(g_mean**2) + np.sum(g_chol**2)))
-        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(chol))):
+        params, norm = self.family.plain_step(self._get(state), tuple(grads), step)
+        if not all(np.all(np.isfinite(v)) for v in params.values()):
             return dict(state), "rejected", norm
-        return {**state, "mean": mean, "chol": chol}, None, norm
+        return {**state, **params}, None, norm
 
-    def _adaptive(self, state, g_mean, g_chol, step):
+    def _adaptive(self, state, grads, step):
         """Guarded Adam in whitened coordinates, projected on the parameter box."""
-        if g_mean is None:
+        if grads is None:
             return dict(state), "rejected", float("nan")
         phi = state["phi"]
-        grad = self.coords.gradient(phi, g_mean, g_chol) * self.coords.mask(self.spec.family.free)
+        grad = self.family.phi_gradient(phi, tuple(grads)) * self.family.mask()
         norm = float(np.sqrt(np.sum(grad**2))) if np.all(np.isfinite(grad)) else float("inf")
         grad, grad_ms, event = guard_gradient(grad, state["grad_ms"], state["adam_t"])
         if grad is None:
             return dict(state), event, norm
         t = state["adam_t"] + 1
         new_phi, m1, m2 = adam_step(phi, grad, state["adam_m1"], state["adam_m2"], t, step * state["step_scale"])
-        lo, hi = self.coords.bounds(state["phi0"])
+        lo, hi = self.family.bounds(state["phi0"])
         bounded = np.clip(new_phi, lo, hi)
         if not np.array_equal(bounded, new_phi):
             event = event or "bounded"
-        mean, chol = self.coords.from_phi(bounded)
-        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(chol)) and np.all(np.diag(chol) > 0)):
+        params = self.family.from_phi(bounded)
+        if not all(np.all(np.isfinite(v)) for v in params.values()):
             return {**state, "grad_ms": grad_ms}, "rejected", norm
-        return ({**state, "phi": bounded, "mean": mean, "chol": chol, "adam_m1": m1, "adam_m2": m2, "adam_t": t,
+        return ({**state, "phi": bounded, **params, "adam_m1": m1, "adam_m2": m2, "adam_t": t,
                  "grad_ms": grad_ms}, event, norm)

@@ -1,0 +1,73 @@
+"""The paper's family: one Gaussian N(m, LL^T), theta = (m, L) (SM "Bilevel minimization")."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lwl.design.adaptive import WhitenedGaussian
+from lwl.design.families.base import BILEVEL_FAMILIES, Params
+from lwl.measures import Gaussian, project_cholesky
+
+
+class GaussianFamily:
+    """N(m, LL^T); phi = (m~, log diag L~, offdiag L~) with m = mu_Q + S m~, L = S L~."""
+
+    name = "gaussian"
+    param_names = ("mean", "chol")
+
+    def __init__(self, spec, coords: WhitenedGaussian):
+        self.spec = spec  # GaussianFamilySpec with mean and cov filled in
+        self.coords = coords
+
+    def initial(self) -> Params:
+        g = Gaussian(self.spec.mean, cov=self.spec.cov)
+        return {"mean": g.mean, "chol": g.chol}
+
+    def start_points(self, moment_matched: bool = True) -> list[tuple[str, Params]]:
+        """Q's moment-matched Gaussian (in the free parameters) then theta^0; theta^0 only when
+        ``moment_matched`` is False or the two coincide."""
+        given = self.initial()
+        free = self.spec.free
+        mean = self.coords.centre if "mean" in free else given["mean"]
+        chol = self.coords.S if "cov" in free else given["chol"]
+        if not moment_matched or (np.allclose(mean, given["mean"]) and np.allclose(chol, given["chol"])):
+            return [("given", given)]
+        return [("moment_matched", {"mean": mean, "chol": chol}), ("given", given)]
+
+    def measure(self, params: Params) -> Gaussian:
+        return Gaussian.from_parameters(params["mean"], params["chol"])
+
+    def to_phi(self, params: Params) -> np.ndarray:
+        return self.coords.to_phi(params["mean"], params["chol"])
+
+    def from_phi(self, phi: np.ndarray) -> Params:
+        mean, chol = self.coords.from_phi(phi)
+        return {"mean": mean, "chol": chol}
+
+    def mask(self) -> np.ndarray:
+        return self.coords.mask(self.spec.free)
+
+    def bounds(self, phi0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.coords.bounds(phi0)
+
+    def score(self, params: Params, x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.measure(params).score(x, weights=c)  # closed form, O(n d^2)
+
+    def phi_gradient(self, phi: np.ndarray, grads: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        return self.coords.gradient(phi, *grads)
+
+    def plain_step(self, params: Params, grads: tuple[np.ndarray, np.ndarray], step: float) -> tuple[Params, float]:
+        """theta <- theta - t grad with diag(L) clamped at 1e-7 (the paper's projection)."""
+        g_mean, g_chol = grads
+        free = self.spec.free
+        mean = params["mean"] - step * g_mean if "mean" in free else params["mean"]
+        chol = project_cholesky(params["chol"] - step * g_chol) if "cov" in free else params["chol"]
+        return {"mean": mean, "chol": chol}, float(np.sqrt(np.sum(g_mean**2) + np.sum(g_chol**2)))
+
+    def diagnostics(self, params: Params) -> dict:
+        return {}
+
+
+@BILEVEL_FAMILIES.register("gaussian")
+def _build(spec, coords: WhitenedGaussian, q) -> GaussianFamily:
+    return GaussianFamily(spec, coords)
