@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.service.conftest import Server  # noqa: E402
+from service.processes import Server  # noqa: E402
 
 NPY = "application/x-npy"
 
@@ -140,7 +140,6 @@ def main() -> None:
                 raise SystemExit("bench job did not finish")
             time.sleep(0.2)
         body = {"n": 10_000, "seed": 1}
-        npy = {"Accept": "application/x-npy"}
         samples = f"{url}/v1/jobs/{job}/samples"
         rows = [
             ("GET /healthz (baseline)", f"{url}/healthz", "GET", "", "", None),

@@ -268,168 +268,17 @@ def sample(distribution: Path = typer.Argument(..., help="distribution spec JSON
     console.print(f"wrote {n} samples to {out}")
 
 
-def _die_with_parent() -> None:
-    """In an embedded worker: receive SIGTERM when ``lwl serve`` dies, however it dies
-    (uvicorn re-raises SIGTERM after its shutdown, so a ``finally`` in the parent may not run)."""
-    import ctypes
-    import signal
+def _load_plugins() -> None:
+    """Commands that other packages add to ``lwl`` (entry point group ``lwl.cli``): the
+    service's ``serve``, ``worker``, ``ask`` and ``tell`` register from :mod:`service.cli`,
+    so this library never imports its own faces."""
+    from importlib.metadata import entry_points
 
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:  # not Linux: the parent's finally still stops the workers
-        pass
+    for ep in entry_points(group="lwl.cli"):
+        ep.load()(app, console)
 
 
-def _service_env(data_dir: Optional[Path]) -> None:
-    import os
-
-    if data_dir is not None:
-        os.environ["LWL_DATA_DIR"] = str(data_dir)
-
-
-@app.command()
-def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
-          port: int = typer.Option(8000, help="port"),
-          data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded store and broker (LWL_DATA_DIR)"),
-          no_worker: bool = typer.Option(False, "--no-worker", help="API only (distributed mode: run `lwl worker`)"),
-          workers: int = typer.Option(1, help="embedded worker processes")):
-    """Run the HTTP API, and (unless --no-worker) a worker, on this machine.
-
-    Embedded default: SQLite store and a local broker under the data directory, nothing else
-    to install. Distributed: set LWL_BROKER_URL=redis://... and LWL_DATABASE_URL=postgresql://...
-    """
-    import os
-    import signal
-    import subprocess
-
-    try:
-        import uvicorn
-
-        from service.settings import Settings
-    except ImportError:
-        console.print("[red]the service needs its extras: pip install 'lwl[service]'")
-        raise typer.Exit(2)
-    _service_env(data_dir)
-    from threadpoolctl import threadpool_limits
-
-    # the API's numpy work is small (sampling); a BLAS thread pool only contends with the
-    # event loop and the embedded worker on a small machine
-    threadpool_limits(1, "blas")
-    settings = Settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if not settings.owners_by_key() and host not in ("127.0.0.1", "localhost", "::1"):
-        console.print(f"[yellow]no LWL_API_KEYS set: binding to 127.0.0.1 instead of {host} "
-                      "(set LWL_API_KEYS='owner:key,...' to serve other hosts)")
-        host = "127.0.0.1"
-    elif not settings.owners_by_key():
-        console.print("[yellow]no LWL_API_KEYS set: serving 127.0.0.1 only, without authentication")
-    procs = []
-    if not no_worker:
-        for _ in range(workers):
-            procs.append(subprocess.Popen([sys.executable, "-m", "lwl.cli", "worker"], env=os.environ.copy(),
-                                          preexec_fn=_die_with_parent))
-    from service.app import create_app
-    from service.queue import make_celery, sender
-    from service.store import Store
-    from worker.reaper import start_reaper
-
-    app_ = create_app(settings)
-    store: Store = app_.state.store
-    stop_reaper = start_reaper(store, settings.stale_seconds, settings.reaper_interval,
-                               sender(make_celery(settings)))
-    console.print(f"lwl {settings.resolved_database_url().split(':')[0]} store, broker "
-                  f"{settings.resolved_broker_url().split(':')[0]}; API on http://{host}:{port}"
-                  + ("" if no_worker else f" with {workers} embedded worker(s)"))
-    try:
-        uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
-    finally:
-        stop_reaper.set()
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-@app.command()
-def worker(device: str = typer.Option("auto", help="auto|cpu|cuda for jobs whose spec says auto"),
-           data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
-           loglevel: str = typer.Option("warning")):
-    """Run one Celery worker process (one job slice at a time)."""
-    import os
-
-    if device not in ("auto", "cpu", "cuda"):
-        console.print("[red]--device must be auto, cpu or cuda")
-        raise typer.Exit(2)
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            console.print("[red]--device cuda: CUDA is not available on this machine")
-            raise typer.Exit(2)
-    os.environ["LWL_WORKER_DEVICE"] = device
-    _service_env(data_dir)
-    from service.settings import get_settings
-    from worker.celery_app import celery_app
-    from worker.reaper import start_reaper
-    from worker.tasks import enqueue, get_store
-
-    settings = get_settings()
-    start_reaper(get_store(), settings.stale_seconds, settings.reaper_interval, enqueue)
-    celery_app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}",
-                            "--without-gossip", "--without-mingle", "-Q", "lwl",
-                            "-n", f"lwl-{os.getpid()}@%h"])
-
-
-def _client(url: str, api_key: Optional[str]):
-    from lwl.client import Client
-
-    return Client(url, api_key=api_key)
-
-
-URL_OPT = typer.Option("http://127.0.0.1:8000", "--url", envvar="LWL_URL", help="the service")
-KEY_OPT = typer.Option(None, "--api-key", envvar="LWL_API_KEY", help="bearer key")
-
-
-@app.command()
-def ask(job: str = typer.Argument(..., help="job id"),
-        out: Path = typer.Option(Path("inputs.npy"), "--out", help="where to write the batch's inputs"),
-        url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
-    """Fetch the next batch an ask/tell job needs labelled; prints its batch id."""
-    from lwl.client import ApiError
-
-    try:
-        with _client(url, api_key) as c:
-            batch = c.ask(job)
-    except ApiError as exc:
-        console.print(f"[red]{exc}")
-        raise typer.Exit(1)
-    if batch is None:
-        console.print("no pending queries (the job is running, finished, or between rounds)")
-        raise typer.Exit(3)
-    np.save(out, batch[1])
-    console.print(f"batch {batch[0]}: {batch[1].shape[0]} inputs written to {out}")
-    sys.stdout.write(batch[0] + "\n")
-
-
-@app.command()
-def tell(job: str = typer.Argument(..., help="job id"),
-         batch_id: str = typer.Argument(..., help="the batch id `lwl ask` printed"),
-         labels: Path = typer.Argument(..., help=".npy file: one label per input, in order"),
-         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
-    """Send the labels of one batch; the job resumes once its round is complete."""
-    from lwl.client import ApiError
-
-    try:
-        with _client(url, api_key) as c:
-            answer = c.tell(job, batch_id, np.load(labels, allow_pickle=False))
-    except ApiError as exc:
-        console.print(f"[red]{exc}")
-        raise typer.Exit(1)
-    console.print(f"batch {batch_id}: {answer['outcome']}; {answer['pending_batches']} batch(es) pending; "
-                  f"job {answer['status']}")
+_load_plugins()
 
 
 if __name__ == "__main__":

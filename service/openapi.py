@@ -11,8 +11,8 @@ from pathlib import Path
 
 def generate() -> dict:
     from service.app import create_app
-    from service.settings import Settings
-    from service.store import Store
+    from service.core.settings import Settings
+    from service.core.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), api_keys="")

@@ -19,7 +19,7 @@ import numpy as np
 from lwl import webhooks
 from lwl.oracles import Oracle
 from lwl.oracles.http import URLNotAllowed, check_url
-from service.store import Store
+from service.core.store import Store
 
 log = logging.getLogger("lwl.asktell")
 

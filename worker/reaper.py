@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Callable
 
-from service.store import Store
+from service.core.store import Store
 
 log = logging.getLogger("lwl.reaper")
 

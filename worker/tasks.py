@@ -22,9 +22,9 @@ from typing import Callable
 from lwl.oracles.http import OracleCallError
 from lwl.runner import Interrupted, run_job
 from lwl.spec import SpecError, parse_job_spec
-from service.queue import TASK_RUN_SLICE
-from service.settings import Settings, get_settings
-from service.store import Store
+from service.core.queue import TASK_RUN_SLICE
+from service.core.settings import Settings, get_settings
+from service.core.store import Store
 from worker.asktell import AwaitLabels, StoreOracle, announce
 from worker.celery_app import celery_app
 

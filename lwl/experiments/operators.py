@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import torch
 from scipy import stats
 
 from lwl.design.active import active_learning

@@ -27,7 +27,6 @@ Both give ``density()`` and ``gradient(d_rho)`` (the gradient of a loss with res
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import scipy.sparse as sp

@@ -7,8 +7,8 @@ import pytest
 
 from lwl import run_job
 from lwl.spec import parse_job_spec
-from service.settings import Settings
-from service.store import Store
+from service.core.settings import Settings
+from service.core.store import Store
 from tests.service.conftest import small_job
 from worker.reaper import reap_once
 from worker.tasks import run_slice_now

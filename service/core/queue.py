@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from service.settings import Settings
+from service.core.settings import Settings
 
 TASK_RUN_SLICE = "lwl.run_slice"
 

@@ -1,0 +1,186 @@
+"""The service's commands in the ``lwl`` CLI: ``serve``, ``worker``, ``ask``, ``tell``.
+
+They register into :data:`lwl.cli.app` through the ``lwl.cli`` entry point (pyproject.toml),
+so the library's CLI never imports the service. Each command imports the service lazily: a
+missing extra gives a clear message, not an ImportError at ``lwl --help``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def _die_with_parent() -> None:
+    """In an embedded worker: receive SIGTERM when ``lwl serve`` dies, however it dies
+    (uvicorn re-raises SIGTERM after its shutdown, so a ``finally`` in the parent may not run)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: the parent's finally still stops the workers
+        pass
+
+
+def _service_env(data_dir: Optional[Path]) -> None:
+    import os
+
+    if data_dir is not None:
+        os.environ["LWL_DATA_DIR"] = str(data_dir)
+
+
+def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
+          port: int = typer.Option(8000, help="port"),
+          data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded store and broker (LWL_DATA_DIR)"),
+          no_worker: bool = typer.Option(False, "--no-worker", help="API only (distributed mode: run `lwl worker`)"),
+          workers: int = typer.Option(1, help="embedded worker processes")):
+    """Run the HTTP API, and (unless --no-worker) a worker, on this machine.
+
+    Embedded default: SQLite store and a local broker under the data directory, nothing else
+    to install. Distributed: set LWL_BROKER_URL=redis://... and LWL_DATABASE_URL=postgresql://...
+    """
+    import os
+    import signal
+    import subprocess
+
+    try:
+        import uvicorn
+
+        from service.core.settings import Settings
+    except ImportError:
+        console.print("[red]the service needs its extras: pip install 'lwl[service]'")
+        raise typer.Exit(2)
+    _service_env(data_dir)
+    from threadpoolctl import threadpool_limits
+
+    # the API's numpy work is small (sampling); a BLAS thread pool only contends with the
+    # event loop and the embedded worker on a small machine
+    threadpool_limits(1, "blas")
+    settings = Settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if not settings.owners_by_key() and host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(f"[yellow]no LWL_API_KEYS set: binding to 127.0.0.1 instead of {host} "
+                      "(set LWL_API_KEYS='owner:key,...' to serve other hosts)")
+        host = "127.0.0.1"
+    elif not settings.owners_by_key():
+        console.print("[yellow]no LWL_API_KEYS set: serving 127.0.0.1 only, without authentication")
+    procs = []
+    if not no_worker:
+        for _ in range(workers):
+            procs.append(subprocess.Popen([sys.executable, "-m", "lwl.cli", "worker"], env=os.environ.copy(),
+                                          preexec_fn=_die_with_parent))
+    from service.app import create_app
+    from service.core.queue import make_celery, sender
+    from service.core.store import Store
+    from worker.reaper import start_reaper
+
+    app_ = create_app(settings)
+    store: Store = app_.state.store
+    stop_reaper = start_reaper(store, settings.stale_seconds, settings.reaper_interval,
+                               sender(make_celery(settings)))
+    console.print(f"lwl {settings.resolved_database_url().split(':')[0]} store, broker "
+                  f"{settings.resolved_broker_url().split(':')[0]}; API on http://{host}:{port}"
+                  + ("" if no_worker else f" with {workers} embedded worker(s)"))
+    try:
+        uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        stop_reaper.set()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def worker(device: str = typer.Option("auto", help="auto|cpu|cuda for jobs whose spec says auto"),
+           data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
+           loglevel: str = typer.Option("warning")):
+    """Run one Celery worker process (one job slice at a time)."""
+    import os
+
+    if device not in ("auto", "cpu", "cuda"):
+        console.print("[red]--device must be auto, cpu or cuda")
+        raise typer.Exit(2)
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            console.print("[red]--device cuda: CUDA is not available on this machine")
+            raise typer.Exit(2)
+    os.environ["LWL_WORKER_DEVICE"] = device
+    _service_env(data_dir)
+    from service.core.settings import get_settings
+    from worker.celery_app import celery_app
+    from worker.reaper import start_reaper
+    from worker.tasks import enqueue, get_store
+
+    settings = get_settings()
+    start_reaper(get_store(), settings.stale_seconds, settings.reaper_interval, enqueue)
+    celery_app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}",
+                            "--without-gossip", "--without-mingle", "-Q", "lwl",
+                            "-n", f"lwl-{os.getpid()}@%h"])
+
+
+def _client(url: str, api_key: Optional[str]):
+    from lwl.client import Client
+
+    return Client(url, api_key=api_key)
+
+
+URL_OPT = typer.Option("http://127.0.0.1:8000", "--url", envvar="LWL_URL", help="the service")
+KEY_OPT = typer.Option(None, "--api-key", envvar="LWL_API_KEY", help="bearer key")
+
+
+def ask(job: str = typer.Argument(..., help="job id"),
+        out: Path = typer.Option(Path("inputs.npy"), "--out", help="where to write the batch's inputs"),
+        url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Fetch the next batch an ask/tell job needs labelled; prints its batch id."""
+    from lwl.client import ApiError
+
+    try:
+        with _client(url, api_key) as c:
+            batch = c.ask(job)
+    except ApiError as exc:
+        console.print(f"[red]{exc}")
+        raise typer.Exit(1)
+    if batch is None:
+        console.print("no pending queries (the job is running, finished, or between rounds)")
+        raise typer.Exit(3)
+    np.save(out, batch[1])
+    console.print(f"batch {batch[0]}: {batch[1].shape[0]} inputs written to {out}")
+    sys.stdout.write(batch[0] + "\n")
+
+
+def tell(job: str = typer.Argument(..., help="job id"),
+         batch_id: str = typer.Argument(..., help="the batch id `lwl ask` printed"),
+         labels: Path = typer.Argument(..., help=".npy file: one label per input, in order"),
+         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Send the labels of one batch; the job resumes once its round is complete."""
+    from lwl.client import ApiError
+
+    try:
+        with _client(url, api_key) as c:
+            answer = c.tell(job, batch_id, np.load(labels, allow_pickle=False))
+    except ApiError as exc:
+        console.print(f"[red]{exc}")
+        raise typer.Exit(1)
+    console.print(f"batch {batch_id}: {answer['outcome']}; {answer['pending_batches']} batch(es) pending; "
+                  f"job {answer['status']}")
+
+
+def register(app: typer.Typer, cli_console: Console | None = None) -> None:
+    """Add the service's commands to ``app`` (the ``lwl.cli`` entry point)."""
+    global console
+    console = cli_console or console
+    for command in (serve, worker, ask, tell):
+        app.command()(command)

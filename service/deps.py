@@ -1,0 +1,106 @@
+"""What the routers depend on: the store, the settings, the owner of a request, the queue, the
+sampler cache, and the request-body readers. Routers take these as typed dependencies
+(``StoreDep``, ``OwnerDep``, ...); :func:`service.app.create_app` puts the objects on
+``app.state``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Callable
+
+from fastapi import Depends, Header, Request
+
+from service.core.settings import Settings
+from service.core.store import Store
+from service.problems import Problem
+
+def store_dep(request: Request) -> Store:
+    return request.app.state.store
+
+
+def settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def owner_dep(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    """The owner of the request: from ``Authorization: Bearer KEY`` when keys are configured."""
+    keys = request.app.state.keys
+    if not keys:
+        return "local"
+    scheme, _, token = (authorization or "").partition(" ")
+    owner = keys.get(token.strip()) if scheme.lower() == "bearer" else None
+    if owner is None:
+        raise Problem(401, "Unauthorized", "send Authorization: Bearer <api key>",
+                      headers={"WWW-Authenticate": "Bearer"})
+    return owner
+
+
+StoreDep = Annotated[Store, Depends(store_dep)]
+OwnerDep = Annotated[str, Depends(owner_dep)]
+SettingsDep = Annotated[Settings, Depends(settings_dep)]
+
+
+def enqueue_dep(request: Request) -> Callable[[str, int], None]:
+    """Send one job slice (job id, generation) to the workers."""
+    return request.app.state.enqueue
+
+
+def measures_dep(request: Request) -> Callable[[str], Any]:
+    """job id -> the succeeded job's distribution as a sampler (cached per app)."""
+    return request.app.state.measure_for
+
+
+EnqueueDep = Annotated[Callable[[str, int], None], Depends(enqueue_dep)]
+MeasuresDep = Annotated[Callable[[str], Any], Depends(measures_dep)]
+
+
+def own_job(store: Store, job_id: str, owner: str) -> dict:
+    job = store.get_job(job_id, owner)
+    if job is None:  # another owner's job is indistinguishable from a missing one
+        raise Problem(404, "Job not found", f"no job {job_id!r}", field="id")
+    return job
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise Problem(413, "Request body too large", f"the limit is {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, "Request body too large", f"the limit is {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+MAX_JSON_DEPTH = 64  # a job spec nests about 6 levels deep
+
+
+def parse_json(raw: bytes) -> Any:
+    """JSON text to Python; NaN/Infinity literals parse here so that validation can refuse
+    them with the field named. Documents nested deeper than MAX_JSON_DEPTH are refused with 400
+    (the parser's own recursion limit would otherwise surface as a 500)."""
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise Problem(400, "Malformed JSON", str(exc)) from None
+    except RecursionError:
+        raise Problem(400, "JSON nested too deeply", f"at most {MAX_JSON_DEPTH} levels of arrays and objects") from None
+    if json_depth(doc) > MAX_JSON_DEPTH:
+        raise Problem(400, "JSON nested too deeply", f"at most {MAX_JSON_DEPTH} levels of arrays and objects")
+    return doc
+
+
+def json_depth(doc: Any) -> int:
+    """Nesting depth of arrays and objects, without recursion."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node)
+                         if isinstance(child, (list, dict)))
+    return deepest

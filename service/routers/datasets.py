@@ -1,0 +1,59 @@
+"""Datasets: (M, d) arrays uploaded once and named by id in job specs."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from fastapi import APIRouter, Request, Response
+
+from service.deps import OwnerDep, SettingsDep, StoreDep, read_body
+from service.problems import Problem
+
+router = APIRouter()
+
+
+@router.post("/v1/datasets", status_code=201, tags=["datasets"],
+          openapi_extra={"requestBody": {"required": True, "content": {
+              "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+async def upload_dataset(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
+                         settings: SettingsDep) -> dict:
+    """Upload an (M, d) array as ``.npy`` or single-array ``.npz`` bytes; a job spec then
+    names it with ``{"dataset": id}``."""
+    raw = await read_body(request, settings.max_dataset_bytes)
+    meta = store.put_dataset(owner, load_array(raw))
+    response.headers["Location"] = f"/v1/datasets/{meta['id']}"
+    return _dataset_view(meta)
+
+@router.get("/v1/datasets/{dataset_id}", tags=["datasets"])
+def get_dataset(dataset_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+    meta = store.get_dataset(dataset_id, owner)
+    if meta is None:
+        raise Problem(404, "Dataset not found", f"no dataset {dataset_id!r}", field="id")
+    return _dataset_view(meta)
+
+
+def _dataset_view(meta: dict) -> dict:
+    return {"id": meta["id"], "shape": meta["shape"], "dtype": meta["dtype"], "created_at": meta["created_at"]}
+
+
+def load_array(raw: bytes) -> np.ndarray:
+    """A dataset upload: .npy bytes, or .npz with exactly one array. Never unpickles."""
+    try:
+        data = np.load(io.BytesIO(raw), allow_pickle=False)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            if len(data.files) != 1:
+                raise ValueError(f"an .npz upload must hold exactly one array, found {len(data.files)}")
+            data = data[data.files[0]]
+        if not isinstance(data, np.ndarray):  # an .npz member that is not an .npy array
+            raise ValueError("the archive member is not an .npy array")
+    except Exception as exc:
+        raise Problem(400, "Unreadable dataset", f"expected .npy or .npz bytes: {exc}") from None
+    if data.dtype.kind not in "fiu":
+        raise Problem(422, "Dataset must be numeric", f"dtype {data.dtype} is not a real number type")
+    arr = np.asarray(data, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise Problem(422, "Dataset has the wrong shape", f"expected a non-empty (M, d) array, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise Problem(422, "Dataset has non-finite values", "NaN or infinite entries")
+    return arr

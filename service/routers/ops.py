@@ -1,0 +1,49 @@
+"""Operations: liveness, readiness, Prometheus metrics, and the catalog of what a job can name."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request, Response
+
+from service.catalog import catalog
+from service.deps import OwnerDep
+from service.problems import Problem
+
+router = APIRouter()
+
+
+@router.get("/healthz", tags=["ops"])
+def healthz() -> dict:
+    """The process is alive."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["ops"])
+def readyz(request: Request):
+    """The job store and the broker are reachable."""
+    state = request.app.state
+    checks = {}
+    for name, check in (("store", state.store.ping), ("broker", state.broker_check)):
+        try:
+            if check is not None:
+                check()
+            checks[name] = "ok"
+        except Exception as exc:
+            checks[name] = f"unreachable: {type(exc).__name__}"
+    if any(v != "ok" for v in checks.values()):
+        raise Problem(503, "Not ready", json.dumps(checks), checks=checks)
+    return {"status": "ready", "checks": checks}
+
+
+@router.get("/metrics", tags=["ops"])
+def prometheus(request: Request) -> Response:
+    """Prometheus metrics: requests, job counts by state, iteration durations."""
+    body, content_type = request.app.state.metrics.render()
+    return Response(body, media_type=content_type)
+
+
+@router.get("/v1/catalog", tags=["catalog"])
+def get_catalog(owner: OwnerDep) -> dict:
+    """Oracles, families, models and algorithms with their parameter schemas."""
+    return catalog()
