@@ -68,13 +68,13 @@ def _file_resolver(base: Path):
         path = (base / ref).resolve()
         if not path.is_file():
             raise ValueError(f"dataset: no file {ref!r} next to the spec")
-        with open(path, "rb") as fh:
-            data = np.load(fh, allow_pickle=False)
-            if isinstance(data, np.lib.npyio.NpzFile):
-                if len(data.files) != 1:
-                    raise ValueError(f"dataset: {ref!r} must hold exactly one array")
-                data = data[data.files[0]]
-            return np.asarray(data, dtype=np.float64)
+        from lwl.arrays import read_single_array
+
+        try:
+            with open(path, "rb") as fh:
+                return np.asarray(read_single_array(fh), dtype=np.float64)
+        except ValueError as exc:
+            raise ValueError(f"dataset: {ref!r}: {exc}") from None
 
     return resolve
 
@@ -269,11 +269,15 @@ def sample(distribution: Path = typer.Argument(..., help="distribution spec JSON
 
 
 def _load_plugins() -> None:
-    """Commands that other packages add to ``lwl`` (entry point group ``lwl.cli``): the
+    """Components that plugins register (``LWL_PLUGINS``, :func:`lwl.registry.load_plugins`),
+    and commands that other packages add to ``lwl`` (entry point group ``lwl.cli``): the
     service's ``serve``, ``worker``, ``ask`` and ``tell`` register from :mod:`service.cli`,
     so this library never imports its own faces."""
     from importlib.metadata import entry_points
 
+    from lwl.registry import load_plugins
+
+    load_plugins()
     for ep in entry_points(group="lwl.cli"):
         ep.load()(app, console)
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lwl.meta import STREAM_KMEANS, STREAM_MEDIAN, MetaTestSamples
+from lwl.q_samples import MetaTestSamples
+
+from lwl.streams import STREAM_KMEANS, STREAM_MEDIAN
 from lwl.spec import JobSpec
 
 MEDIAN_POINTS = 2000
@@ -34,39 +36,52 @@ def median_distance(points: np.ndarray, seed) -> float:
 
 
 def fill_from_data(spec: JobSpec, q: MetaTestSamples) -> JobSpec:
-    """The spec with the Gaussian family's mean/cov and KRR's lengthscale filled from Q
-    (see module docstring); ``spec.derived`` names what was filled. Refuses a family whose
-    dimension differs from Q's."""
-    from lwl.design.adaptive import moment_matched, regularised_cholesky
+    """The spec with the family's missing parameters (its registry entry's ``fill`` hook, e.g.
+    the Gaussian's mean/cov) and KRR's lengthscale filled from Q (see module docstring);
+    ``spec.derived`` names what was filled. Refuses a family whose dimension differs from Q's."""
+    from lwl.registry import FAMILIES
 
-    if spec.family.name not in ("gaussian", "mixture"):
-        return spec
-    pts = np.concatenate(q.validation)
-    a = q.point_weights(q.validation, q.weights)
     family, model = spec.family.model_copy(), spec.model.model_copy()
-    derived = []
-    if family.dim is not None and family.dim != q.dim:
-        field = "mean" if family.name == "gaussian" else "means"
-        raise ValueError(f"family.{field}: dimension {family.dim} does not match the test distributions' "
-                         f"dimension {q.dim}")
-    if family.name == "mixture" and family.means is None:
-        from lwl.design.families.mixture import initial_components
-
-        family = family.model_copy(update=initial_components(q, family.components, family.init, [spec.seed, STREAM_KMEANS]))
-        family.components = len(family.means)
-        derived += ["family.weights", "family.means", "family.covs"]
-    elif family.name == "gaussian" and (family.mean is None or family.cov is None):
-        mean, cov = moment_matched(pts, a)
-        if family.mean is None:
-            family.mean = mean.tolist()
-            derived.append("family.mean")
-        if family.cov is None:
-            L = regularised_cholesky(cov, rel=1e-6)  # positive definite even for degenerate Q samples
-            family.cov = (L @ L.T).tolist()
-            derived.append("family.cov")
+    derived: list[str] = []
+    dim = getattr(family, "dim", None)
+    if dim is not None and dim != q.dim:
+        raise ValueError(f"family.{type(family).dim_field}: dimension {dim} does not match the test "
+                         f"distributions' dimension {q.dim}")
+    fill = FAMILIES.get(family.name).resolve("fill")
+    if fill is not None:
+        family, filled = fill(family, q, spec.seed)
+        derived += [f"family.{f}" for f in filled]
     if model.name == "krr" and model.lengthscale is None:
-        model.lengthscale = median_distance(pts, [spec.seed, STREAM_MEDIAN])
+        model.lengthscale = median_distance(np.concatenate(q.validation), [spec.seed, STREAM_MEDIAN])
         derived.append("model.lengthscale")
     out = spec.model_copy(update={"family": family, "model": model})
     out.derived = [*spec.derived, *derived]
     return out
+
+
+def fill_gaussian(family, q: MetaTestSamples, seed: int):
+    """A Gaussian family's missing mean / cov: Q's moment-matched Gaussian."""
+    from lwl.design.adaptive import moment_matched, regularised_cholesky
+
+    filled = []
+    if family.mean is None or family.cov is None:
+        mean, cov = moment_matched(np.concatenate(q.validation), q.point_weights(q.validation, q.weights))
+        if family.mean is None:
+            family.mean = mean.tolist()
+            filled.append("mean")
+        if family.cov is None:
+            L = regularised_cholesky(cov, rel=1e-6)  # positive definite even for degenerate Q samples
+            family.cov = (L @ L.T).tolist()
+            filled.append("cov")
+    return family, filled
+
+
+def fill_mixture(family, q: MetaTestSamples, seed: int):
+    """A mixture family's missing components: fitted to Q's members or k-means clusters."""
+    if family.means is not None:
+        return family, []
+    from lwl.design.families.mixture import initial_components
+
+    family = family.model_copy(update=initial_components(q, family.components, family.init, [seed, STREAM_KMEANS]))
+    family.components = len(family.means)
+    return family, ["weights", "means", "covs"]

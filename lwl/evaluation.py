@@ -21,6 +21,25 @@ def relative_ood_error(pred: np.ndarray, truth: np.ndarray, point_weights: np.nd
     return float(np.sqrt(num / den))
 
 
+def member_relative_error(pairs, member_weights=None, output_weights=1.0) -> float:
+    """Relative OOD error of an operator model (SM eqn app_ntd_rel_ood_error): with (Y_k, P_k)
+    the oracle's and the model's outputs on samples of member k and ||.||_w the output grid's
+    quadrature norm, sqrt(sum_k w_k mean_n ||Y_k - P_k||_w^2 / sum_k w_k mean_n ||Y_k||_w^2);
+    ``member_weights=None`` weights the members equally (1/K)."""
+    num, den = [], []
+    for truth, pred in pairs:
+        truth = np.asarray(truth).reshape(len(truth), -1)
+        num.append(np.mean(((truth - np.asarray(pred).reshape(truth.shape)) ** 2 * output_weights).sum(1)))
+        den.append(np.mean((truth**2 * output_weights).sum(1)))
+    if member_weights is None:
+        return float(np.sqrt(np.mean(num) / np.mean(den)))
+    n = d = 0.0
+    for w, a, b in zip(member_weights, num, den):  # accumulated in member order, as before
+        n += w * a
+        d += w * b
+    return float(np.sqrt(n / d))
+
+
 def krr_error(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
               point_weights: np.ndarray, *, kernel: str, lengthscale: float, ridge: float,
               device: str = "cpu") -> float:
@@ -62,7 +81,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     "err_vs_n": {name: [Err at each size]}, "held_out": count}``.
     """
     from lwl.design import baselines as bl
-    from lwl.meta import STREAM_EVAL
+    from lwl.streams import STREAM_EVAL
     from lwl.oracles import as_numpy
 
     ev = spec.evaluation

@@ -8,7 +8,7 @@ refused with the offending field named. ``docs/job-spec.md`` documents every fie
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -224,6 +224,7 @@ class GaussianFamilySpec(StrictModel):
     the values used."""
 
     name: Literal["gaussian"] = "gaussian"
+    dim_field: ClassVar[str] = "mean"  # the field that fixes the dimension (for error messages)
     mean: list[float] | None = Field(default=None, description="default: the mean of Q's validation samples")
     cov: list[list[float]] | None = Field(default=None, description="default: the covariance of Q's validation samples")
     free: list[Literal["mean", "cov"]] = Field(default_factory=lambda: ["mean", "cov"])
@@ -255,6 +256,7 @@ class MixtureFamilySpec(StrictModel):
     count is min(K, 16)), k-means otherwise. The result's ``spec`` holds the values used."""
 
     name: Literal["mixture"] = "mixture"
+    dim_field: ClassVar[str] = "means"  # the field that fixes the dimension (for error messages)
     components: int | None = Field(default=None, ge=1, le=64, description="default: min(K, 16)")
     init: Literal["members", "kmeans"] | None = Field(
         default=None, description="default: members when components equals Q's member count, else kmeans")
@@ -302,6 +304,7 @@ class KLEFamilySpec(KLEParameters):
     """nu_theta = a KLE Gaussian (AMA); ``free`` names the parameters that move, ``bounds``
     their box (required by differential evolution)."""
     name: Literal["kle"] = "kle"
+    dim_field: ClassVar[str] = "grid"
     free: list[Literal["shift", "omega", "amplitude", "alpha", "tau", "sigma"]] = Field(min_length=1)
     bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)
 
@@ -327,6 +330,7 @@ class ParticlesFamilySpec(StrictModel):
     c ~ N(0, init_std^2) (paper SM RTE: 20 x 20 coefficients, N = 120, c ~ N(0, 1e-6)). Moved by
     ``particle_ama``; the result is the particles' empirical measure (family "particles")."""
     name: Literal["particles"] = "particles"
+    dim_field: ClassVar[str] = "grid"  # the field that fixes the dimension (for error messages)
     grid: int = Field(ge=3, le=1024, description="nodes per side, boundary included (the oracle's grid)")
     modes: int = Field(default=20, ge=1, le=256)
     particles: int = Field(default=120, ge=2, le=100_000)
@@ -472,12 +476,15 @@ class EvaluationSpec(StrictModel):
 class JobSpec(StrictModel):
     """A design job: oracle, meta test distribution Q, family, model, algorithm, seed."""
 
+    # family, model and algorithm accept any entry of lwl.registry's FAMILIES, MODELS and
+    # ALGORITHMS: the annotations below are replaced by the registered unions
+    # (_rebuild_job_spec); the algorithm's compatibility check runs last (_algorithm_parts)
+
     oracle: OracleSpec
     test_distributions: TestDistributionsSpec
-    family: GaussianFamilySpec | MixtureFamilySpec | KLEFamilySpec | ParticlesFamilySpec = Field(
-        default_factory=GaussianFamilySpec, discriminator="name")
-    model: KRRSpec | DeepONetSpec = Field(default_factory=KRRSpec, discriminator="name")
-    algorithm: BilevelSpec | AMASpec | ParticleAMASpec = Field(default_factory=BilevelSpec, discriminator="name")
+    family: GaussianFamilySpec = Field(default_factory=GaussianFamilySpec, discriminator="name")
+    model: KRRSpec = Field(default_factory=KRRSpec, discriminator="name")
+    algorithm: BilevelSpec = Field(default_factory=BilevelSpec, discriminator="name")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     seed: int = Field(default=0, ge=0, lt=2**63)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -495,10 +502,11 @@ class JobSpec(StrictModel):
     def _family_dim(cls, family, info: ValidationInfo):
         tests = info.data.get("test_distributions")
         d = tests.dim if tests is not None else None
-        field = {"gaussian": "mean", "mixture": "means"}.get(family.name, "grid")  # what sets its dimension
-        if family.dim is not None and d is not None and family.dim != d:
-            raise ValueError(f"{field}: dimension {family.dim} does not match the test distributions' dimension {d}")
-        dim = family.dim if family.dim is not None else d  # a Gaussian without mean/cov takes Q's
+        fam_dim = getattr(family, "dim", None)
+        field = getattr(type(family), "dim_field", "name")  # what sets the family's dimension
+        if fam_dim is not None and d is not None and fam_dim != d:
+            raise ValueError(f"{field}: dimension {fam_dim} does not match the test distributions' dimension {d}")
+        dim = fam_dim if fam_dim is not None else d  # a family without explicit parameters takes Q's
         oracle = info.data.get("oracle")
         if oracle is not None and dim is not None:
             from lwl.oracles import make_oracle
@@ -506,7 +514,7 @@ class JobSpec(StrictModel):
             o = make_oracle(oracle.model_dump())
             if dim < o.min_dim or (o.dim is not None and dim != o.dim):
                 want = o.dim if o.dim is not None else f">= {o.min_dim}"
-                where = field if family.dim is not None else "test_distributions.members"
+                where = field if fam_dim is not None else "test_distributions.members"
                 raise ValueError(f"{where}: oracle {oracle.name} takes inputs of dimension {want}, got {dim}")
         return family
 
@@ -530,87 +538,149 @@ class JobSpec(StrictModel):
 
     @model_validator(mode="after")
     def _algorithm_parts(self):
+        from lwl.registry import ALGORITHMS
+
         if self.evaluation.enabled is None:  # also when the evaluation block is omitted
             self.evaluation.enabled = not self.oracle.is_external
-        if self.algorithm.name == "bilevel" and self.algorithm.samples_per_iteration is None:
-            self.algorithm.samples_per_iteration = self.evaluation.train_size
+        entry = ALGORITHMS.get(self.algorithm.name)
         if self.evaluation.baselines is None:
-            self.evaluation.baselines = list(DEFAULT_BASELINES) if self.algorithm.name == "bilevel" else []
-        if self.algorithm.name == "particle_ama":
-            self._particle_ama_parts()
-        elif self.family.name == "particles":
-            raise ValueError("algorithm.name: a particles family is moved by particle_ama")
-        elif self.algorithm.name == "ama":
-            if self.family.name != "kle":
-                raise ValueError("family.name: the ama algorithm moves a KLE family ('kle')")
-            if self.model.name != "deeponet":
-                raise ValueError("model.name: the ama algorithm trains a DeepONet ('deeponet')")
-            if self.oracle.is_external:
-                raise ValueError("oracle.name: ama labels inside its distribution step and needs a synchronous "
-                                 "oracle (built-in or http), not ask/tell")
-            fam = self.family.kle_parameters().model_dump(include={"basis", "grid", "modes", "endpoints"})
-            for k, m in enumerate(self.test_distributions.members):
-                if m.kle is None:
-                    raise ValueError(f"test_distributions.members.{k}: ama needs KLE members ('kle') for the "
-                                     "closed-form W2")
-                if m.kle.model_dump(include=set(fam)) != fam:
-                    raise ValueError(f"test_distributions.members.{k}.kle: basis, grid, modes and endpoints must "
-                                     "match the family's")
-            if (self.algorithm.optimizer == "differential_evolution"
-                    and set(self.family.bounds) != set(self.family.free)):
-                raise ValueError("family.bounds: differential evolution needs bounds for every free parameter")
-            from lwl.oracles import make_oracle
-
-            try:
-                make_oracle(self.oracle.model_dump()).output_grid(self.family.dim)
-            except ValueError as exc:
-                raise ValueError(str(exc)) from None
-        else:
-            from lwl.design.families import BILEVEL_FAMILIES
-
-            if self.family.name not in BILEVEL_FAMILIES or self.model.name != "krr":
-                raise ValueError(f"algorithm.name: bilevel needs a family among {BILEVEL_FAMILIES.names()} "
-                                 "and a krr model")
-            if self.algorithm.optimizer == "paper" and self.family.name != "gaussian":
-                raise ValueError("algorithm.optimizer: the paper's plain step is defined for the gaussian family; "
-                                 "use the adaptive optimiser")
-            self._kle_member_sizes()
+            self.evaluation.baselines = list(entry.extra.get("baselines", ()))
+        if entry.check is not None:
+            entry.check(self)
         return self
-
-    def _kle_member_sizes(self) -> None:
-        for k, m in enumerate(self.test_distributions.members):
-            if m.kle is not None and m.size is None:
-                raise ValueError(f"test_distributions.members.{k}.size: a kle member needs the number of "
-                                 "samples to draw")
-
-    def _particle_ama_parts(self) -> None:
-        if self.family.name != "particles":
-            raise ValueError("family.name: particle_ama moves a particles family ('particles')")
-        if self.model.name != "deeponet":
-            raise ValueError("model.name: particle_ama trains a DeepONet ('deeponet')")
-        if self.oracle.is_external:
-            raise ValueError("oracle.name: particle_ama labels inside its step and needs the oracle's adjoint: "
-                             "a built-in solver (rte), not ask/tell")
-        from lwl.oracles import make_oracle
-
-        oracle = make_oracle(self.oracle.model_dump())
-        if not hasattr(oracle, "solver"):
-            raise ValueError(f"oracle.name: particle_ama needs an oracle with an adjoint solver (rte), "
-                             f"not {self.oracle.name}")
-        if oracle.grid != self.family.grid:
-            raise ValueError(f"family.grid: {self.family.grid} does not match the oracle's grid {oracle.grid}")
-        if self.family.modes > self.family.grid - 2:
-            raise ValueError(f"family.modes: at most grid - 2 = {self.family.grid - 2} sine modes per axis "
-                             "on this grid")
-        if any(m.kle is not None and not m.kle.endpoints or m.lognormal is not None and not m.lognormal.endpoints
-               for m in self.test_distributions.members):
-            raise ValueError("test_distributions.members: kle and lognormal members of a particles job need "
-                             "endpoints: true (the oracle's nodes include the boundary)")
-        self._kle_member_sizes()
 
     @property
     def dim(self) -> int:
         return self.family.dim
+
+
+# -- compatibility checks of the built-in algorithms (lwl.registry entries) ------------------------
+def _kle_member_sizes(spec: JobSpec) -> None:
+    for k, m in enumerate(spec.test_distributions.members):
+        if m.kle is not None and m.size is None:
+            raise ValueError(f"test_distributions.members.{k}.size: a kle member needs the number of "
+                             "samples to draw")
+
+
+def _operator_parts(spec: JobSpec, family: str, family_what: str, oracle_need: str) -> None:
+    """An AMA-type job: the family it moves, a DeepONet, and an oracle it can call inside a step."""
+    name = spec.algorithm.name
+    if spec.family.name != family:
+        raise ValueError(f"family.name: {name} moves a {family_what} family ({family!r})")
+    if spec.model.name != "deeponet":
+        raise ValueError(f"model.name: {name} trains a DeepONet ('deeponet')")
+    if spec.oracle.is_external:
+        raise ValueError(f"oracle.name: {name} labels inside its steps and needs {oracle_need}, not ask/tell")
+
+
+def _check_bilevel(spec: JobSpec) -> None:
+    """Bilevel: a family with a bilevel builder (``bilevel`` in its registry entry), a krr
+    model; N_k defaults to the evaluation's train_size."""
+    from lwl.registry import FAMILIES
+
+    if spec.algorithm.samples_per_iteration is None:
+        spec.algorithm.samples_per_iteration = spec.evaluation.train_size
+    movable = [e.name for e in FAMILIES.entries() if "bilevel" in e.extra]
+    if spec.family.name not in movable:
+        moved_by = FAMILIES.get(spec.family.name).extra.get("moved_by")
+        raise ValueError(f"algorithm.name: a {spec.family.name} family is moved by {moved_by}" if moved_by else
+                         f"algorithm.name: bilevel needs a family among {movable} and a krr model")
+    if spec.model.name != "krr":
+        raise ValueError(f"algorithm.name: bilevel needs a family among {movable} and a krr model")
+    if spec.algorithm.optimizer == "paper" and not FAMILIES.get(spec.family.name).extra.get("paper_optimizer"):
+        raise ValueError("algorithm.optimizer: the paper's plain step is defined for the gaussian family; "
+                         "use the adaptive optimiser")
+    _kle_member_sizes(spec)
+
+
+def _check_ama(spec: JobSpec) -> None:
+    """AMA: a KLE family, a DeepONet, KLE members matching the family's basis, a synchronous
+    oracle with an output grid, bounds for differential evolution."""
+    if spec.family.name == "particles":
+        raise ValueError("algorithm.name: a particles family is moved by particle_ama")
+    _operator_parts(spec, "kle", "KLE", "a synchronous oracle (built-in or http)")
+    fam = spec.family.kle_parameters().model_dump(include={"basis", "grid", "modes", "endpoints"})
+    for k, m in enumerate(spec.test_distributions.members):
+        if m.kle is None:
+            raise ValueError(f"test_distributions.members.{k}: ama needs KLE members ('kle') for the "
+                             "closed-form W2")
+        if m.kle.model_dump(include=set(fam)) != fam:
+            raise ValueError(f"test_distributions.members.{k}.kle: basis, grid, modes and endpoints must "
+                             "match the family's")
+    if spec.algorithm.optimizer == "differential_evolution" and set(spec.family.bounds) != set(spec.family.free):
+        raise ValueError("family.bounds: differential evolution needs bounds for every free parameter")
+    from lwl.oracles import make_oracle
+
+    try:
+        make_oracle(spec.oracle.model_dump()).output_grid(spec.family.dim)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_particle_ama(spec: JobSpec) -> None:
+    """Particle AMA: a particles family on the oracle's grid, a DeepONet, an oracle with an
+    adjoint solver (rte), members whose grids include the boundary."""
+    _operator_parts(spec, "particles", "particles", "the oracle's adjoint: a built-in solver (rte)")
+    from lwl.oracles import make_oracle
+
+    oracle = make_oracle(spec.oracle.model_dump())
+    if not hasattr(oracle, "solver"):
+        raise ValueError(f"oracle.name: particle_ama needs an oracle with an adjoint solver (rte), "
+                         f"not {spec.oracle.name}")
+    if oracle.grid != spec.family.grid:
+        raise ValueError(f"family.grid: {spec.family.grid} does not match the oracle's grid {oracle.grid}")
+    if spec.family.modes > spec.family.grid - 2:
+        raise ValueError(f"family.modes: at most grid - 2 = {spec.family.grid - 2} sine modes per axis "
+                         "on this grid")
+    if any(m.kle is not None and not m.kle.endpoints or m.lognormal is not None and not m.lognormal.endpoints
+           for m in spec.test_distributions.members):
+        raise ValueError("test_distributions.members: kle and lognormal members of a particles job need "
+                         "endpoints: true (the oracle's nodes include the boundary)")
+    _kle_member_sizes(spec)
+
+
+def _rebuild_job_spec() -> None:
+    """Re-derive JobSpec's tagged unions from the registries (called when an entry is added)."""
+    from typing import Union
+
+    from lwl.registry import ALGORITHMS, FAMILIES, MODELS
+
+    changed = False
+    for field, registry in (("family", FAMILIES), ("model", MODELS), ("algorithm", ALGORITHMS)):
+        models = registry.params_models()
+        if not models:
+            continue
+        annotation = Union[models] if len(models) > 1 else models[0]  # noqa: UP007 (a runtime tuple)
+        if JobSpec.model_fields[field].annotation != annotation:
+            JobSpec.model_fields[field].annotation = annotation
+            changed = True
+    if changed:
+        JobSpec.model_rebuild(force=True)
+
+
+def _register_builtins() -> None:
+    from lwl.registry import ALGORITHMS, FAMILIES, MODELS
+
+    FAMILIES.register("gaussian", GaussianFamilySpec, bilevel="lwl.design.families.gaussian:build",
+                      fill="lwl.defaults:fill_gaussian", paper_optimizer=True)
+    FAMILIES.register("mixture", MixtureFamilySpec, bilevel="lwl.design.families.mixture:build",
+                      fill="lwl.defaults:fill_mixture")
+    FAMILIES.register("kle", KLEFamilySpec, moved_by="ama")
+    FAMILIES.register("particles", ParticlesFamilySpec, moved_by="particle_ama")
+    MODELS.register("krr", KRRSpec)
+    MODELS.register("deeponet", DeepONetSpec)
+    ALGORITHMS.register("bilevel", BilevelSpec, "lwl.design.bilevel:build", _check_bilevel,
+                        evaluate="lwl.design.bilevel:evaluate", final_steps=0, baselines=DEFAULT_BASELINES)
+    ALGORITHMS.register("ama", AMASpec, "lwl.design.ama:build", _check_ama,
+                        evaluate="lwl.design.ama:evaluate", final_steps=1)
+    ALGORITHMS.register("particle_ama", ParticleAMASpec, "lwl.design.particles:build", _check_particle_ama,
+                        evaluate="lwl.design.particles:evaluate", final_steps=1)
+    for registry in (FAMILIES, MODELS, ALGORITHMS):
+        registry.on_change(_rebuild_job_spec)
+    _rebuild_job_spec()
+
+
+_register_builtins()
 
 
 class SpecError(ValueError):
@@ -621,8 +691,10 @@ class SpecError(ValueError):
         super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
 
 
-_UNION_TAGS = {"family": ("gaussian", "mixture", "kle", "particles"), "model": ("krr", "deeponet"),
-               "algorithm": ("bilevel", "ama", "particle_ama")}
+def _union_tags() -> dict[str, list[str]]:
+    from lwl.registry import ALGORITHMS, FAMILIES, MODELS
+
+    return {"family": FAMILIES.names(), "model": MODELS.names(), "algorithm": ALGORITHMS.names()}
 
 
 def _loc(parts) -> str:
@@ -636,12 +708,12 @@ def parse_job_spec(doc: dict[str, Any] | str | bytes) -> JobSpec:
             return JobSpec.model_validate_json(doc)
         return JobSpec.model_validate(doc)
     except ValidationError as exc:
-        errors = []
+        errors, tags = [], _union_tags()
         for e in exc.errors(include_url=False):
             msg = e["msg"].removeprefix("Value error, ")
             loc = list(e["loc"])
             # tagged unions (family, model, algorithm): report "model.lengthscale", not "model.krr.lengthscale"
-            if len(loc) >= 2 and loc[1] in _UNION_TAGS.get(loc[0], ()):
+            if len(loc) >= 2 and loc[1] in tags.get(loc[0], ()):
                 del loc[1]
             if e["type"] in ("union_tag_invalid", "union_tag_not_found"):
                 loc.append("name")
@@ -653,3 +725,4 @@ def parse_job_spec(doc: dict[str, Any] | str | bytes) -> JobSpec:
                 msg = rest
             errors.append((_loc(loc), msg))
         raise SpecError(errors) from None
+

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 import lwl
 from lwl.measures import from_spec
+from lwl.registry import load_plugins
 from service import problems
 from service.core.settings import Settings, get_settings
 from service.core.store import Store
@@ -26,6 +27,7 @@ from service.routers import asktell, datasets, jobs, ops
 def create_app(settings: Settings | None = None, store: Store | None = None,
                enqueue: Callable[[str, int], None] | None = None,
                broker_check: Callable[[], None] | None = None) -> FastAPI:
+    load_plugins()  # LWL_PLUGINS: components registered by the user's modules
     settings = settings or get_settings()
     app = FastAPI(title="lwl", version=lwl.__version__,
                   description="Training-data distribution design for scientific machine learning "

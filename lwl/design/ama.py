@@ -41,13 +41,14 @@ import torch
 from scipy.optimize import differential_evolution, minimize
 
 from lwl.design.kle_family import KLEFamily
+from lwl.design.stepper import StepperDefaults
 from lwl.lipschitz import lipschitz_pairs, lipschitz_ratio
 from lwl.measures import KLEGaussian
 from lwl.oracles import Oracle, as_numpy
+from lwl.streams import STREAM_LIP, STREAM_OPT, STREAM_TRAIN
 
 OPTIMIZERS = ("differential_evolution", "adam", "lbfgsb")
 PHASE_LIPSCHITZ, PHASE_ITERATE, PHASE_DONE = "lipschitz", "iterate", "done"
-STREAM_TRAIN, STREAM_OPT, STREAM_LIP = 11, 12, 13
 
 
 def bound_constant_squared(L: float, R: float, m2_nu, m2_q, zero_sq: float):
@@ -56,7 +57,7 @@ def bound_constant_squared(L: float, R: float, m2_nu, m2_q, zero_sq: float):
     return s * s * (4 * s * s * (m2_nu + m2_q) + 16 * zero_sq)
 
 
-class AMADesign:
+class AMADesign(StepperDefaults):
     """AMA as a stepper over a :class:`KLEFamily` (see the module docstring).
 
     ``model_factory(seed)`` returns an unfitted regressor with ``fit(U, Y, z)`` (warm start
@@ -97,17 +98,13 @@ class AMADesign:
     @classmethod
     def from_spec(cls, spec, oracle: Oracle) -> "AMADesign":
         """The stepper of an ``algorithm.name == "ama"`` job spec (see lwl.spec.AMASpec)."""
-        from lwl.models import DeepONetRegressor
+        from lwl.models.deeponet import deeponet_factory
 
         fam = spec.family
         family = KLEFamily(fam.kle_parameters().measure(), list(fam.free), dict(fam.bounds))
         z, out_w = oracle.output_grid(family.template.dim)
-        m, a = spec.model, spec.algorithm
-
-        def factory(seed: int) -> DeepONetRegressor:
-            return DeepONetRegressor([family.template.dim, *m.branch, m.latent], [z.shape[1], *m.trunk, m.latent],
-                                     lr=m.learning_rate, max_iters=m.iterations, validation_fraction=0.0,
-                                     seed=seed, warm_start=True, device=spec.device)
+        a = spec.algorithm
+        factory = deeponet_factory(spec.model, family.template.dim, z.shape[1], spec.device, warm_start=True)
 
         return cls(family, [k.kle.measure() for k in spec.test_distributions.members], oracle, factory, z,
                    weights=spec.test_distributions.weights, output_weights=out_w, iterations=a.iterations,
@@ -120,15 +117,13 @@ class AMADesign:
     def evaluate(self, state: dict[str, Any], n: int, seed) -> dict[str, Any]:
         """Relative OOD error (SM eqn app_ntd_rel_ood_error) of the final model on ``n`` fresh
         samples of every member of Q, labelled by the oracle."""
+        from lwl.evaluation import member_relative_error
+
         model = self.model(state)
-        w = self.weights.numpy()
-        num = den = 0.0
-        for k, m in enumerate(self.members):
-            U = m.sample(n, [*np.atleast_1d(seed).tolist(), k])
-            Y = self._label(U)
-            num += w[k] * np.mean(((Y - model.predict(U)) ** 2 * self.output_weights).sum(1))
-            den += w[k] * np.mean((Y ** 2 * self.output_weights).sum(1))
-        return {"relative_ood_error": float(np.sqrt(num / den)), "samples_per_member": n}
+        samples = [m.sample(n, [*np.atleast_1d(seed).tolist(), k]) for k, m in enumerate(self.members)]
+        pairs = ((self._label(U), model.predict(U)) for U in samples)
+        return {"relative_ood_error": member_relative_error(pairs, self.weights.numpy(), self.output_weights),
+                "samples_per_member": n}
 
     # -- helpers ----------------------------------------------------------------------------
     def _label(self, u: np.ndarray) -> np.ndarray:
@@ -354,3 +349,18 @@ class AMADesign:
             if value < best_value:
                 return x
         return best
+
+
+def build(spec, oracle: Oracle, resolve=None) -> AMADesign:
+    """The stepper of an ``ama`` job (registered in :mod:`lwl.spec`)."""
+    design = AMADesign.from_spec(spec, oracle)
+    design.spec = spec
+    return design
+
+
+def evaluate(stepper: AMADesign, state: dict[str, Any], spec, oracle, out: dict) -> dict:
+    """Relative OOD error of the final model on fresh samples of Q's members."""
+    from lwl.streams import STREAM_EVAL
+
+    return {"evaluation": stepper.evaluate(state, spec.test_distributions.validation_per_member,
+                                           [spec.seed, STREAM_EVAL])}

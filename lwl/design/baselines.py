@@ -19,7 +19,7 @@ import torch
 
 from lwl.device import DTYPE
 from lwl.measures import Gaussian, Mixture, UniformBox
-from lwl.meta import MetaTestSamples
+from lwl.q_samples import MetaTestSamples
 from lwl.models import KernelRidge
 from lwl.transport import gaussian_barycenter
 

@@ -39,9 +39,11 @@ import torch
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient, moment_matched, regularised_cholesky
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
+from lwl.design.stepper import StepperDefaults
 from lwl.device import DTYPE, resolve_device
 from lwl.measures import Measure
-from lwl.meta import STREAM_CHECK, STREAM_DESIGN, DatasetResolver, MetaTestSamples, _no_datasets
+from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
+from lwl.streams import STREAM_CHECK, STREAM_DESIGN
 from lwl.models import KernelRidge
 from lwl.spec import JobSpec
 
@@ -70,7 +72,7 @@ def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tens
     return float(weighted @ residual_v), train_residual * lam / n
 
 
-class BilevelDesign:
+class BilevelDesign(StepperDefaults):
     """The bilevel method as a stepper (DESIGN.md "Algorithms are steppers").
 
     ``init() -> state``; while not ``done(state)``: label ``queries(state)`` and call
@@ -451,3 +453,20 @@ class BilevelDesign:
             return {**state, "grad_ms": grad_ms}, "rejected", norm
         return ({**state, "phi": bounded, **params, "adam_m1": m1, "adam_m2": m2, "adam_t": t,
                  "grad_ms": grad_ms}, event, norm)
+
+
+def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BilevelDesign:
+    """The stepper of a ``bilevel`` job (registered in :mod:`lwl.spec`)."""
+    return BilevelDesign.from_spec(spec, resolve)
+
+
+def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracle, out: dict) -> dict:
+    """Held-out Err of the design and its baselines (:func:`lwl.evaluation.evaluate_design`)
+    and the verdict; ``spec`` is the resolved one (its lengthscale is what the run selected)."""
+    from lwl.evaluation import evaluate_design, verdict
+    from lwl.measures import from_spec
+
+    evaluation = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle,
+                                 np.asarray(state.get("validation_labels")))
+    v = verdict(evaluation, out.get("warnings", []))
+    return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

@@ -28,6 +28,7 @@ import ot
 import torch
 
 from lwl.design.ama import bound_constant_squared
+from lwl.design.stepper import StepperDefaults
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
 from lwl.memory import release_freed_memory
@@ -35,13 +36,13 @@ from lwl.memory import release_freed_memory
 PHASE_ITERATE, PHASE_DONE = "iterate", "done"
 
 
-class ParticleAMADesign:
+class ParticleAMADesign(StepperDefaults):
     """Particle AMA as a stepper. ``oracle`` needs ``label`` and ``solver(a)`` with
     ``density()`` and ``gradient(d_rho)`` (the :class:`lwl.oracles.rte.RTE` oracle); ``q_samples``
     are K arrays of test-member samples of a (rows on the grid, flattened)."""
 
     def __init__(self, oracle, q_samples: list[np.ndarray], model_factory: Callable[[int], Any], z: np.ndarray, *,
-                 particles: int = 120, modes: int = 20, init_std: float = 1e-3, step_size: float = 1e-6,
+                 particles: int = 120, modes: int = 20, init_std: float = 1e-3, step_size: float = 0.01,
                  tol: float = 1e-6, iterations: int = 10, max_halvings: int = 30, max_field: float = 1e6,
                  lipschitz_oracle: float | None = None, lipschitz_model: float | None = None, seed: int = 0,
                  weights=None):
@@ -245,32 +246,25 @@ class ParticleAMADesign:
         heldout = self.heldout if heldout is None else heldout
         if heldout is None:
             raise ValueError("evaluate: no held-out samples of Q given")
+        from lwl.evaluation import member_relative_error
+
         model = self.model(state)
-        w_out = trapezoid_weights(self.grid)
-        w = self.weights.numpy()
-        num = den = 0.0
-        for k, U in enumerate(heldout):
-            Y = np.asarray(self.oracle.label(U)).reshape(len(U), -1)
-            num += w[k] * np.mean(((Y - model.predict(U)) ** 2 * w_out).sum(1))
-            den += w[k] * np.mean((Y ** 2 * w_out).sum(1))
-        return {"relative_ood_error": float(np.sqrt(num / den)), "samples_per_member": [len(U) for U in heldout]}
+        pairs = ((self.oracle.label(U), model.predict(U)) for U in heldout)
+        err = member_relative_error(pairs, self.weights.numpy(), trapezoid_weights(self.grid))
+        return {"relative_ood_error": err, "samples_per_member": [len(U) for U in heldout]}
 
     @classmethod
     def from_spec(cls, spec, oracle, resolve=None) -> "ParticleAMADesign":
         """The stepper of an ``algorithm.name == "particle_ama"`` job spec (lwl.spec.ParticleAMASpec).
         The first ``validation_per_member`` samples of each member are the OT targets; the rest are
         held out for :meth:`evaluate`."""
-        from lwl.meta import MetaTestSamples, _no_datasets
-        from lwl.models import DeepONetRegressor
+        from lwl.q_samples import MetaTestSamples, _no_datasets
+        from lwl.models.deeponet import deeponet_factory
 
         q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve or _no_datasets)
-        fam, m, a = spec.family, spec.model, spec.algorithm
+        fam, a = spec.family, spec.algorithm
         z, _ = oracle.output_grid(fam.dim)
-
-        def factory(seed: int) -> DeepONetRegressor:
-            return DeepONetRegressor([fam.dim, *m.branch, m.latent], [z.shape[1], *m.trunk, m.latent],
-                                     lr=m.learning_rate, max_iters=m.iterations, validation_fraction=0.0,
-                                     seed=seed, device=spec.device)
+        factory = deeponet_factory(spec.model, fam.dim, z.shape[1], spec.device)
 
         design = cls(oracle, q.validation, factory, z, particles=fam.particles, modes=fam.modes, init_std=fam.init_std,
                    step_size=a.step_size, tol=a.tol, iterations=a.iterations, max_halvings=a.max_halvings,
@@ -278,3 +272,15 @@ class ParticleAMADesign:
                    seed=spec.seed, weights=spec.test_distributions.weights)
         design.heldout = q.heldout
         return design
+
+
+def build(spec, oracle, resolve=None) -> ParticleAMADesign:
+    """The stepper of a ``particle_ama`` job (registered in :mod:`lwl.spec`)."""
+    design = ParticleAMADesign.from_spec(spec, oracle, resolve)
+    design.spec = spec
+    return design
+
+
+def evaluate(stepper: ParticleAMADesign, state: dict[str, Any], spec, oracle, out: dict) -> dict:
+    """Relative OOD error of the final model on Q's held-out samples."""
+    return {"evaluation": stepper.evaluate(state)}

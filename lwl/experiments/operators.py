@@ -30,11 +30,13 @@ from scipy import stats
 from lwl.design.active import active_learning
 from lwl.design.ama import AMADesign
 from lwl.design.kle_family import KLEFamily
+from lwl.evaluation import member_relative_error
 from lwl.experiments.report import pyplot, write_tables
 from lwl.measures import KLEGaussian
 from lwl.measures.kle import darcy_test_member
 from lwl.models import DeepONetRegressor
 from lwl.oracles import make_oracle
+from lwl.runner import iterate
 
 Q_SEED = 2025
 
@@ -164,10 +166,9 @@ def test_set(study: Study) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def relative_ood_error(model, tests, output_weights) -> float:
-    """sqrt( (1/K) sum_k mean_n ||G* - G_hat||^2 / (1/K) sum_k mean_n ||G*||^2 )."""
-    num = np.mean([np.mean(((Y - model.predict(U)) ** 2 * output_weights).sum(1)) for U, Y in tests])
-    den = np.mean([np.mean((Y ** 2 * output_weights).sum(1)) for U, Y in tests])
-    return float(np.sqrt(num / den))
+    """The model's relative OOD error on the members' test sets, members weighted equally
+    (:func:`lwl.evaluation.member_relative_error`)."""
+    return member_relative_error(((Y, model.predict(U)) for U, Y in tests), None, output_weights)
 
 
 def t_interval(values) -> tuple[float, float]:
@@ -185,18 +186,18 @@ def run_ama(study: Study, seed: int, tests, watch: np.ndarray | None = None, pro
                        output_weights=study.output_weights, iterations=study.cfg["iterations"],
                        n_train=study.cfg["n_train"], n_opt=study.cfg["n_opt"],
                        model_rounds=study.cfg["model_rounds"], seed=seed, **study.ama)
-    state = design.init()
     errors, watched = [], []
-    while not design.done(state):
-        before = len(state["history"])
-        state = design.step(state, study.oracle.label(design.queries(state)))
-        if len(state["history"]) > before:
+
+    def record(state) -> None:  # after each model step: the new model's error
+        if len(state["history"]) > len(errors):
             model = design.model(state)
             errors.append(relative_ood_error(model, tests, study.output_weights))
             if watch is not None:
                 watched.append(model.predict(watch[None])[0])
             if progress:
                 progress(f"run {seed} iteration {len(errors) - 1}: rel. OOD error {errors[-1]:.4f}")
+
+    state = iterate(design, study.oracle, design.init(), after_step=record)
     hist = state["history"]
     return {"seed": seed, "errors": errors, "objectives": [r["objective"] for r in hist],
             "thetas": [r["theta"] for r in hist], "final_theta": state["theta"].tolist(),

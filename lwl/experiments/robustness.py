@@ -140,7 +140,7 @@ def runaway_measures(res: dict) -> dict:
     largest eigenvalue of C_Q^{-1/2} C C_Q^{-1/2}, the smallest, and the mean offset
     |C_Q^{-1/2}(m - mu_Q)| (inf when a parameter is not finite)."""
     from lwl.design.adaptive import moment_matched
-    from lwl.meta import MetaTestSamples
+    from lwl.q_samples import MetaTestSamples
     from lwl.spec import parse_job_spec
 
     spec = parse_job_spec(res["spec"])

@@ -29,6 +29,7 @@ from lwl.experiments.report import pyplot, write_tables
 from lwl.measures import KLEGaussian
 from lwl.models import DeepONetRegressor
 from lwl.oracles import make_oracle
+from lwl.runner import iterate
 
 Q_SEED = 2025
 KNUDSEN = {"1/8": 0.125, "2": 2.0, "8": 8.0}
@@ -78,15 +79,15 @@ def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=Non
     q = [tq.sample(k, N, [seed, 5, k]) for k in range(len(tq.members))]
     design = ParticleAMADesign(oracle, q, factory, z, particles=N, modes=cfg["modes"], iterations=cfg["iterations"],
                                step_size=cfg["step_size"], seed=seed)
-    state = design.init()
     t0 = time.perf_counter()
     errors = []
-    while not design.done(state):
-        labels = design.cached_labels(state)
-        state = design.step(state, labels if labels is not None else oracle.label(design.queries(state)))
+
+    def record(state) -> None:
         errors.append(relative_ood_error(design.model(state), tests, w))
         if progress:
             progress(f"eps {oracle.knudsen:g} N {N} run {seed} iteration {len(errors) - 1}: {errors[-1]:.4f}")
+
+    state = iterate(design, oracle, design.init(), after_step=record)
     seconds = time.perf_counter() - t0
     U = tq.mixture(N, [seed, 6])
     bench = factory(seed).fit(U, np.asarray(oracle.label(U)), z)

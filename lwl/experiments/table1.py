@@ -125,7 +125,7 @@ def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | 
     import time
 
     from lwl.design import baselines as bl
-    from lwl.meta import MetaTestSamples
+    from lwl.q_samples import MetaTestSamples
     from lwl.runner import run_job
     from lwl.spec import parse_job_spec
 

@@ -172,3 +172,18 @@ class DeepONetRegressor:
         with torch.no_grad():
             u = torch.as_tensor(np.asarray(U), dtype=torch.float32, device=self.z_.device)
             return self.net_(u, self.z_).cpu().numpy().astype(np.float64)
+
+
+def deeponet_factory(model_spec, input_dim: int, query_dim: int, device: str = "auto",
+                     warm_start: bool = False):
+    """``seed -> DeepONetRegressor`` for a job's ``model`` block (lwl.spec.DeepONetSpec): branch
+    widths [input_dim, *branch, latent], trunk widths [query_dim, *trunk, latent], full-batch
+    Adam with the spec's learning rate and iterations."""
+    m = model_spec
+
+    def factory(seed: int) -> DeepONetRegressor:
+        return DeepONetRegressor([input_dim, *m.branch, m.latent], [query_dim, *m.trunk, m.latent],
+                                 lr=m.learning_rate, max_iters=m.iterations, validation_fraction=0.0,
+                                 seed=seed, warm_start=warm_start, device=device)
+
+    return factory

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
+from lwl.arrays import read_single_array
 from service.deps import OwnerDep, SettingsDep, StoreDep, read_body
 from service.problems import Problem
 
@@ -40,13 +39,7 @@ def _dataset_view(meta: dict) -> dict:
 def load_array(raw: bytes) -> np.ndarray:
     """A dataset upload: .npy bytes, or .npz with exactly one array. Never unpickles."""
     try:
-        data = np.load(io.BytesIO(raw), allow_pickle=False)
-        if isinstance(data, np.lib.npyio.NpzFile):
-            if len(data.files) != 1:
-                raise ValueError(f"an .npz upload must hold exactly one array, found {len(data.files)}")
-            data = data[data.files[0]]
-        if not isinstance(data, np.ndarray):  # an .npz member that is not an .npy array
-            raise ValueError("the archive member is not an .npy array")
+        data = read_single_array(raw)
     except Exception as exc:
         raise Problem(400, "Unreadable dataset", f"expected .npy or .npz bytes: {exc}") from None
     if data.dtype.kind not in "fiu":

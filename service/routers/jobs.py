@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lwl.spec import SpecError, parse_job_spec
 from service import problems
-from service.core.store import STATUSES, IdempotencyConflict, Store
+from service.core.store import STATUSES, TERMINAL, IdempotencyConflict, Store
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.problems import Problem
 
@@ -103,7 +103,7 @@ def get_history(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
 def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """Stop the job between iterations (at once when still queued)."""
     job = own_job(store, job_id, owner)
-    if job["status"] not in ("succeeded", "failed", "cancelled"):
+    if job["status"] not in TERMINAL:
         store.request_cancel(job_id)
     return job_view(store.get_job(job_id))
 

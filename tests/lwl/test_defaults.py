@@ -3,7 +3,7 @@ import pytest
 from scipy.spatial.distance import pdist
 
 from lwl.defaults import fill_from_data, median_distance
-from lwl.meta import MetaTestSamples
+from lwl.q_samples import MetaTestSamples
 from lwl.spec import parse_job_spec
 
 

@@ -1,14 +1,13 @@
 """Families the bilevel method moves, behind one interface (:class:`BilevelFamily`).
 
 The bilevel stepper (:mod:`lwl.design.bilevel`) never names a family: it asks the family for
-its parameters, samples, the score of its log-density in Q's whitened coordinates and its
-parameter box. A family is one module that registers a builder here::
+its parameters, samples, the score of its log-density and its parameter box in Q's whitened
+coordinates. A family is one module with a builder ``build(family_spec, coords, q)``,
+registered in :data:`lwl.registry.FAMILIES` with its parameter model::
 
-    @BILEVEL_FAMILIES.register("gaussian")
-    def _build(spec, coords): return GaussianFamily(spec.family, coords)
+    FAMILIES.register("gaussian", GaussianFamilySpec, bilevel="lwl.design.families.gaussian:build")
 """
 
-from lwl.design.families.base import BILEVEL_FAMILIES, BilevelFamily, Params, build_bilevel_family
-from lwl.design.families import gaussian as _gaussian, mixture as _mixture  # noqa: F401  (registration)
+from lwl.design.families.base import BilevelFamily, Params, build_bilevel_family
 
-__all__ = ["BilevelFamily", "Params", "BILEVEL_FAMILIES", "build_bilevel_family"]
+__all__ = ["BilevelFamily", "Params", "build_bilevel_family"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -59,35 +59,12 @@ class BilevelFamily(Protocol):
         """JSON facts about a result (e.g. per-component weights); may be empty."""
 
 
-FamilyBuilder = Callable[..., BilevelFamily]
-
-
-class FamilyRegistry:
-    """Name -> builder(family_spec, coords, q) of the families the bilevel method can move."""
-
-    def __init__(self):
-        self._builders: dict[str, FamilyBuilder] = {}
-
-    def register(self, name: str):
-        def wrap(builder: FamilyBuilder) -> FamilyBuilder:
-            self._builders[name] = builder
-            return builder
-        return wrap
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._builders
-
-    def names(self) -> list[str]:
-        return sorted(self._builders)
-
-    def build(self, family_spec, coords: WhitenedGaussian, q) -> BilevelFamily:
-        if family_spec.name not in self._builders:
-            raise ValueError(f"family.name: the bilevel method moves {self.names()}, not {family_spec.name!r}")
-        return self._builders[family_spec.name](family_spec, coords, q)
-
-
-BILEVEL_FAMILIES = FamilyRegistry()
-
-
 def build_bilevel_family(family_spec, coords: WhitenedGaussian, q) -> BilevelFamily:
-    return BILEVEL_FAMILIES.build(family_spec, coords, q)
+    """The family object of a job's ``family`` block: the ``bilevel`` builder of its entry in
+    :data:`lwl.registry.FAMILIES`, called as ``builder(family_spec, coords, q)``."""
+    from lwl.registry import FAMILIES
+
+    builder = FAMILIES.get(family_spec.name).resolve("bilevel")
+    if builder is None:
+        raise ValueError(f"family.name: the bilevel method cannot move a {family_spec.name} family")
+    return builder(family_spec, coords, q)

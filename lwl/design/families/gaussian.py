@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lwl.design.adaptive import WhitenedGaussian
-from lwl.design.families.base import BILEVEL_FAMILIES, Params
+from lwl.design.families.base import Params
 from lwl.measures import Gaussian, project_cholesky
 
 
@@ -68,6 +68,6 @@ class GaussianFamily:
         return {}
 
 
-@BILEVEL_FAMILIES.register("gaussian")
-def _build(spec, coords: WhitenedGaussian, q) -> GaussianFamily:
+def build(spec, coords: WhitenedGaussian, q) -> GaussianFamily:
+    """The bilevel builder registered for ``gaussian`` (:mod:`lwl.spec`)."""
     return GaussianFamily(spec, coords)

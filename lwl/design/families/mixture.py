@@ -17,7 +17,7 @@ import numpy as np
 from scipy.cluster.vq import kmeans2
 
 from lwl.design.adaptive import WhitenedGaussian, moment_matched, regularised_cholesky
-from lwl.design.families.base import BILEVEL_FAMILIES, Params
+from lwl.design.families.base import Params
 from lwl.measures import Gaussian, Mixture
 
 MAX_LOGIT = 8.0  # |logit| box: weight ratios up to e^16 between components
@@ -167,6 +167,6 @@ class MixtureFamily:
         return out
 
 
-@BILEVEL_FAMILIES.register("mixture")
-def _build(spec, coords: WhitenedGaussian, q) -> MixtureFamily:
+def build(spec, coords: WhitenedGaussian, q) -> MixtureFamily:
+    """The bilevel builder registered for ``mixture`` (:mod:`lwl.spec`)."""
     return MixtureFamily(spec, coords)

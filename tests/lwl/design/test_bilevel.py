@@ -271,7 +271,7 @@ def test_spec_without_mean_cov_or_lengthscale_gets_data_derived_values(small_spe
     from lwl import run_job
     from lwl.defaults import median_distance
     from lwl.design.adaptive import moment_matched
-    from lwl.meta import MetaTestSamples
+    from lwl.q_samples import MetaTestSamples
 
     del small_spec["family"]
     del small_spec["model"]

@@ -14,17 +14,10 @@ import numpy as np
 
 from lwl.measures import Gaussian
 from lwl.spec import TestDistributionsSpec
+from lwl.streams import STREAM_Q
 
 DatasetResolver = Callable[[str], np.ndarray]
 
-# Stream ids for seeding: every random draw of a job derives from (seed, stream, index), so a
-# resumed job and a fresh one draw exactly the same numbers.
-STREAM_Q = 1
-STREAM_DESIGN = 2
-STREAM_EVAL = 3
-STREAM_CHECK = 4  # the fixed draws of the bilevel validation checks
-STREAM_MEDIAN = 5  # the subsample of the median-distance lengthscale
-STREAM_KMEANS = 6  # k-means++ seeding of a mixture family's initial components
 
 
 def _no_datasets(ref: str) -> np.ndarray:

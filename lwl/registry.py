@@ -1,0 +1,124 @@
+"""Registries: everything a job spec chooses by name (families, models, algorithms).
+
+An entry carries the pydantic **parameter model** of its spec block (the wire format, with a
+``name: Literal[...]`` field), its **builder** and its **compatibility check** (a function of the
+whole job spec that raises ``ValueError("field.path: why")``). :mod:`lwl.spec` derives the
+``family`` / ``model`` / ``algorithm`` unions of :class:`lwl.spec.JobSpec` from these registries
+and rebuilds them when an entry is added, so a new family or algorithm is one module plus one
+``register`` call; the service's catalog and OpenAPI document list whatever is registered.
+
+Builders may be given as ``"module:attribute"`` strings, imported on first use: the spec layer
+can then name the built-in algorithms without importing them (and without import cycles).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+
+@dataclass
+class Entry:
+    """One registered name. ``extra`` holds kind-specific facts (e.g. an algorithm's
+    ``evaluate`` hook and ``final_steps``, its default ``baselines``)."""
+
+    name: str
+    params: type[BaseModel]
+    build: Callable[..., Any] | str | None = None
+    check: Callable[[Any], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def resolve(self, what: str = "build") -> Callable[..., Any] | None:
+        """The callable stored under ``build`` or ``extra[what]``, importing a ``"module:attr"``."""
+        target = self.build if what == "build" else self.extra.get(what)
+        if isinstance(target, str):
+            module, _, attr = target.partition(":")
+            obj = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+            target = obj
+            if what == "build":
+                self.build = target
+            else:
+                self.extra[what] = target
+        return target
+
+    @property
+    def doc(self) -> str:
+        return (self.params.__doc__ or "").strip().split("\n\n")[0]
+
+
+class Registry:
+    """Name -> :class:`Entry` for one kind of component (``family``, ``model``, ``algorithm``)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, Entry] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def register(self, name: str, params: type[BaseModel], build=None, check=None, *, replace: bool = False,
+                 **extra) -> Entry:
+        """Add ``name``; ``params.model_fields["name"]`` must be ``Literal[name]``."""
+        annotation = params.model_fields.get("name")
+        if annotation is None or annotation.default != name:
+            raise ValueError(f"{params.__name__} needs a field name: Literal[{name!r}] = {name!r}")
+        if name in self._entries and not replace:
+            raise ValueError(f"{self.kind} {name!r} is registered already")
+        entry = Entry(name, params, build, check, dict(extra))
+        self._entries[name] = entry
+        self._changed()
+        return entry
+
+    def unregister(self, name: str) -> None:
+        if self._entries.pop(name, None) is not None:
+            self._changed()
+
+    def get(self, name: str) -> Entry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise ValueError(f"{self.kind}.name: unknown {self.kind} {name!r}; known: {self.names()}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def entries(self) -> list[Entry]:
+        return list(self._entries.values())
+
+    def params_models(self) -> tuple[type[BaseModel], ...]:
+        return tuple(e.params for e in self._entries.values())
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+
+FAMILIES = Registry("family")
+MODELS = Registry("model")
+ALGORITHMS = Registry("algorithm")
+
+
+def load_plugins(modules: str | None = None) -> list[str]:
+    """Import the modules that register extra components: ``modules`` (comma-separated) or the
+    ``LWL_PLUGINS`` environment variable, then the ``lwl.plugins`` entry points. The CLI, the
+    service and the workers call this at start-up so that they all know the same names."""
+    import os
+    from importlib.metadata import entry_points
+
+    names = [m.strip() for m in (modules if modules is not None else os.environ.get("LWL_PLUGINS", "")).split(",")
+             if m.strip()]
+    for name in names:
+        importlib.import_module(name)  # a module imports once per process: loading again is a no-op
+    for ep in entry_points(group="lwl.plugins"):
+        ep.load()
+        names.append(ep.value)
+    return names

@@ -1,0 +1,14 @@
+"""Random-stream ids, in one place. Every random draw of a job is seeded by
+(seed, stream, index...), so a resumed job and a fresh one draw exactly the same numbers and
+no two purposes share a stream.
+"""
+
+STREAM_Q = 1  # Q's members' samples
+STREAM_DESIGN = 2  # the bilevel training samples of each iteration
+STREAM_EVAL = 3  # the evaluation's training sets (common to every candidate)
+STREAM_CHECK = 4  # the fixed draws of the bilevel validation checks
+STREAM_MEDIAN = 5  # the subsample of the median-distance lengthscale
+STREAM_KMEANS = 6  # k-means++ seeding of a mixture family's initial components
+STREAM_TRAIN = 11  # AMA: the fixed noise of the model's training samples
+STREAM_OPT = 12  # AMA: the fixed noise of the distribution step's samples
+STREAM_LIP = 13  # AMA: Lipschitz-estimate pairs

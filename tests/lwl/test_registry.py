@@ -1,0 +1,105 @@
+"""A new family and a new algorithm are one module plus one registration (issue "One
+structure"): tests/lwl/toy_plugin.py registers both; here they appear in the catalog, validate
+in a spec, run through run_job and through the embedded service (loaded by LWL_PLUGINS)."""
+
+import copy
+import importlib
+import sys
+
+import httpx
+import numpy as np
+import pytest
+from pydantic import BaseModel
+
+from lwl import run_job
+from lwl.registry import ALGORITHMS, FAMILIES, Registry
+from lwl.spec import SpecError, parse_job_spec
+
+
+@pytest.fixture
+def toy():
+    """Register the toy plugin for one test, and take it out again (the JobSpec unions too)."""
+    sys.modules.pop("tests.lwl.toy_plugin", None)
+    module = importlib.import_module("tests.lwl.toy_plugin")
+    yield module
+    FAMILIES.unregister("toy_isotropic")
+    ALGORITHMS.unregister("toy_fixed")
+    sys.modules.pop("tests.lwl.toy_plugin", None)
+
+
+def test_registered_components_validate_and_appear_in_the_catalog(toy, small_spec):
+    from service.catalog import catalog
+
+    cat = catalog()
+    assert "toy_isotropic" in [f["name"] for f in cat["families"]]
+    assert "toy_fixed" in [a["name"] for a in cat["algorithms"]]
+    assert "toy_isotropic" in str(cat["job_spec"])
+    s = copy.deepcopy(small_spec)
+    s["family"] = {"name": "toy_isotropic", "log_scale": 0.5}
+    assert parse_job_spec(s).family.log_scale == 0.5
+    s["family"]["log_scale"] = 50
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(s)
+    assert [loc for loc, _ in exc.value.errors] == ["family.log_scale"]
+
+
+def test_a_registered_family_runs_through_the_bilevel_method(toy, small_spec):
+    s = copy.deepcopy(small_spec)
+    s["family"] = {"name": "toy_isotropic"}
+    s["algorithm"].update(iterations=10, check_every=5)
+    res = run_job(s)
+    assert res["distribution"]["family"] == "gaussian" and len(res["history"]) >= 5
+    assert res["spec"]["family"]["name"] == "toy_isotropic"
+    assert "optimized" in res["evaluation"]["err"] and "initial" in res["evaluation"]["err"]
+    cov = np.asarray(res["last_distribution"]["cov"])  # the isotropic family only scales Q's covariance
+    design = np.asarray(res["distribution"]["cov"])
+    assert np.allclose(cov / cov[0, 0], design / design[0, 0])
+
+
+def test_a_registered_algorithm_runs_through_run_job_with_its_own_check(toy, small_spec):
+    s = copy.deepcopy(small_spec)
+    s["algorithm"] = {"name": "toy_fixed", "samples": 8}
+    res = run_job(s)
+    assert res["history"][0]["iteration"] == 0 and res["spec"]["algorithm"]["name"] == "toy_fixed"
+    assert res["distribution"]["mean"] == small_spec["family"]["mean"]
+    s["family"] = {"name": "toy_isotropic"}
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(s)
+    assert "family.name" in str(exc.value)
+
+
+def test_unregistered_names_are_refused_again(small_spec):
+    s = copy.deepcopy(small_spec)
+    s["algorithm"] = {"name": "toy_fixed"}
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(s)
+    assert [loc for loc, _ in exc.value.errors] == ["algorithm.name"]
+
+
+def test_registry_refuses_a_name_that_its_model_does_not_carry():
+    class Wrong(BaseModel):
+        name: str = "other"
+
+    with pytest.raises(ValueError, match="Literal"):
+        Registry("family").register("mine", Wrong)
+
+
+def test_the_embedded_service_loads_plugins(tmp_path, small_spec):
+    from tests.service.conftest import Server, wait_until
+
+    server = Server(tmp_path / "srv", env={"LWL_PLUGINS": "tests.lwl.toy_plugin"}).start()
+    try:
+        cat = httpx.get(f"{server.url}/v1/catalog").json()
+        assert "toy_fixed" in [a["name"] for a in cat["algorithms"]]
+        s = copy.deepcopy(small_spec)
+        s["family"] = {"name": "toy_isotropic"}
+        s["algorithm"].update(iterations=4, check_every=2)
+        job = httpx.post(f"{server.url}/v1/jobs", json=s).json()["id"]
+        done = wait_until(lambda: httpx.get(f"{server.url}/v1/jobs/{job}").json()["status"]
+                          in ("succeeded", "failed"), 240, 0.5, "job")
+        assert done
+        view = httpx.get(f"{server.url}/v1/jobs/{job}").json()
+        assert view["status"] == "succeeded", view
+        assert httpx.get(f"{server.url}/v1/jobs/{job}/result").json()["spec"]["family"]["name"] == "toy_isotropic"
+    finally:
+        server.stop()
