@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from lwl.measures import Gaussian
 from lwl.models import KernelRidge
 
 
@@ -52,16 +51,6 @@ def krr_error(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test
     return relative_ood_error(model.predict(test_x), test_y, point_weights)
 
 
-def _normal(spec, q) -> Gaussian:
-    """The ``normal`` baseline: a Gaussian family's theta^0, else Q's moment-matched Gaussian."""
-    if spec.family.name == "gaussian":
-        return Gaussian(spec.family.mean, cov=spec.family.cov)
-    from lwl.design.adaptive import moment_matched, regularised_cholesky
-
-    mean, cov = moment_matched(np.concatenate(q.validation), q.point_weights(q.validation, q.weights))
-    return Gaussian(mean, regularised_cholesky(cov, rel=1e-6))
-
-
 def _initial_distribution(spec, q):
     """theta^0 of a bilevel family other than the Gaussian (whose theta^0 is ``normal``)."""
     from lwl.design.adaptive import WhitenedGaussian, moment_matched, regularised_cholesky
@@ -80,7 +69,8 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     Returns ``{"train_size": N, "sizes": [...], "err": {name: Err at N},
     "err_vs_n": {name: [Err at each size]}, "held_out": count}``.
     """
-    from lwl.design import baselines as bl
+    from lwl.design import baselines as _  # noqa: F401  (registers the baselines)
+    from lwl.registry import BASELINES
     from lwl.streams import STREAM_EVAL
     from lwl.oracles import as_numpy
 
@@ -96,14 +86,12 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     candidates: dict[str, object] = {"optimized": distribution}
     if spec.family.name != "gaussian":  # the verdict compares with where the design started
         candidates["initial"] = _initial_distribution(spec, q)
-    builders = {"normal": lambda: _normal(spec, q),
-                "barycenter": lambda: bl.barycenter(q), "mixture": lambda: bl.mixture(q),
-                "uniform": lambda: bl.uniform(q.dim)}
     failed: dict[str, str] = {}  # a baseline that cannot be built or trained never costs the design
+    pool_baselines = [b for b in ev.baselines if BASELINES.get(b).extra["kind"] == "pool"]
     for name in ev.baselines:
-        if name in builders:
+        if name not in pool_baselines:
             try:
-                candidates[name] = builders[name]()
+                candidates[name] = BASELINES.get(name).build(spec, q)
             except (ValueError, np.linalg.LinAlgError) as exc:
                 failed[name] = str(exc)
 
@@ -124,15 +112,11 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
             failed[name] = str(exc)
         if progress:
             progress(name)
-    for idx, name in enumerate(b for b in ev.baselines if b in ("ncoreset", "acoreset")):
+    for idx, name in enumerate(pool_baselines):
         if pool_y is None:
             pool_y = as_numpy(oracle.label(pool))
-        seed = [spec.seed, STREAM_EVAL, 100 + idx]
-        if name == "ncoreset":
-            order = bl.ncoreset(pool, n_max, kernel=kw["kernel"], lengthscale=kw["lengthscale"], seed=seed)
-        else:
-            order = bl.acoreset(pool, pool_y, n_max, kernel=kw["kernel"], lengthscale=kw["lengthscale"],
-                                ridge=ev.ridge, seed=seed)
+        order = BASELINES.get(name).build(pool, pool_y, n_max, kernel=kw["kernel"], lengthscale=kw["lengthscale"],
+                                          ridge=ev.ridge, seed=[spec.seed, STREAM_EVAL, 100 + idx])
         err_vs_n[name] = [krr_error(pool[order[:n]], pool_y[order[:n]], test_x, test_y, a, **kw)
                           for n in sizes]
         if progress:

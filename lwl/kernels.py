@@ -13,7 +13,8 @@ from typing import Callable
 
 import torch
 
-KERNELS = ("squared_exponential", "laplace")
+from lwl.registry import KERNELS
+
 
 
 def squared_exponential(x: torch.Tensor, y: torch.Tensor, lengthscale: float) -> torch.Tensor:
@@ -48,9 +49,12 @@ def laplace(x: torch.Tensor, y: torch.Tensor, lengthscale: float) -> torch.Tenso
     return torch.nn.functional.threshold_(torch.cdist(x, y, p=1.0).div_(-lengthscale), -700.0, -math.inf).exp_()
 
 
+KERNELS.register("squared_exponential", None, squared_exponential)
+KERNELS.register("laplace", None, laplace)
+
+
 def get_kernel(name: str) -> Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]:
-    if name == "squared_exponential":
-        return squared_exponential
-    if name == "laplace":
-        return laplace
-    raise ValueError(f"kernel: unknown kernel {name!r}; known: {list(KERNELS)}")
+    """The kernel function registered as ``name`` in :data:`lwl.registry.KERNELS`."""
+    if name not in KERNELS:
+        raise ValueError(f"kernel: unknown kernel {name!r}; known: {KERNELS.names()}")
+    return KERNELS.get(name).build

@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 
 from lwl.measures import Gaussian
+from lwl.registry import Registry
 from lwl.spec import TestDistributionsSpec
 from lwl.streams import STREAM_Q
 
@@ -22,6 +23,16 @@ DatasetResolver = Callable[[str], np.ndarray]
 
 def _no_datasets(ref: str) -> np.ndarray:
     raise ValueError(f"dataset: {ref!r} cannot be resolved here (no dataset store configured)")
+
+
+# How each kind of test member (lwl.spec.MemberSpec: exactly one field is given) becomes
+# samples: build(value of that field, size, seed, dataset resolver) -> (M, d) float64 array.
+MEMBER_KINDS = Registry("member kind")
+MEMBER_KINDS.register("gaussian", None, lambda g, size, seed, _: Gaussian(g.mean, cov=g.cov).sample(size, seed))
+MEMBER_KINDS.register("kle", None, lambda p, size, seed, _: p.measure().sample(size, seed))
+MEMBER_KINDS.register("lognormal", None, lambda p, size, seed, _: np.exp(p.measure().sample(size, seed)))
+MEMBER_KINDS.register("samples", None, lambda rows, size, seed, _: np.asarray(rows, dtype=np.float64))
+MEMBER_KINDS.register("dataset", None, lambda ref, size, seed, resolve: np.asarray(resolve(ref), dtype=np.float64))
 
 
 @dataclass
@@ -35,18 +46,10 @@ class MetaTestSamples:
                   resolve: DatasetResolver = _no_datasets) -> "MetaTestSamples":
         members = []
         for k, m in enumerate(spec.members):
-            if m.gaussian is not None:
-                x = Gaussian(m.gaussian.mean, cov=m.gaussian.cov).sample(m.size, [seed, STREAM_Q, k])
-            elif m.kle is not None:
-                x = m.kle.measure().sample(m.size, [seed, STREAM_Q, k])
-            elif m.lognormal is not None:
-                x = np.exp(m.lognormal.measure().sample(m.size, [seed, STREAM_Q, k]))
-            elif m.samples is not None:
-                x = np.asarray(m.samples, dtype=np.float64)
-            else:
-                x = np.asarray(resolve(m.dataset), dtype=np.float64)
-                if x.ndim != 2 or not np.all(np.isfinite(x)):
-                    raise ValueError(f"test_distributions.members.{k}.dataset: expected a finite (M, d) array")
+            kind = next(name for name in MEMBER_KINDS.names() if getattr(m, name) is not None)
+            x = MEMBER_KINDS.get(kind).build(getattr(m, kind), m.size, [seed, STREAM_Q, k], resolve)
+            if kind == "dataset" and (x.ndim != 2 or not np.all(np.isfinite(x))):
+                raise ValueError(f"test_distributions.members.{k}.dataset: expected a finite (M, d) array")
             if x.shape[0] <= spec.validation_per_member:
                 raise ValueError(f"test_distributions.members.{k}: {x.shape[0]} samples leave none held out")
             members.append(x)

@@ -1,4 +1,5 @@
-"""Registries: everything a job spec chooses by name (families, models, algorithms).
+"""Registries: everything a job spec chooses by name (families, models, algorithms, kernels,
+baselines; oracles register through :func:`lwl.oracles.register_oracle`).
 
 An entry carries the pydantic **parameter model** of its spec block (the wire format, with a
 ``name: Literal[...]`` field), its **builder** and its **compatibility check** (a function of the
@@ -48,7 +49,8 @@ class Entry:
 
     @property
     def doc(self) -> str:
-        return (self.params.__doc__ or "").strip().split("\n\n")[0]
+        source = self.params if self.params is not None else self.build
+        return (getattr(source, "__doc__", None) or "").strip().split("\n\n")[0]
 
 
 class Registry:
@@ -59,11 +61,12 @@ class Registry:
         self._entries: dict[str, Entry] = {}
         self._listeners: list[Callable[[], None]] = []
 
-    def register(self, name: str, params: type[BaseModel], build=None, check=None, *, replace: bool = False,
-                 **extra) -> Entry:
-        """Add ``name``; ``params.model_fields["name"]`` must be ``Literal[name]``."""
-        annotation = params.model_fields.get("name")
-        if annotation is None or annotation.default != name:
+    def register(self, name: str, params: type[BaseModel] | None, build=None, check=None, *,
+                 replace: bool = False, **extra) -> Entry:
+        """Add ``name``; ``params.model_fields["name"]`` must be ``Literal[name]``. Components
+        chosen by a plain string (kernels, baselines) have no parameter model (``None``)."""
+        annotation = params.model_fields.get("name") if params is not None else None
+        if params is not None and (annotation is None or annotation.default != name):
             raise ValueError(f"{params.__name__} needs a field name: Literal[{name!r}] = {name!r}")
         if name in self._entries and not replace:
             raise ValueError(f"{self.kind} {name!r} is registered already")
@@ -92,7 +95,7 @@ class Registry:
         return list(self._entries.values())
 
     def params_models(self) -> tuple[type[BaseModel], ...]:
-        return tuple(e.params for e in self._entries.values())
+        return tuple(e.params for e in self._entries.values() if e.params is not None)
 
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -105,6 +108,8 @@ class Registry:
 FAMILIES = Registry("family")
 MODELS = Registry("model")
 ALGORITHMS = Registry("algorithm")
+KERNELS = Registry("kernel")  # build: (x, y, lengthscale) -> kernel matrix (lwl.kernels)
+BASELINES = Registry("baseline")  # build: see lwl.design.baselines
 
 
 def load_plugins(modules: str | None = None) -> list[str]:

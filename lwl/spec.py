@@ -14,7 +14,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 MAX_MEMBER_SIZE = 1_000_000
-BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")
+BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")  # lwl.design.baselines registers each
+POOL_BASELINES = ("ncoreset", "acoreset")  # they select from Q's validation pool
+MEMBER_KINDS = ("gaussian", "kle", "lognormal", "samples", "dataset")  # lwl.q_samples samples each
 DEFAULT_BASELINES = ("normal", "barycenter", "mixture")  # a bilevel job's verdict compares with these
 
 
@@ -152,7 +154,7 @@ class MemberSpec(StrictModel):
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in ("gaussian", "kle", "lognormal", "samples", "dataset") if getattr(self, k) is not None]
+        given = [k for k in MEMBER_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of gaussian, kle, lognormal, samples, dataset (got {given or 'none'})")
         for kle in (self.kle, self.lognormal):
@@ -461,7 +463,7 @@ class EvaluationSpec(StrictModel):
     enabled: bool | None = Field(default=None, description="default: on, except for external (ask/tell) oracles")
     train_size: int = Field(default=1024, ge=1, le=100_000)
     ridge: float = Field(default=1e-3, gt=0)
-    baselines: list[Literal["normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset"]] | None = Field(
+    baselines: list[Literal[BASELINES]] | None = Field(
         default=None, description="default: normal, barycenter and mixture for bilevel jobs, none otherwise")
     sizes: list[int] = Field(default_factory=list, description="extra N for an Err-vs-N curve")
 
@@ -529,7 +531,7 @@ class JobSpec(StrictModel):
             raise ValueError("enabled: an external (ask/tell) oracle cannot label the evaluation's "
                              "training sets; set false")
         tests = info.data.get("test_distributions")
-        if tests is not None and any(b in (ev.baselines or ()) for b in ("ncoreset", "acoreset")):
+        if tests is not None and any(b in (ev.baselines or ()) for b in POOL_BASELINES):
             pool = tests.validation_per_member * len(tests.members)
             if max([ev.train_size, *ev.sizes]) > pool:
                 raise ValueError(f"train_size: coreset baselines select from the {pool} validation points; "

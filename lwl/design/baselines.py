@@ -21,6 +21,7 @@ from lwl.device import DTYPE
 from lwl.measures import Gaussian, Mixture, UniformBox
 from lwl.q_samples import MetaTestSamples
 from lwl.models import KernelRidge
+from lwl.registry import BASELINES
 from lwl.transport import gaussian_barycenter
 
 
@@ -102,3 +103,24 @@ def acoreset(pool: np.ndarray, labels: np.ndarray, size: int, *, kernel: str, le
         min_dist[chosen] = -1.0
         chosen = _greedy_maxmin(min_dist, dist2, min(batch, size - len(chosen)), chosen)
     return np.array(chosen)
+
+
+def normal(spec, q: MetaTestSamples) -> Gaussian:
+    """``normal``: a Gaussian family's theta^0 (the paper's initial N(m_0, I)), for any other
+    family Q's moment-matched Gaussian."""
+    if spec.family.name == "gaussian":
+        return Gaussian(spec.family.mean, cov=spec.family.cov)
+    from lwl.design.adaptive import moment_matched, regularised_cholesky
+
+    mean, cov = moment_matched(np.concatenate(q.validation), q.point_weights(q.validation, q.weights))
+    return Gaussian(mean, regularised_cholesky(cov, rel=1e-6))
+
+
+# Distribution baselines: build(spec, q) -> Measure. Pool baselines: build(pool, labels, n,
+# kernel=, lengthscale=, ridge=, seed=) -> indices into the pool in selection order.
+BASELINES.register("normal", None, normal, kind="distribution")
+BASELINES.register("barycenter", None, lambda spec, q: barycenter(q), kind="distribution")
+BASELINES.register("mixture", None, lambda spec, q: mixture(q), kind="distribution")
+BASELINES.register("uniform", None, lambda spec, q: uniform(q.dim), kind="distribution")
+BASELINES.register("ncoreset", None, lambda pool, labels, n, *, ridge, **kw: ncoreset(pool, n, **kw), kind="pool")
+BASELINES.register("acoreset", None, acoreset, kind="pool")

@@ -103,3 +103,18 @@ def test_the_embedded_service_loads_plugins(tmp_path, small_spec):
         assert httpx.get(f"{server.url}/v1/jobs/{job}/result").json()["spec"]["family"]["name"] == "toy_isotropic"
     finally:
         server.stop()
+
+
+def test_the_spec_vocabulary_and_the_registries_agree():
+    import lwl.design.baselines  # noqa: F401  (registers the baselines)
+    import lwl.kernels  # noqa: F401
+    from lwl.registry import BASELINES, KERNELS
+    from lwl.spec import BASELINES as SPEC_BASELINES, POOL_BASELINES, KRRSpec
+
+    assert BASELINES.names() == list(SPEC_BASELINES)
+    assert [b for b in BASELINES.names() if BASELINES.get(b).extra["kind"] == "pool"] == list(POOL_BASELINES)
+    assert KERNELS.names() == list(KRRSpec.model_fields["kernel"].annotation.__args__)
+    from lwl.q_samples import MEMBER_KINDS as SAMPLERS
+    from lwl.spec import MEMBER_KINDS
+
+    assert SAMPLERS.names() == list(MEMBER_KINDS)
