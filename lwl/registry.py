@@ -1,5 +1,5 @@
 """Registries: everything a job spec chooses by name (families, models, algorithms, kernels,
-baselines; oracles register through :func:`lwl.oracles.register_oracle`).
+baselines, oracles, test-member kinds).
 
 An entry carries the pydantic **parameter model** of its spec block (the wire format, with a
 ``name: Literal[...]`` field), its **builder** and its **compatibility check** (a function of the
@@ -108,6 +108,7 @@ class Registry:
 FAMILIES = Registry("family")
 MODELS = Registry("model")
 ALGORITHMS = Registry("algorithm")
+ORACLES = Registry("oracle")  # build: the Oracle class (lwl.oracles.register_oracle)
 KERNELS = Registry("kernel")  # build: (x, y, lengthscale) -> kernel matrix (lwl.kernels)
 BASELINES = Registry("baseline")  # build: see lwl.design.baselines
 

@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_limits
 from lwl.design.state import pack, unpack
 from lwl.design.stepper import State, Stepper
 from lwl.q_samples import DatasetResolver, _no_datasets
-from lwl.oracles import Oracle, as_numpy, make_oracle
+from lwl.oracles import Oracle, as_numpy
 from lwl.registry import ALGORITHMS
 from lwl.spec import JobSpec, parse_job_spec
 
@@ -33,7 +33,7 @@ def build_stepper(spec: JobSpec, resolve: DatasetResolver = _no_datasets, oracle
     """The stepper of the spec's algorithm: the ``build`` of its :data:`lwl.registry.ALGORITHMS`
     entry, called as ``build(spec, oracle, resolve)``."""
     build = ALGORITHMS.get(spec.algorithm.name).resolve()
-    return build(spec, oracle if oracle is not None else make_oracle(spec.oracle), resolve)
+    return build(spec, oracle if oracle is not None else spec.oracle.build(), resolve)
 
 
 def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None = None,
@@ -87,7 +87,7 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
     with threadpool_limits(limits=1, user_api="blas"):
         if not isinstance(spec, JobSpec):
             spec = parse_job_spec(spec)
-        oracle = oracle or make_oracle(spec.oracle)  # an external oracle raises LabelsRequired
+        oracle = oracle or spec.oracle.build()  # built once, when the spec was validated
         entry = ALGORITHMS.get(spec.algorithm.name)
         stepper = build_stepper(spec, resolve, oracle)
         spec = stepper.spec or spec  # with the data-derived defaults filled in

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 MAX_MEMBER_SIZE = 1_000_000
 BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")  # lwl.design.baselines registers each
@@ -64,6 +65,7 @@ class OracleSpec(StrictModel):
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
     attempts: int = Field(default=8, ge=1, le=10_000)
     webhook_url: str | None = Field(default=None, max_length=2000)
+    _built: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _buildable(self):
@@ -88,8 +90,19 @@ class OracleSpec(StrictModel):
                 check_url(self.webhook_url, resolve=False)
             except URLNotAllowed as exc:
                 raise ValueError(f"webhook_url: {exc}") from None
-        make_oracle(self.model_dump())  # raises "oracle.name: ..." / "oracle.params: ..."
+        self._built = make_oracle(self.model_dump())  # raises "oracle.name: ..." / "oracle.params: ..."
         return self
+
+    def __eq__(self, other: object) -> bool:  # the built oracle is a cache, not part of the value
+        return isinstance(other, OracleSpec) and self.model_dump() == other.model_dump()
+
+    def build(self):
+        """The oracle, built once when the spec was validated (every check and the run share it)."""
+        if self._built is None:
+            from lwl.oracles import make_oracle
+
+            self._built = make_oracle(self.model_dump())
+        return self._built
 
     @property
     def is_external(self) -> bool:
@@ -511,9 +524,7 @@ class JobSpec(StrictModel):
         dim = fam_dim if fam_dim is not None else d  # a family without explicit parameters takes Q's
         oracle = info.data.get("oracle")
         if oracle is not None and dim is not None:
-            from lwl.oracles import make_oracle
-
-            o = make_oracle(oracle.model_dump())
+            o = oracle.build()
             if dim < o.min_dim or (o.dim is not None and dim != o.dim):
                 want = o.dim if o.dim is not None else f">= {o.min_dim}"
                 where = field if fam_dim is not None else "test_distributions.members"
@@ -611,10 +622,8 @@ def _check_ama(spec: JobSpec) -> None:
                              "match the family's")
     if spec.algorithm.optimizer == "differential_evolution" and set(spec.family.bounds) != set(spec.family.free):
         raise ValueError("family.bounds: differential evolution needs bounds for every free parameter")
-    from lwl.oracles import make_oracle
-
     try:
-        make_oracle(spec.oracle.model_dump()).output_grid(spec.family.dim)
+        spec.oracle.build().output_grid(spec.family.dim)
     except ValueError as exc:
         raise ValueError(str(exc)) from None
 
@@ -623,9 +632,7 @@ def _check_particle_ama(spec: JobSpec) -> None:
     """Particle AMA: a particles family on the oracle's grid, a DeepONet, an oracle with an
     adjoint solver (rte), members whose grids include the boundary."""
     _operator_parts(spec, "particles", "particles", "the oracle's adjoint: a built-in solver (rte)")
-    from lwl.oracles import make_oracle
-
-    oracle = make_oracle(spec.oracle.model_dump())
+    oracle = spec.oracle.build()
     if not hasattr(oracle, "solver"):
         raise ValueError(f"oracle.name: particle_ama needs an oracle with an adjoint solver (rte), "
                          f"not {spec.oracle.name}")

@@ -8,12 +8,12 @@ import inspect
 
 
 def catalog() -> dict:
-    from lwl.oracles.base import _REGISTRY
-    from lwl.registry import ALGORITHMS, FAMILIES, MODELS
+    import lwl.oracles  # noqa: F401  (registers the built-in oracles)
+    from lwl.registry import ALGORITHMS, FAMILIES, MODELS, ORACLES
     from lwl.spec import EvaluationSpec, JobSpec
 
     oracles = []
-    for name, cls in sorted(_REGISTRY.items()):
+    for name, cls in sorted((e.name, e.build) for e in ORACLES.entries()):
         params = {p.name: (None if p.default is inspect.Parameter.empty else p.default)
                   for p in list(inspect.signature(cls.__init__).parameters.values())[1:]}
         oracles.append({"name": name, "min_dim": cls.min_dim, "params": params,

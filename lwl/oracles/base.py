@@ -8,9 +8,11 @@ and accept numpy arrays or torch tensors (CPU or CUDA), returning the same kind.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+
+from lwl.registry import ORACLES
 
 
 class Oracle(ABC):
@@ -51,20 +53,20 @@ class Oracle(ABC):
         return {"name": self.name, "min_dim": self.min_dim, "output_shape": list(self.output_shape)}
 
 
-_REGISTRY: dict[str, Callable[..., Oracle]] = {}
-
-
 def register_oracle(name: str):
+    """Class decorator: register an :class:`Oracle` subclass as ``name`` in
+    :data:`lwl.registry.ORACLES` (the spec's ``oracle.name``; its constructor takes ``params``)."""
+
     def wrap(cls):
         cls.name = name
-        _REGISTRY[name] = cls
+        ORACLES.register(name, None, cls)
         return cls
 
     return wrap
 
 
 def oracle_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(ORACLES.names())
 
 
 def make_oracle(spec: dict[str, Any] | Any) -> Oracle:
@@ -72,9 +74,9 @@ def make_oracle(spec: dict[str, Any] | Any) -> Oracle:
     if hasattr(spec, "model_dump"):
         spec = spec.model_dump()
     name = spec.get("name")
-    if name not in _REGISTRY:
+    if name not in ORACLES:
         raise ValueError(f"oracle.name: unknown oracle {name!r}; known: {oracle_names()}")
-    cls = _REGISTRY[name]
+    cls = ORACLES.get(name).build
     if hasattr(cls, "from_spec"):  # oracles configured by top-level fields (url, batch_size)
         return cls.from_spec(spec)
     params = dict(spec.get("params") or {})
