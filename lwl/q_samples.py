@@ -35,6 +35,23 @@ MEMBER_KINDS.register("samples", None, lambda rows, size, seed, _: np.asarray(ro
 MEMBER_KINDS.register("dataset", None, lambda ref, size, seed, resolve: np.asarray(resolve(ref), dtype=np.float64))
 
 
+def degenerate_member(x: np.ndarray, rel: float = 1e-10) -> str | None:
+    """Why a member's samples cannot stand for a distribution on R^d for the bilevel method
+    (its moment-matched Gaussian, the barycenter and mixture baselines need a full-rank
+    covariance), or None: fewer than d + 1 samples, or a covariance of rank < d (identical
+    rows, samples on a subspace)."""
+    n, d = x.shape
+    if n < d + 1:
+        return f"{n} samples cannot span {d} dimensions (need at least {d + 1})"
+    centred = x - x.mean(0)
+    s = np.linalg.svd(centred, compute_uv=False)
+    rank = int(np.sum(s > rel * max(float(s[0]) if s.size else 0.0, 1e-300)))
+    if rank < d:
+        return (f"the samples' covariance has rank {rank} < d = {d} (identical rows or samples on a "
+                "subspace): the bilevel method and its baselines need a full-rank member")
+    return None
+
+
 @dataclass
 class MetaTestSamples:
     members: list[np.ndarray]  # full (M_k, d) samples of each member

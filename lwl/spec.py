@@ -604,6 +604,13 @@ def _check_bilevel(spec: JobSpec) -> None:
         raise ValueError("algorithm.optimizer: the paper's plain step is defined for the gaussian family; "
                          "use the adaptive optimiser")
     _kle_member_sizes(spec)
+    from lwl.q_samples import degenerate_member
+
+    for k, m in enumerate(spec.test_distributions.members):
+        if m.samples is not None:
+            why = degenerate_member(np.asarray(m.samples, dtype=np.float64))
+            if why:
+                raise ValueError(f"test_distributions.members.{k}.samples: {why}")
 
 
 def _check_ama(spec: JobSpec) -> None:

@@ -78,6 +78,18 @@ def openapi_with_job_spec(app: FastAPI) -> dict:
             comps.setdefault(name, sub)
         comps["JobSpec"] = spec
         comps["LabelsRequest"] = asktell.LabelsRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        problem = problems.ProblemDocument.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in problem.pop("$defs", {}).items():
+            comps.setdefault(name, sub)
+        comps["ProblemDocument"] = problem
+        # FastAPI documents request-validation errors as its own JSON; this API answers them
+        # (like every error) with a problem document
+        for ops in schema["paths"].values():
+            for op in ops.values():
+                if "422" in op.get("responses", {}):
+                    op["responses"]["422"] = problems.responses(422)[422]
+        for name in ("HTTPValidationError", "ValidationError"):
+            comps.pop(name, None)
         app.openapi_schema = schema
     return app.openapi_schema
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Callable
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.core.settings import Settings
 from service.core.store import Store
@@ -22,17 +23,29 @@ def settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def owner_dep(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+_bearer = HTTPBearer(auto_error=False, description="an API key of LWL_API_KEYS; a service started without "
+                                                   "keys (loopback only) needs none")
+
+
+def owner_dep(request: Request,
+              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)] = None) -> str:
     """The owner of the request: from ``Authorization: Bearer KEY`` when keys are configured."""
     keys = request.app.state.keys
     if not keys:
         return "local"
-    scheme, _, token = (authorization or "").partition(" ")
-    owner = keys.get(token.strip()) if scheme.lower() == "bearer" else None
+    owner = keys.get(credentials.credentials.strip()) if credentials is not None else None
     if owner is None:
         raise Problem(401, "Unauthorized", "send Authorization: Bearer <api key>",
                       headers={"WWW-Authenticate": "Bearer"})
     return owner
+
+
+def metrics_dep(request: Request,
+                credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)] = None) -> None:
+    """GET /metrics: open when LWL_METRICS_PUBLIC is true (the default, for a scraper on a private
+    network), else any owner's bearer key."""
+    if not request.app.state.settings.metrics_public:
+        owner_dep(request, credentials)
 
 
 StoreDep = Annotated[Store, Depends(store_dep)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Request
+from pydantic import BaseModel, Field
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -65,3 +66,31 @@ def install(app) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         return problem_response(Problem(500, "Internal server error", type(exc).__name__), request)
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ProblemDocument(BaseModel):
+    """An RFC 9457 problem document: every 4xx/5xx answer of the API has this body."""
+    type: str = Field(default="about:blank")
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    field: str | None = Field(default=None, description="the request field at fault, as a dotted path")
+    errors: list[FieldError] | None = Field(default=None, description="every field at fault (422)")
+
+
+_WHY = {400: "Malformed request (JSON syntax, nesting, an unreadable array, a bad cursor)",
+        401: "Missing or wrong bearer key", 404: "No such resource for this owner",
+        409: "Conflict with the resource's state", 413: "Request body too large",
+        422: "Invalid content; `field` / `errors` name what is wrong", 503: "A dependency is unavailable"}
+
+
+def responses(*statuses: int) -> dict[int, dict]:
+    """OpenAPI ``responses`` for these statuses: application/problem+json bodies."""
+    return {s: {"description": _WHY[s], "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/ProblemDocument"}}}}
+            for s in statuses}

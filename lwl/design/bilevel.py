@@ -107,7 +107,13 @@ class BilevelDesign(StepperDefaults):
     def from_spec(cls, spec: JobSpec, resolve: DatasetResolver = _no_datasets) -> "BilevelDesign":
         from lwl.defaults import fill_from_data
 
+        from lwl.q_samples import degenerate_member
+
         q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve)
+        for k, x in enumerate(q.members):  # datasets are known only now (the API checks them earlier)
+            why = degenerate_member(x)
+            if why:
+                raise ValueError(f"test_distributions.members.{k}: {why}")
         return cls(fill_from_data(spec, q), q)
 
     # -- stepper protocol -------------------------------------------------------------------

@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     stale_seconds: float = 120.0  # a running job with an older heartbeat is re-enqueued
     reaper_interval: float = 10.0
     worker_device: str = Field(default="auto", description="auto|cpu|cuda for jobs whose spec says auto")
+    metrics_public: bool = Field(
+        default=True, description="GET /metrics without a key (for a Prometheus scraper on a private network); "
+                                  "false: the bearer key of any owner is required")
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'lwl.db').resolve()}"

@@ -25,7 +25,7 @@ class LabelsRequest(BaseModel):
 
 
 @router.get("/v1/jobs/{job_id}/queries", tags=["ask/tell"],
-         responses={200: {"content": {"application/json": {}, NPY: {}}}})
+            responses={200: {"content": {"application/json": {}, NPY: {}}}, **problems.responses(401, 404, 409)})
 def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
     """The next batch an ask/tell job needs labelled: ``batch_id`` and ``inputs`` (JSON),
     or the inputs as ``.npy`` (``Accept: application/x-npy``) with the id in the
@@ -44,8 +44,8 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
                            option=orjson.OPT_SERIALIZE_NUMPY)
     return Response(payload, media_type="application/json", headers=headers)
 
-@router.post("/v1/jobs/{job_id}/labels", tags=["ask/tell"],
-          openapi_extra={"requestBody": {"required": True, "content": {
+@router.post("/v1/jobs/{job_id}/labels", tags=["ask/tell"], responses=problems.responses(400, 401, 404, 409, 413, 422),
+             openapi_extra={"requestBody": {"required": True, "content": {
               "application/json": {"schema": {"$ref": "#/components/schemas/LabelsRequest"}},
               NPY: {"schema": {"type": "string", "format": "binary"}}}}})
 async def post_labels(job_id: str, request: Request, store: StoreDep, owner: OwnerDep, settings: SettingsDep,

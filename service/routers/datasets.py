@@ -7,13 +7,14 @@ from fastapi import APIRouter, Request, Response
 
 from lwl.arrays import read_single_array
 from service.deps import OwnerDep, SettingsDep, StoreDep, read_body
+from service import problems
 from service.problems import Problem
 
 router = APIRouter()
 
 
-@router.post("/v1/datasets", status_code=201, tags=["datasets"],
-          openapi_extra={"requestBody": {"required": True, "content": {
+@router.post("/v1/datasets", status_code=201, tags=["datasets"], responses=problems.responses(400, 401, 413, 422),
+             openapi_extra={"requestBody": {"required": True, "content": {
               "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def upload_dataset(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
                          settings: SettingsDep) -> dict:
@@ -24,7 +25,7 @@ async def upload_dataset(request: Request, response: Response, store: StoreDep, 
     response.headers["Location"] = f"/v1/datasets/{meta['id']}"
     return _dataset_view(meta)
 
-@router.get("/v1/datasets/{dataset_id}", tags=["datasets"])
+@router.get("/v1/datasets/{dataset_id}", tags=["datasets"], responses=problems.responses(401, 404))
 def get_dataset(dataset_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     meta = store.get_dataset(dataset_id, owner)
     if meta is None:

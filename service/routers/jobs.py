@@ -39,6 +39,7 @@ class JobCreated(BaseModel):
 
 
 @router.post("/v1/jobs", status_code=202, response_model=JobCreated, tags=["jobs"],
+             responses=problems.responses(400, 401, 409, 413, 422, 503),
           openapi_extra={"requestBody": {"required": True, "content": {
               "application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}}}}})
 async def create_job(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
@@ -68,7 +69,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     response.headers["Location"] = f"/v1/jobs/{job['id']}"
     return {"id": job["id"], "status": job["status"]}
 
-@router.get("/v1/jobs", tags=["jobs"])
+@router.get("/v1/jobs", tags=["jobs"], responses=problems.responses(400, 401, 422))
 def list_jobs(store: StoreDep, owner: OwnerDep,
               status: Annotated[Literal[STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -86,20 +87,20 @@ def list_jobs(store: StoreDep, owner: OwnerDep,
     nxt = f"{rows[limit - 1]['created_at']!r}_{rows[limit - 1]['id']}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
 
-@router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=ORJSONResponse)
+@router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=ORJSONResponse, responses=problems.responses(401, 404))
 async def get_job(job_id: str, store: StoreDep, owner: OwnerDep):
     """Status, progress (iteration/total, objective, validation error, elapsed) and error."""
     # async and serialised by orjson: the hot polling path skips the thread pool and
     # FastAPI's encoder; the indexed primary-key read takes well under a millisecond
     return ORJSONResponse(job_view(own_job(store, job_id, owner)))
 
-@router.get("/v1/jobs/{job_id}/history", tags=["jobs"])
+@router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404))
 def get_history(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """Per-iteration records: objective, validation Err, step size, nugget, seconds."""
     own_job(store, job_id, owner)
     return {"id": job_id, "history": store.history(job_id)}
 
-@router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"])
+@router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"], responses=problems.responses(401, 404))
 def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """Stop the job between iterations (at once when still queued)."""
     job = own_job(store, job_id, owner)
@@ -113,18 +114,18 @@ def finished_result(job_id: str, store: Store, owner: str) -> dict:
         raise Problem(409, "Job has no result yet", f"the job is {job['status']}", status_text=job["status"])
     return store.result(job_id)
 
-@router.get("/v1/jobs/{job_id}/result", tags=["results"])
+@router.get("/v1/jobs/{job_id}/result", tags=["results"], responses=problems.responses(401, 404, 409))
 def get_result(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The whole result: distribution, history, evaluation, timings, spec."""
     return finished_result(job_id, store, owner)
 
-@router.get("/v1/jobs/{job_id}/distribution", tags=["results"])
+@router.get("/v1/jobs/{job_id}/distribution", tags=["results"], responses=problems.responses(401, 404, 409))
 def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The optimised distribution spec, the document ``lwl.measures.from_spec`` reads."""
     return finished_result(job_id, store, owner)["distribution"]
 
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],
-          responses={200: {"content": {"application/json": {}, NPY: {}}}})
+             responses={200: {"content": {"application/json": {}, NPY: {}}}, **problems.responses(401, 404, 409, 422)})
 async def post_samples(job_id: str, body: SampleRequest, request: Request, store: StoreDep, owner: OwnerDep,
                        settings: SettingsDep, measure_for: MeasuresDep):
     """``n`` samples of the optimised distribution from ``seed``: JSON, or ``.npy`` bytes
@@ -157,8 +158,13 @@ def job_view(job: dict) -> dict:
 
 
 def check_datasets(spec, store: Store, owner: str) -> None:
-    """Every dataset a spec names exists, belongs to the owner and has a usable shape."""
+    """Every dataset a spec names exists, belongs to the owner, has a usable shape (the
+    dimension of the family or of the other members) and, for a bilevel job, a full-rank
+    covariance: refused here, before anything is stored or queued, not after the design ran."""
+    from lwl.q_samples import degenerate_member
+
     tests = spec.test_distributions
+    dim = spec.dim if spec.dim is not None else tests.dim  # None: every member is a dataset
     for k, m in enumerate(tests.members):
         if m.dataset is None:
             continue
@@ -167,12 +173,23 @@ def check_datasets(spec, store: Store, owner: str) -> None:
         if meta is None:
             raise Problem(422, "Unknown dataset", f"no dataset {m.dataset!r}", field=field)
         shape = meta["shape"]
-        if len(shape) != 2 or shape[1] != spec.dim:
+        if len(shape) == 2 and dim is None:
+            dim = shape[1]  # the first dataset fixes the dimension the others must have
+        if len(shape) != 2 or shape[1] != dim:
             raise Problem(422, "Dataset has the wrong shape",
-                          f"expected an (M, {spec.dim}) array, dataset has shape {tuple(shape)}", field=field)
+                          f"expected an (M, {dim}) array, dataset has shape {tuple(shape)}", field=field)
+        oracle = spec.oracle.build()
+        if dim < oracle.min_dim or (oracle.dim is not None and dim != oracle.dim):
+            want = oracle.dim if oracle.dim is not None else f">= {oracle.min_dim}"
+            raise Problem(422, "Dataset has the wrong shape", f"oracle {spec.oracle.name} takes inputs of "
+                          f"dimension {want}, the dataset's rows have {dim}", field=field)
         if shape[0] <= tests.validation_per_member:
             raise Problem(422, "Dataset too small", f"{shape[0]} rows leave none held out after "
                           f"validation_per_member={tests.validation_per_member}", field=field)
+        if spec.algorithm.name == "bilevel":
+            why = degenerate_member(store.load_dataset(m.dataset, owner))
+            if why:
+                raise Problem(422, "Degenerate test member", why, field=field)
 
 
 def samples_response(job_id: str, measure, body: SampleRequest, npy: bool) -> Response:

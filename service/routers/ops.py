@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from service.catalog import catalog
-from service.deps import OwnerDep
+from service.deps import OwnerDep, metrics_dep
+from service import problems
 from service.problems import Problem
 
 router = APIRouter()
@@ -19,7 +20,7 @@ def healthz() -> dict:
     return {"status": "ok"}
 
 
-@router.get("/readyz", tags=["ops"])
+@router.get("/readyz", tags=["ops"], responses=problems.responses(503))
 def readyz(request: Request):
     """The job store and the broker are reachable."""
     state = request.app.state
@@ -36,14 +37,14 @@ def readyz(request: Request):
     return {"status": "ready", "checks": checks}
 
 
-@router.get("/metrics", tags=["ops"])
+@router.get("/metrics", tags=["ops"], dependencies=[Depends(metrics_dep)], responses=problems.responses(401))
 def prometheus(request: Request) -> Response:
     """Prometheus metrics: requests, job counts by state, iteration durations."""
     body, content_type = request.app.state.metrics.render()
     return Response(body, media_type=content_type)
 
 
-@router.get("/v1/catalog", tags=["catalog"])
+@router.get("/v1/catalog", tags=["catalog"], responses=problems.responses(401))
 def get_catalog(owner: OwnerDep) -> dict:
     """Oracles, families, models and algorithms with their parameter schemas."""
     return catalog()

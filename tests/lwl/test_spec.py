@@ -1,8 +1,9 @@
 import copy
 import json
-
-import pytest
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 from lwl.spec import ParticleAMASpec, ParticlesFamilySpec, SpecError, parse_job_spec
 
@@ -65,7 +66,8 @@ def test_oracle_dimension_mismatch_is_refused(issue_spec):
 
 def test_samples_member_accepted(issue_spec):
     doc = copy.deepcopy(issue_spec)
-    doc["test_distributions"]["members"][0] = {"samples": [[0.1 * i] * 5 for i in range(600)]}
+    rows = np.random.default_rng(0).standard_normal((600, 5))  # full rank: degenerate members are refused
+    doc["test_distributions"]["members"][0] = {"samples": rows.tolist()}
     doc["test_distributions"]["weights"] = [1, 3]
     spec = parse_job_spec(doc)
     assert spec.test_distributions.members[0].count == 600
@@ -142,3 +144,12 @@ def test_minimal_spec_names_only_oracle_and_q(issue_spec):
     assert spec.evaluation.baselines == ["normal", "barycenter", "mixture"]
     doc["family"] = {"mean": [0.0] * 3}
     assert "family.mean" in _errors(doc) or "family" in _errors(doc)
+
+
+def test_degenerate_samples_member_is_refused_for_bilevel(issue_spec):
+    doc = copy.deepcopy(issue_spec)
+    doc["test_distributions"]["members"][0] = {"samples": [[0.1 * i] * 5 for i in range(600)]}  # rank 1
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(doc)
+    assert exc.value.errors[0][0] == "test_distributions.members.0.samples"
+    assert "rank 1 < d = 5" in exc.value.errors[0][1]

@@ -221,6 +221,32 @@ def test_datasets_upload_and_use(alice, server):
     _problem(httpx.post(f"{server.url}/v1/datasets", content=buf.getvalue(), headers=h), 400)
 
 
+def test_degenerate_members_are_refused_before_anything_is_stored(alice, server):
+    """A member whose samples have a rank-deficient covariance (identical rows) used to run the
+    whole design and fail in the evaluation; now it is a 422 naming the member, nothing stored."""
+    before = len(alice.jobs())
+    h = {"Authorization": f"Bearer {ALICE}"}
+    flat = np.tile(np.arange(5.0), (300, 1))  # 300 identical rows
+    ds = alice.upload_dataset(flat)
+    spec = small_job(iterations=2)
+    spec["test_distributions"]["members"][1] = {"dataset": ds}
+    p = _problem(httpx.post(f"{server.url}/v1/jobs", json=spec, headers=h), 422, "test_distributions.members.1.dataset")
+    assert "rank 0" in p["detail"]
+    spec["test_distributions"]["members"][1] = {"samples": flat[:200].tolist()}
+    _problem(httpx.post(f"{server.url}/v1/jobs", json=spec, headers=h), 422, "test_distributions.members.1.samples")
+    assert len(alice.jobs()) == before
+    # a job whose members are all datasets needs no family block: the datasets fix d
+    rng = np.random.default_rng(2)
+    only = small_job(iterations=2)
+    only.pop("family", None)
+    only["test_distributions"]["members"] = [{"dataset": alice.upload_dataset(rng.standard_normal((300, 5)) + i)}
+                                             for i in range(2)]
+    assert alice.wait(alice.submit(only), progress=False, timeout=120)["status"] == "succeeded"
+    wrong = json.loads(json.dumps(only))
+    wrong["test_distributions"]["members"][1] = {"dataset": alice.upload_dataset(rng.standard_normal((300, 4)))}
+    _problem(httpx.post(f"{server.url}/v1/jobs", json=wrong, headers=h), 422, "test_distributions.members.1.dataset")
+
+
 def test_deeply_nested_json_is_refused_and_the_connection_lives(server):
     h = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json"}
     with httpx.Client(base_url=server.url, headers=h) as c:  # one keep-alive connection
