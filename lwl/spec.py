@@ -15,6 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
                       model_validator)
 
 MAX_MEMBER_SIZE = 1_000_000
+MAX_SEED = 2**53 - 1  # the largest integer every JSON parser reads exactly
 BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")  # lwl.design.baselines registers each
 POOL_BASELINES = ("ncoreset", "acoreset")  # they select from Q's validation pool
 MEMBER_KINDS = ("gaussian", "kle", "lognormal", "samples", "dataset")  # lwl.q_samples samples each
@@ -49,6 +50,13 @@ def _check_rectangular(rows: list[list[float]], what: str) -> int:
     return widths.pop()
 
 
+def _oracle_names(schema: dict) -> None:
+    """The JSON schema's ``oracle.name`` lists the registered oracles (what the validator accepts)."""
+    from lwl.oracles import oracle_names
+
+    schema["properties"]["name"]["enum"] = oracle_names()
+
+
 class OracleSpec(StrictModel):
     """The labelling oracle.
 
@@ -57,6 +65,8 @@ class OracleSpec(StrictModel):
     optional ``webhook_url`` announcing new queries); ``http`` posts batches to a lab's ``url``
     (``batch_size``, ``timeout_s``, ``attempts``: the job's budget of failed calls).
     """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra=_oracle_names)
 
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -110,8 +120,8 @@ class OracleSpec(StrictModel):
 
 
 class GaussianMember(StrictModel):
-    mean: list[float]
-    cov: list[list[float]]
+    mean: list[float] = Field(min_length=1)
+    cov: list[list[float]] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _spd(self):
@@ -161,7 +171,7 @@ class MemberSpec(StrictModel):
     gaussian: GaussianMember | None = None
     kle: KLEParameters | None = None
     lognormal: KLEParameters | None = None
-    samples: list[list[float]] | None = None
+    samples: list[list[float]] | None = Field(default=None, min_length=1)
     dataset: str | None = None
     size: int | None = Field(default=None, ge=1, le=MAX_MEMBER_SIZE)
 
@@ -206,7 +216,7 @@ class TestDistributionsSpec(StrictModel):
     """The meta test distribution Q = sum_k w_k delta_{nu'_k}."""
 
     members: list[MemberSpec] = Field(min_length=1, max_length=1000)
-    weights: list[float] | None = None
+    weights: list[float] | None = Field(default=None, min_length=1)
     validation_per_member: int = Field(default=500, ge=1)
 
     @model_validator(mode="after")
@@ -240,8 +250,9 @@ class GaussianFamilySpec(StrictModel):
 
     name: Literal["gaussian"] = "gaussian"
     dim_field: ClassVar[str] = "mean"  # the field that fixes the dimension (for error messages)
-    mean: list[float] | None = Field(default=None, description="default: the mean of Q's validation samples")
-    cov: list[list[float]] | None = Field(default=None, description="default: the covariance of Q's validation samples")
+    mean: list[float] | None = Field(default=None, min_length=1, description="default: the mean of Q's validation samples")
+    cov: list[list[float]] | None = Field(default=None, min_length=1,
+                                          description="default: the covariance of Q's validation samples")
     free: list[Literal["mean", "cov"]] = Field(default_factory=lambda: ["mean", "cov"])
 
     @model_validator(mode="after")
@@ -275,9 +286,9 @@ class MixtureFamilySpec(StrictModel):
     components: int | None = Field(default=None, ge=1, le=64, description="default: min(K, 16)")
     init: Literal["members", "kmeans"] | None = Field(
         default=None, description="default: members when components equals Q's member count, else kmeans")
-    weights: list[float] | None = None
-    means: list[list[float]] | None = None
-    covs: list[list[list[float]]] | None = None
+    weights: list[float] | None = Field(default=None, min_length=1)
+    means: list[list[float]] | None = Field(default=None, min_length=1)
+    covs: list[list[list[float]]] | None = Field(default=None, min_length=1)
     free: list[Literal["weights", "means", "covs"]] = Field(
         default_factory=lambda: ["weights", "means", "covs"], min_length=1)
 
@@ -501,7 +512,7 @@ class JobSpec(StrictModel):
     model: KRRSpec = Field(default_factory=KRRSpec, discriminator="name")
     algorithm: BilevelSpec = Field(default_factory=BilevelSpec, discriminator="name")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
-    seed: int = Field(default=0, ge=0, lt=2**63)
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     derived: list[str] = Field(default_factory=list, description="fields lwl filled from the data (output only)")
 

@@ -57,7 +57,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
     app.state.metrics = metrics
     problems.install(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for router in (ops.router, jobs.router, asktell.router, datasets.router):
+    for router in (ops.router, ops.metrics_router(settings.metrics_public), jobs.router, asktell.router,
+                   datasets.router):
         app.include_router(router)
     app.openapi = lambda: openapi_with_job_spec(app)
     return app
@@ -84,8 +85,8 @@ def openapi_with_job_spec(app: FastAPI) -> dict:
         comps["ProblemDocument"] = problem
         # FastAPI documents request-validation errors as its own JSON; this API answers them
         # (like every error) with a problem document
-        for ops in schema["paths"].values():
-            for op in ops.values():
+        for operations in schema["paths"].values():
+            for op in operations.values():
                 if "422" in op.get("responses", {}):
                     op["responses"]["422"] = problems.responses(422)[422]
         for name in ("HTTPValidationError", "ValidationError"):

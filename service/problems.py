@@ -60,12 +60,28 @@ def install(app) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized"}
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Starlette names the first matching route's methods only
+            headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
         return problem_response(Problem(exc.status_code, titles.get(exc.status_code, "HTTP error"),
-                                        str(exc.detail or ""), headers=getattr(exc, "headers", None)), request)
+                                        str(exc.detail or ""), headers=headers), request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         return problem_response(Problem(500, "Internal server error", type(exc).__name__), request)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves at this path."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    scope = {**request.scope, "method": "GET"}
+    for route in request.app.routes:
+        match, _ = route.matches(scope)
+        if match != Match.NONE and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    return sorted(methods)
 
 
 class FieldError(BaseModel):

@@ -12,9 +12,9 @@ import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import ORJSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lwl.spec import SpecError, parse_job_spec
+from lwl.spec import MAX_SEED, SpecError, parse_job_spec
 from service import problems
 from service.core.store import STATUSES, TERMINAL, IdempotencyConflict, Store
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
@@ -25,12 +25,35 @@ STREAM_ABOVE = 8 * 1024 * 1024  # bytes of samples sent in one piece below this
 INLINE_FLOATS = 1_000_000  # sampling requests up to this size run on the event loop
 
 router = APIRouter()
+CURSOR = r"^[0-9]{1,15}(\.[0-9]{1,17})?_[0-9a-f]{32}$"  # next_cursor: "<created_at>_<job id>"
 
 
 class SampleRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)  # "n": "5" is refused, not coerced
+    model_config = ConfigDict(extra="forbid")
     n: int = Field(ge=1, description="number of samples")
-    seed: int = Field(ge=0, lt=2**63, description="same seed, same samples as lwl.measures.from_spec(doc).sample(n, seed)")
+    seed: int = Field(ge=0, le=MAX_SEED,
+                      description="same seed, same samples as lwl.measures.from_spec(doc).sample(n, seed)")
+
+    @field_validator("n", "seed", mode="before")
+    @classmethod
+    def _json_integer(cls, v):
+        """A JSON integer, as JSON Schema defines one (5 and 5.0), never a string or a boolean:
+        "n": "5" is refused, not coerced."""
+        if isinstance(v, (str, bytes, bool)):
+            raise ValueError("must be a JSON integer")
+        return v
+
+
+EXAMPLE_JOB = {  # Friedman-1 on a two-regime Q; everything else from lwl's defaults
+    "oracle": {"name": "friedman1"},
+    "test_distributions": {"members": [
+        {"gaussian": {"mean": [0, 0, 0, 0, 0], "cov": [[2 if i == j else 0 for j in range(5)] for i in range(5)]},
+         "size": 300},
+        {"gaussian": {"mean": [1, 0, 1, 0, 1], "cov": [[1 if i == j else 0 for j in range(5)] for i in range(5)]},
+         "size": 300}], "validation_per_member": 100},
+    "algorithm": {"name": "bilevel", "iterations": 4, "samples_per_iteration": 64},
+    "evaluation": {"train_size": 64},
+}
 
 
 class JobCreated(BaseModel):
@@ -41,7 +64,9 @@ class JobCreated(BaseModel):
 @router.post("/v1/jobs", status_code=202, response_model=JobCreated, tags=["jobs"],
              responses=problems.responses(400, 401, 409, 413, 422, 503),
           openapi_extra={"requestBody": {"required": True, "content": {
-              "application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}}}}})
+              "application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"},
+                                   "examples": {"small": {"summary": "a bilevel job that runs in seconds",
+                                                          "value": EXAMPLE_JOB}}}}}})
 async def create_job(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
                      settings: SettingsDep, enqueue: EnqueueDep,
                      idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> dict:
@@ -73,7 +98,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
 def list_jobs(store: StoreDep, owner: OwnerDep,
               status: Annotated[Literal[STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
-              cursor: Annotated[str | None, Query(max_length=200)] = None) -> dict:
+              cursor: Annotated[str | None, Query(max_length=200, pattern=CURSOR)] = None) -> dict:
     """The owner's jobs, newest first; pass ``next_cursor`` back as ``cursor`` for more."""
     before = None
     if cursor:
@@ -125,7 +150,7 @@ def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     return finished_result(job_id, store, owner)["distribution"]
 
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],
-             responses={200: {"content": {"application/json": {}, NPY: {}}}, **problems.responses(401, 404, 409, 422)})
+             responses={200: {"content": {"application/json": {}, NPY: {}}}, **problems.responses(400, 401, 404, 409, 422)})
 async def post_samples(job_id: str, body: SampleRequest, request: Request, store: StoreDep, owner: OwnerDep,
                        settings: SettingsDep, measure_for: MeasuresDep):
     """``n`` samples of the optimised distribution from ``seed``: JSON, or ``.npy`` bytes

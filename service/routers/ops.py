@@ -37,11 +37,23 @@ def readyz(request: Request):
     return {"status": "ready", "checks": checks}
 
 
-@router.get("/metrics", tags=["ops"], dependencies=[Depends(metrics_dep)], responses=problems.responses(401))
 def prometheus(request: Request) -> Response:
     """Prometheus metrics: requests, job counts by state, iteration durations."""
     body, content_type = request.app.state.metrics.render()
     return Response(body, media_type=content_type)
+
+
+def metrics_router(public: bool) -> APIRouter:
+    """``GET /metrics``: open (``LWL_METRICS_PUBLIC=true``, the default: a scraper on a private
+    network needs no key) or behind any owner's bearer key; the OpenAPI document says which."""
+    out = APIRouter()
+    text = {200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}
+    if public:
+        out.add_api_route("/metrics", prometheus, methods=["GET"], tags=["ops"], responses=text)
+    else:
+        out.add_api_route("/metrics", prometheus, methods=["GET"], tags=["ops"], dependencies=[Depends(metrics_dep)],
+                          responses={**text, **problems.responses(401)})
+    return out
 
 
 @router.get("/v1/catalog", tags=["catalog"], responses=problems.responses(401))

@@ -1,0 +1,83 @@
+"""The API contract: schemathesis against a real ``lwl serve`` with keys (every check, zero
+failures), and a client generated from the committed openapi.json by openapi-python-client
+that submits a job, waits for it and draws samples."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lwl.measures import from_spec
+from service.routers.jobs import EXAMPLE_JOB
+from tests.conftest import ROOT
+from tests.service.conftest import Server, wait_until
+
+KEYS = "alice:k-alice,bob:k-bob"
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    server = Server(tmp_path_factory.mktemp("contract"), env={"LWL_API_KEYS": KEYS}).start()
+    yield server
+    server.stop()
+
+
+def test_schemathesis_finds_no_failure(keyed):
+    """All of schemathesis's checks, bounded to about 100 s (bench/contract.py runs longer)."""
+    st = shutil.which("st", path=str(BIN))
+    assert st, "schemathesis is part of the test extra"
+    run = subprocess.run([st, "--config-file", str(CONFIG), "run", f"{keyed.url}/openapi.json",
+                          "-H", "Authorization: Bearer k-alice", "--max-time", "100", "--seed", "20261126"],
+                         capture_output=True, text=True, timeout=300)
+    summary = run.stdout[run.stdout.rfind("SUMMARY"):]
+    assert run.returncode == 0, run.stdout[-8000:]
+    assert "Failures" not in summary and "Errors" not in summary, summary
+    assert "passed" in summary
+
+
+def _generate(tmp_path: Path) -> Path:
+    cfg = tmp_path / "client.yaml"
+    cfg.write_text("post_hooks: []\nproject_name_override: lwl-api-client\npackage_name_override: lwl_api_client\n")
+    out = tmp_path / "client"
+    subprocess.run([shutil.which("openapi-python-client", path=str(BIN)), "generate", "--path",
+                    str(ROOT / "openapi.json"), "--config", str(cfg), "--output-path", str(out)],
+                   check=True, capture_output=True, text=True, timeout=120)
+    return out
+
+
+def test_a_generated_client_submits_waits_and_draws_samples(keyed, tmp_path):
+    out = _generate(tmp_path)
+    sys.path.insert(0, str(out))
+    try:
+        from lwl_api_client import AuthenticatedClient
+        from lwl_api_client.api.jobs import create_job_v1_jobs_post as create
+        from lwl_api_client.api.jobs import get_job_v1_jobs_job_id_get as get_job
+        from lwl_api_client.api.results import get_distribution_v1_jobs_job_id_distribution_get as distribution
+        from lwl_api_client.api.results import post_samples_v1_jobs_job_id_samples_post as samples
+        from lwl_api_client.models import JobCreated, JobSpec, ProblemDocument, SampleRequest
+
+        client = AuthenticatedClient(base_url=keyed.url, token="k-alice")
+        created = create.sync(client=client, body=JobSpec.from_dict(EXAMPLE_JOB))
+        assert isinstance(created, JobCreated), created
+        wait_until(lambda: json.loads(get_job.sync_detailed(created.id, client=client).content)["status"]
+                   == "succeeded", 180, 0.5, "the job")
+        drawn = json.loads(samples.sync_detailed(created.id, client=client, body=SampleRequest(n=5, seed=3)).content)
+        doc = json.loads(distribution.sync_detailed(created.id, client=client).content)
+        np.testing.assert_array_equal(np.asarray(drawn["samples"]), from_spec(doc).sample(5, 3))  # same bits
+        refused = samples.sync(created.id, client=client, body=SampleRequest(n=0, seed=3))
+        assert isinstance(refused, ProblemDocument) and refused.status == 422 and refused.field == "n"
+        stranger = AuthenticatedClient(base_url=keyed.url, token="not-a-key")
+        denied = create.sync(client=stranger, body=JobSpec.from_dict(EXAMPLE_JOB))
+        assert isinstance(denied, ProblemDocument) and denied.status == 401
+    finally:
+        sys.path.remove(str(out))
+        for name in [m for m in sys.modules if m.startswith("lwl_api_client")]:
+            del sys.modules[name]
