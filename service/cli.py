@@ -18,18 +18,6 @@ from rich.console import Console
 console = Console(stderr=True)
 
 
-def _die_with_parent() -> None:
-    """In an embedded worker: receive SIGTERM when ``lwl serve`` dies, however it dies
-    (uvicorn re-raises SIGTERM after its shutdown, so a ``finally`` in the parent may not run)."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:  # not Linux: the parent's finally still stops the workers
-        pass
-
-
 def _service_env(data_dir: Optional[Path]) -> None:
     import os
 
@@ -48,8 +36,6 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
     to install. Distributed: set LWL_BROKER_URL=redis://... and LWL_DATABASE_URL=postgresql://...
     """
     import os
-    import signal
-    import subprocess
 
     try:
         import uvicorn
@@ -72,11 +58,11 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
         host = "127.0.0.1"
     elif not settings.owners_by_key():
         console.print("[yellow]no LWL_API_KEYS set: serving 127.0.0.1 only, without authentication")
-    procs = []
-    if not no_worker:
-        for _ in range(workers):
-            procs.append(subprocess.Popen([sys.executable, "-m", "lwl.cli", "worker"], env=os.environ.copy(),
-                                          preexec_fn=_die_with_parent))
+    from service.supervisor import WorkerSupervisor
+
+    supervisor = None
+    if not no_worker:  # restarted when they die, killed when this process dies
+        supervisor = WorkerSupervisor([sys.executable, "-m", "lwl.cli", "worker"], os.environ.copy(), workers).start()
     from service.app import create_app
     from service.core.queue import make_celery, sender
     from service.core.store import Store
@@ -93,13 +79,8 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
         uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
     finally:
         stop_reaper.set()
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        if supervisor is not None:
+            supervisor.stop()
 
 
 def worker(device: str = typer.Option("auto", help="auto|cpu|cuda for jobs whose spec says auto"),

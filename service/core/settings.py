@@ -22,8 +22,10 @@ class Settings(BaseSettings):
     slice_seconds: float = 60.0  # one Celery task steps a job at most this long
     max_attempts: int = 3  # slices that started without finishing, before the job fails
     heartbeat_seconds: float = 2.0
-    stale_seconds: float = 120.0  # a running job with an older heartbeat is re-enqueued
-    reaper_interval: float = 10.0
+    # a running job whose heartbeat (every heartbeat_seconds, from a thread of its slice) is older
+    # is re-enqueued from its checkpoint; the lease and generation fence a slow-but-alive slice
+    stale_seconds: float = 10.0
+    reaper_interval: float = 2.0
     worker_device: str = Field(default="auto", description="auto|cpu|cuda for jobs whose spec says auto")
     metrics_public: bool = Field(
         default=True, description="GET /metrics without a key (for a Prometheus scraper on a private network); "

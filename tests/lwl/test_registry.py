@@ -101,6 +101,13 @@ def test_the_embedded_service_loads_plugins(tmp_path, small_spec):
         view = httpx.get(f"{server.url}/v1/jobs/{job}").json()
         assert view["status"] == "succeeded", view
         assert httpx.get(f"{server.url}/v1/jobs/{job}/result").json()["spec"]["family"]["name"] == "toy_isotropic"
+        fixed = copy.deepcopy(small_spec)
+        fixed["algorithm"] = {"name": "toy_fixed", "samples": 8}
+        job = httpx.post(f"{server.url}/v1/jobs", json=fixed).json()["id"]
+        wait_until(lambda: httpx.get(f"{server.url}/v1/jobs/{job}").json()["status"] in ("succeeded", "failed"),
+                   240, 0.5, "job")
+        result = httpx.get(f"{server.url}/v1/jobs/{job}/result").json()
+        assert result["history"][0]["iteration"] == 0 and result["spec"]["algorithm"]["name"] == "toy_fixed"
     finally:
         server.stop()
 

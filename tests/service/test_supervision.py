@@ -1,0 +1,75 @@
+"""Embedded mode under failure: ``lwl serve`` restarts a killed worker and the job finishes as
+if nothing happened; killing ``lwl serve`` itself leaves no worker behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from lwl import run_job
+from lwl.client import Client
+from tests.service.conftest import Server, small_job, wait_until
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_worker_is_restarted_and_its_job_finishes_as_if_uninterrupted(tmp_path):
+    server = Server(tmp_path / "data").start()
+    try:
+        spec = small_job(iterations=600, seed=3)
+        spec["algorithm"].update(optimizer="paper", learning_rate=1e-3)  # no early stop: runs all 600
+        with Client(server.url) as c:
+            job = c.submit(spec)
+            wait_until(lambda: (c.job(job).get("progress") or {}).get("iteration", 0) >= 300, 120, 0.05, "progress")
+            (worker,) = _children(server.proc.pid)
+            os.kill(worker, signal.SIGKILL)
+            killed = time.monotonic()
+            done = c.wait(job, progress=False, timeout=120)
+            recovered_in = time.monotonic() - killed
+            assert done["status"] == "succeeded", done
+            assert done["attempts"] >= 2  # the slice that died, and the one that finished the job
+            result = c.result(job)
+        assert recovered_in < 30, recovered_in
+        new = _children(server.proc.pid)
+        assert len(new) == 1 and new[0] != worker  # a fresh worker took over
+        direct = run_job(spec)
+        np.testing.assert_array_equal(result["distribution"]["mean"], direct["distribution"]["mean"])
+        np.testing.assert_array_equal(result["distribution"]["cov"], direct["distribution"]["cov"])
+    finally:
+        server.stop()
+
+
+def test_killing_lwl_serve_leaves_no_worker_running(tmp_path):
+    server = Server(tmp_path / "data").start()
+    workers = _children(server.proc.pid)
+    assert len(workers) == 1
+    with Client(server.url) as c:
+        c.submit(small_job(iterations=2000))  # busy when the server dies
+    os.kill(server.proc.pid, signal.SIGKILL)
+    try:
+        wait_until(lambda: not any(_alive(w) for w in workers), 10, 0.1, "the orphaned worker to die")
+    finally:
+        server.stop()
