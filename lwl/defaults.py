@@ -85,3 +85,18 @@ def fill_mixture(family, q: MetaTestSamples, seed: int):
     family = family.model_copy(update=initial_components(q, family.components, family.init, [seed, STREAM_KMEANS]))
     family.components = len(family.means)
     return family, ["weights", "means", "covs"]
+
+
+def fill_pool(family, q: MetaTestSamples, seed: int):
+    """A pool family's missing seed (the job's) and bandwidth (Scott's rule on the pool)."""
+    from lwl.design.families.pool import scott_bandwidth
+
+    filled = []
+    if family.pool_seed is None:
+        family.pool_seed = seed
+        filled.append("pool_seed")
+    if family.bandwidth is None:
+        size = min(family.pool_size, sum(len(x) for x in q.validation))
+        family.bandwidth = scott_bandwidth(size, q.dim)
+        filled.append("bandwidth")
+    return family, filled

@@ -326,6 +326,23 @@ class MixtureFamilySpec(StrictModel):
         return len(self.means[0]) if self.means else None
 
 
+class PoolFamilySpec(StrictModel):
+    """nu_theta = sum_p w_p N(x_p, h^2 C_Q) over a pool {x_p} of Q's validation points (all of
+    them, or ``pool_size`` drawn with probabilities w_k / M_k), C_Q Q's covariance; the bilevel
+    method moves the weights and the bandwidth h (adaptive optimiser). Initially Q's kernel
+    density estimate: the points' own weights and Scott's bandwidth P^(-1/(d+4)). A
+    differentiable coreset (lwl.design.families.pool)."""
+
+    name: Literal["pool"] = "pool"
+    dim_field: ClassVar[str] = "name"
+    pool_size: int = Field(default=1000, ge=2, le=20_000)
+    bandwidth: float | None = Field(default=None, gt=0, le=3, description="h in standard deviations of Q; "
+                                    "default: Scott's rule P^(-1/(d+4))")
+    pool_seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="default: the job's seed")
+    free: list[Literal["weights", "bandwidth"]] = Field(default_factory=lambda: ["weights", "bandwidth"],
+                                                        min_length=1)
+
+
 class KLEFamilySpec(KLEParameters):
     """nu_theta = a KLE Gaussian (AMA); ``free`` names the parameters that move, ``bounds``
     their box (required by differential evolution)."""
@@ -574,8 +591,9 @@ class JobSpec(StrictModel):
         return self
 
     @property
-    def dim(self) -> int:
-        return self.family.dim
+    def dim(self) -> int | None:
+        """The family's dimension when its parameters fix one (else None: Q's members fix it)."""
+        return getattr(self.family, "dim", None)
 
 
 # -- compatibility checks of the built-in algorithms (lwl.registry entries) ------------------------
@@ -692,6 +710,8 @@ def _register_builtins() -> None:
                       fill="lwl.defaults:fill_gaussian", paper_optimizer=True)
     FAMILIES.register("mixture", MixtureFamilySpec, bilevel="lwl.design.families.mixture:build",
                       fill="lwl.defaults:fill_mixture")
+    FAMILIES.register("pool", PoolFamilySpec, bilevel="lwl.design.families.pool:build",
+                      fill="lwl.defaults:fill_pool")
     FAMILIES.register("kle", KLEFamilySpec, moved_by="ama")
     FAMILIES.register("particles", ParticlesFamilySpec, moved_by="particle_ama")
     MODELS.register("krr", KRRSpec)

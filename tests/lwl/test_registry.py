@@ -94,7 +94,9 @@ def test_the_embedded_service_loads_plugins(tmp_path, small_spec):
         s = copy.deepcopy(small_spec)
         s["family"] = {"name": "toy_isotropic"}
         s["algorithm"].update(iterations=4, check_every=2)
-        job = httpx.post(f"{server.url}/v1/jobs", json=s).json()["id"]
+        r = httpx.post(f"{server.url}/v1/jobs", json=s)
+        assert r.status_code == 202, r.text
+        job = r.json()["id"]
         done = wait_until(lambda: httpx.get(f"{server.url}/v1/jobs/{job}").json()["status"]
                           in ("succeeded", "failed"), 240, 0.5, "job")
         assert done
@@ -103,7 +105,9 @@ def test_the_embedded_service_loads_plugins(tmp_path, small_spec):
         assert httpx.get(f"{server.url}/v1/jobs/{job}/result").json()["spec"]["family"]["name"] == "toy_isotropic"
         fixed = copy.deepcopy(small_spec)
         fixed["algorithm"] = {"name": "toy_fixed", "samples": 8}
-        job = httpx.post(f"{server.url}/v1/jobs", json=fixed).json()["id"]
+        r = httpx.post(f"{server.url}/v1/jobs", json=fixed)
+        assert r.status_code == 202, r.text
+        job = r.json()["id"]
         wait_until(lambda: httpx.get(f"{server.url}/v1/jobs/{job}").json()["status"] in ("succeeded", "failed"),
                    240, 0.5, "job")
         result = httpx.get(f"{server.url}/v1/jobs/{job}/result").json()

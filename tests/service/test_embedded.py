@@ -262,7 +262,7 @@ def test_catalog_health_metrics(server, alice):
     assert {o["name"] for o in cat["oracles"]} >= {"sobol_g", "friedman1", "friedman2", "kernel_expansion"}
     assert cat["algorithms"][0]["name"] == "bilevel" and "properties" in cat["algorithms"][0]["schema"]
     assert {a["name"] for a in cat["algorithms"]} == {"bilevel", "ama", "particle_ama"}
-    assert {f["name"] for f in cat["families"]} == {"gaussian", "mixture", "kle", "particles"}
+    assert {f["name"] for f in cat["families"]} == {"gaussian", "mixture", "pool", "kle", "particles"}
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/readyz").json()["checks"] == {"store": "ok", "broker": "ok"}
     text = httpx.get(f"{server.url}/metrics").text

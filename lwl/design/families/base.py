@@ -59,6 +59,12 @@ class BilevelFamily(Protocol):
         """JSON facts about a result (e.g. per-component weights); may be empty."""
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Mixture weights from logits (shifted by their maximum: no overflow)."""
+    w = np.exp(logits - logits.max())
+    return w / w.sum()
+
+
 def build_bilevel_family(family_spec, coords: WhitenedGaussian, q) -> BilevelFamily:
     """The family object of a job's ``family`` block: the ``bilevel`` builder of its entry in
     :data:`lwl.registry.FAMILIES`, called as ``builder(family_spec, coords, q)``."""

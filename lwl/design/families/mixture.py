@@ -17,7 +17,7 @@ import numpy as np
 from scipy.cluster.vq import kmeans2
 
 from lwl.design.adaptive import WhitenedGaussian, moment_matched, regularised_cholesky
-from lwl.design.families.base import Params
+from lwl.design.families.base import Params, softmax
 from lwl.measures import Gaussian, Mixture
 
 MAX_LOGIT = 8.0  # |logit| box: weight ratios up to e^16 between components
@@ -88,9 +88,7 @@ class MixtureFamily:
         return [("given", self.initial())]
 
     def weights(self, params: Params) -> np.ndarray:
-        z = params["logits"] - params["logits"].max()
-        w = np.exp(z)
-        return w / w.sum()
+        return softmax(params["logits"])
 
     def measure(self, params: Params) -> Mixture:
         comps = [Gaussian.from_parameters(m, L) for m, L in zip(params["means"], params["chols"])]
