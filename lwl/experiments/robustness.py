@@ -100,6 +100,9 @@ PRESETS = {
                          family="mixture"),
     "full-selected-mixture": dict(count=32, size=5000, validation=500, iterations=None,
                                   lengthscale_factor=None, family="mixture"),
+    "full-pool": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=0.5, family="pool"),
+    "full-selected-pool": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=None,
+                               family="pool"),
     # CI-sized: fewer Q samples and iterations, same problems
     "quick": dict(count=32, size=1500, validation=300, iterations=150, lengthscale_factor=0.5),
     # for the test suite
