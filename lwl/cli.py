@@ -92,7 +92,7 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
         doc = json.loads(spec_path.read_text())
         if device is not None:
             doc["device"] = device
-        spec = parse_job_spec(doc)
+        spec = parse_job_spec(doc, strict=True)
     except (OSError, json.JSONDecodeError) as exc:
         console.print(f"[red]cannot read {spec_path}: {exc}")
         raise typer.Exit(2)

@@ -8,7 +8,7 @@ refused with the offending field named. ``docs/job-spec.md`` documents every fie
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
@@ -349,7 +349,8 @@ class KLEFamilySpec(KLEParameters):
     name: Literal["kle"] = "kle"
     dim_field: ClassVar[str] = "grid"
     free: list[Literal["shift", "omega", "amplitude", "alpha", "tau", "sigma"]] = Field(min_length=1)
-    bounds: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    bounds: dict[str, Annotated[list[float], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=dict, description="[lower, upper] per free parameter")
 
     @model_validator(mode="after")
     def _bounds(self):
@@ -748,12 +749,16 @@ def _loc(parts) -> str:
     return ".".join(str(p) for p in parts) or "(root)"
 
 
-def parse_job_spec(doc: dict[str, Any] | str | bytes) -> JobSpec:
-    """Validate a job spec (a dict or JSON text); raise :class:`SpecError` naming each field."""
+def parse_job_spec(doc: dict[str, Any] | str | bytes, *, strict: bool = False) -> JobSpec:
+    """Validate a job spec (a dict or JSON text); raise :class:`SpecError` naming each field.
+
+    ``strict=True`` (documents from the wire or a file: ``POST /v1/jobs``, ``lwl run``) refuses
+    values of the wrong JSON type instead of coercing them ("5" for an integer, 1 for a boolean);
+    integers are accepted where numbers are expected, as JSON has one number type."""
     try:
         if isinstance(doc, (str, bytes)):
-            return JobSpec.model_validate_json(doc)
-        return JobSpec.model_validate(doc)
+            return JobSpec.model_validate_json(doc, strict=strict)
+        return JobSpec.model_validate(doc, strict=strict)
     except ValidationError as exc:
         errors, tags = [], _union_tags()
         for e in exc.errors(include_url=False):

@@ -74,7 +74,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     raw = await read_body(request, settings.max_body_bytes)
     doc = parse_json(raw)
     try:
-        spec = parse_job_spec(doc)
+        spec = parse_job_spec(doc, strict=True)
     except SpecError as exc:
         raise problems.spec_problem(exc.errors) from None
     check_datasets(spec, store, owner)

@@ -287,3 +287,17 @@ def test_restart_keeps_every_job_and_result(tmp_path):
             assert {j["id"] for j in c.jobs()} == set(ids)
     finally:
         srv.stop()
+
+
+def test_job_specs_from_the_wire_are_strictly_typed(server):
+    """ "iterations": "5" is refused with the field named, not coerced; 5 for a number is fine."""
+    h = {"Authorization": f"Bearer {ALICE}"}
+    spec = small_job(iterations=2)
+    spec["algorithm"]["iterations"] = "5"
+    _problem(httpx.post(f"{server.url}/v1/jobs", json=spec, headers=h), 422, "algorithm.iterations")
+    spec = small_job(iterations=2)
+    spec["evaluation"]["enabled"] = 1
+    _problem(httpx.post(f"{server.url}/v1/jobs", json=spec, headers=h), 422, "evaluation.enabled")
+    spec = small_job(iterations=2)
+    spec["model"]["lengthscale"] = 3  # an integer where a number is expected
+    assert httpx.post(f"{server.url}/v1/jobs", json=spec, headers=h).status_code == 202
