@@ -45,8 +45,12 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
     ``step`` until ``done``. Between steps: ``should_stop`` (raises :class:`Interrupted`),
     ``checkpoint(pack(state))``, ``progress({...})`` with iteration / total / objective /
     validation_err / elapsed / the step's history record (JSON, for a bar or the API), and
-    ``after_step(state)`` for callers that inspect the state itself (the studies)."""
+    ``after_step(state)`` for callers that inspect the state itself (the studies).
+
+    The state carries ``elapsed_seconds``, the design time over every slice of the job: a job
+    resumed from a checkpoint goes on counting where the checkpoint stopped."""
     t0 = time.perf_counter()
+    before = float(state.get("elapsed_seconds", 0.0))
     while not stepper.done(state):
         if should_stop is not None and should_stop():
             raise Interrupted(state)
@@ -54,6 +58,7 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
         if labels is None:
             labels = as_numpy(oracle.label(stepper.queries(state)))
         state = stepper.step(state, labels)
+        state["elapsed_seconds"] = before + time.perf_counter() - t0
         if checkpoint is not None:
             checkpoint(pack(state))
         if after_step is not None:
@@ -98,13 +103,15 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         total = spec.algorithm.iterations + entry.extra.get("final_steps", 0)  # AMA: + the final model step
         state = iterate(stepper, oracle, state, total=total, progress=progress, checkpoint=checkpoint,
                         should_stop=should_stop)
-        design_seconds = time.perf_counter() - t0
+        slice_seconds = time.perf_counter() - t0
+        design_seconds = float(state.get("elapsed_seconds", slice_seconds))  # over every slice
         out = stepper.result(state)
         spec = stepper.resolved_spec(state)  # e.g. with the lengthscale the run selected
         t1 = time.perf_counter()
         hook = entry.resolve("evaluate")
         if (spec.evaluation.enabled if evaluate is None else evaluate) and hook is not None:
             out.update(hook(stepper, state, spec, oracle, out))
-        out["timings"] = {"design_seconds": design_seconds, "evaluation_seconds": time.perf_counter() - t1}
+        out["timings"] = {"design_seconds": design_seconds, "last_slice_seconds": slice_seconds,
+                          "evaluation_seconds": time.perf_counter() - t1}
         out["spec"] = spec.model_dump(mode="json")
         return out

@@ -90,3 +90,14 @@ def test_particle_ama_job_runs_resumes_and_reproduces(particle_spec):
     resumed = run_job(particle_spec, state=blobs[0], evaluate=False)  # after iteration 0
     assert resumed["distribution"] == dist
     assert [r["objective"] for r in resumed["history"]] == objectives
+
+
+def test_design_time_adds_up_over_resumed_slices(small_spec):
+    from lwl.design.state import unpack
+
+    blobs = []
+    run_job(small_spec, checkpoint=blobs.append, evaluate=False)
+    before = unpack(blobs[4])["elapsed_seconds"]
+    resumed = run_job(small_spec, state=blobs[4], evaluate=False)
+    t = resumed["timings"]
+    assert 0 < before < t["design_seconds"] <= before + t["last_slice_seconds"]
