@@ -472,7 +472,9 @@ def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracl
     from lwl.evaluation import evaluate_design, verdict
     from lwl.measures import from_spec
 
+    family = stepper.family
+    initial = family.measure(family.initial()) if spec.family.name != "gaussian" else None
     evaluation = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle,
-                                 np.asarray(state.get("validation_labels")))
+                                 np.asarray(state.get("validation_labels")), initial=initial)
     v = verdict(evaluation, out.get("warnings", []))
     return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

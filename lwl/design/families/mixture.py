@@ -122,9 +122,9 @@ class MixtureFamily:
         from scipy.special import logsumexp
 
         w = self.weights(params)
+        components = self.measure(params).components
         with np.errstate(divide="ignore"):
-            log_joint = np.stack([np.log(w[k]) + self.measure(params).components[k].log_prob(x)
-                                  for k in range(self.C)], axis=1)
+            log_joint = np.stack([np.log(w[k]) + components[k].log_prob(x) for k in range(self.C)], axis=1)
         log_p = logsumexp(log_joint, axis=1)
         return log_p, np.exp(log_joint - log_p[:, None])
 

@@ -8,7 +8,7 @@ from lwl import run_job
 from lwl.design import BilevelDesign
 from lwl.design.families.mixture import MixtureFamily
 from lwl.measures import from_spec
-from lwl.oracles import make_oracle
+from tests.lwl.design.families.conftest import labelled_design
 from lwl.spec import SpecError, parse_job_spec
 
 
@@ -19,12 +19,7 @@ def _mixture_spec(small_spec, **family):
 
 
 def _design(spec_doc):
-    spec = parse_job_spec(spec_doc)
-    design = BilevelDesign.from_spec(spec)
-    oracle = make_oracle(spec.oracle)
-    state = design.init()
-    state = design.step(state, oracle.label(design.queries(state)))
-    return design, oracle, state
+    return labelled_design(spec_doc)
 
 
 def _moved(design, state, seed=0):

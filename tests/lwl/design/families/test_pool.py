@@ -5,9 +5,8 @@ import pytest
 import torch
 
 from lwl import run_job
-from lwl.design import BilevelDesign
+from tests.lwl.design.families.conftest import labelled_design
 from lwl.measures import from_spec
-from lwl.oracles import make_oracle
 from lwl.spec import SpecError, parse_job_spec
 
 
@@ -17,15 +16,8 @@ def _pool_spec(small_spec, **family):
     return s
 
 
-def _design(doc):
-    spec = parse_job_spec(doc)
-    design = BilevelDesign.from_spec(spec)
-    oracle = make_oracle(spec.oracle)
-    state = design.init()
-    state = design.step(state, oracle.label(design.queries(state)))
-    rng = np.random.default_rng(4)  # away from the start: unequal weights, another bandwidth
-    phi = state["phi"] + 0.5 * rng.standard_normal(state["phi"].shape)
-    return design, oracle, {**state, "phi": phi, **design.family.from_phi(phi)}
+def _design(doc):  # away from the start: unequal weights, another bandwidth
+    return labelled_design(doc, move=0.5, seed=4)
 
 
 def _torch_log_prob(fam, logits, log_h, x):
