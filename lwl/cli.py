@@ -148,7 +148,11 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
                sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N"),
                resume: bool = typer.Option(False, help="rte: reuse the trials in OUT/results.json made with the "
-                                                       "same settings (grow a study by trials, or resume one)")):
+                                                       "same settings (grow a study by trials, or resume one)"),
+               family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool)"),
+               merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
+                                                              "runs (one of them gaussian): write one table of all "
+                                                              "families to OUT instead of running")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
     if name not in EXPERIMENTS:
         console.print(f"[red]unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
@@ -165,7 +169,15 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
     if preset not in table1.PRESETS:
         console.print(f"[red]unknown preset {preset!r}; known: {', '.join(table1.PRESETS)}")
         raise typer.Exit(2)
-    out = out or Path("runs") / f"{name}-{preset}"
+    if merge:
+        out = out or Path("runs") / f"{name}-{preset}-families"
+        try:
+            paths = table1.write_merged([json.loads(Path(p).read_text()) for p in merge.split(",")], out)
+        except (OSError, ValueError) as exc:
+            console.print(f"[red]merge: {exc}")
+            raise typer.Exit(2)
+        return _report(paths, out)
+    out = out or Path("runs") / (f"{name}-{preset}" + ("" if family == "gaussian" else f"-{family}"))
     cols = columns.split(",") if columns else None
     n_cols = len(cols) if cols else len(table1.COLUMNS)
     n_runs = runs or table1.PRESETS[preset]["runs"]
@@ -176,7 +188,7 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
             bar.update(task, advance=1, info=f"{col} run {r}: Err {res['evaluation']['err']['optimized']:.3f}")
 
         try:
-            doc = table1.run(preset, runs=runs, columns=cols, progress=progress)
+            doc = table1.run(preset, runs=runs, columns=cols, progress=progress, family=family)
         except ValueError as exc:
             console.print(f"[red]{exc}")
             raise typer.Exit(2)

@@ -77,11 +77,16 @@ def q_members(col: Column, K: int = 10, seed: int = 2025) -> list[tuple[np.ndarr
 def column_spec(col: Column, *, seed: int, iterations: int = 1000, samples: int = 250,
                 members: int = 10, size: int = 5000, validation: int = 500, train_size: int = 1024,
                 sizes=(), baselines=BASELINES, learning_rate: float | None = None,
-                gradient_scale: str = "relative", optimizer: str = "adaptive") -> dict:
+                gradient_scale: str = "relative", optimizer: str = "adaptive", family: str = "gaussian") -> dict:
     """The job spec of one run of one column: lwl's defaults (``optimizer="adaptive"``, one
     configuration for every column), or the paper's plain schedule with the per-column step
-    sizes of the earlier lwl table (``optimizer="paper"``, ``samples`` points per iteration)."""
-    d = col.dim
+    sizes of the earlier lwl table (``optimizer="paper"``, ``samples`` points per iteration).
+
+    ``family`` picks the design family: the paper's Gaussian N(m0 1, I), or a family whose
+    start lwl fits to Q (``mixture``: Q's members' Gaussians, the mixture baseline;
+    ``pool``: Q's kernel density estimate), each on its defaults."""
+    if family != "gaussian" and optimizer != "adaptive":
+        raise ValueError(f"family: {family!r} needs lwl's adaptive optimiser, not the paper's schedule")
     return {
         "oracle": {"name": col.oracle, "params": dict(col.oracle_params)},
         "test_distributions": {
@@ -89,7 +94,7 @@ def column_spec(col: Column, *, seed: int, iterations: int = 1000, samples: int 
                         for m, C in q_members(col, members)],
             "validation_per_member": validation,
         },
-        "family": {"name": "gaussian", "mean": [col.initial_mean] * d, "cov": np.eye(d).tolist()},
+        "family": FAMILY_BLOCKS[family](col),
         "model": {"name": "krr", "kernel": "squared_exponential", "lengthscale": col.lengthscale * SQRT2},
         "algorithm": ({"name": "bilevel", "iterations": iterations} if optimizer == "adaptive" else
                       {"name": "bilevel", "optimizer": "paper", "iterations": iterations,
@@ -101,6 +106,14 @@ def column_spec(col: Column, *, seed: int, iterations: int = 1000, samples: int 
         "seed": seed,
         "device": "cpu",
     }
+
+
+FAMILY_BLOCKS = {  # the family block of a column's job spec, per --family
+    "gaussian": lambda col: {"name": "gaussian", "mean": [col.initial_mean] * col.dim,
+                             "cov": np.eye(col.dim).tolist()},
+    "mixture": lambda col: {"name": "mixture"},
+    "pool": lambda col: {"name": "pool"},
+}
 
 
 # -- presets and the study runner ------------------------------------------------------------
@@ -116,12 +129,15 @@ PRESETS = {
     # CI-sized: same Q and model, fewer iterations and runs
     "quick": dict(runs=2, iterations=300, members=10, size=2000, validation=500,
                   sizes=(64, 256, 1024)),
+    # seconds: the tests' preset (few iterations, small Q, N = 64)
+    "smoke": dict(runs=1, iterations=30, members=3, size=300, validation=100, train_size=64, sizes=(32,)),
 }
 
 
 def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | None = None,
-        progress=None) -> dict:
-    """Run the study and return its results document (see :func:`write_outputs`)."""
+        progress=None, family: str = "gaussian") -> dict:
+    """Run the study with one design family and return its results document (see
+    :func:`write_outputs`)."""
     import time
 
     from lwl.design import baselines as bl
@@ -129,6 +145,8 @@ def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | 
     from lwl.runner import run_job
     from lwl.spec import parse_job_spec
 
+    if family not in FAMILY_BLOCKS:
+        raise ValueError(f"family: unknown family {family!r}; known: {', '.join(FAMILY_BLOCKS)}")
     cfg = dict(PRESETS[preset])
     n_runs = runs or cfg.pop("runs")
     cfg.pop("runs", None)
@@ -137,11 +155,12 @@ def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | 
         known = [c.key for c in COLUMNS]
         raise ValueError(f"columns: unknown column in {columns}; known: {known}")
     t_all = time.perf_counter()
-    out = {"experiment": "table1", "preset": preset, "runs": n_runs, "settings": cfg, "columns": {}}
+    out = {"experiment": "table1", "preset": preset, "family": family, "runs": n_runs, "settings": cfg,
+           "columns": {}}
     for col in chosen:
         records = []
         for r in range(n_runs):
-            spec = parse_job_spec(column_spec(col, seed=r, **cfg))
+            spec = parse_job_spec(column_spec(col, seed=r, family=family, **cfg))
             res = run_job(spec)
             records.append({
                 "seed": r,
@@ -149,6 +168,7 @@ def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | 
                 "err_vs_n": res["evaluation"]["err_vs_n"],
                 "validation_err": [h["validation_err"] for h in res["history"]],
                 "distribution": res["distribution"],
+                "kept_iteration": res["selected"]["iteration"],
                 "design_seconds": res["timings"]["design_seconds"],
                 "evaluation_seconds": res["timings"]["evaluation_seconds"],
             })
@@ -171,21 +191,40 @@ def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | 
     return out
 
 
-ROW_NAMES = {"optimized": "Ours (bilevel)", "normal": "Normal", "barycenter": "Barycenter",
+ROW_NAMES = {"optimized": "Ours (bilevel)", "initial": "Initial (θ⁰)", "normal": "Normal", "barycenter": "Barycenter",
              "mixture": "Mixture", "uniform": "Uniform", "ncoreset": "nCoreSet", "acoreset": "aCoreSet"}
+
+
+def row_names(doc: dict) -> dict[str, str]:
+    """Row labels of a results document: one design row per family, then the baselines."""
+    family = doc.get("family", "gaussian")
+    if "families" in doc:  # a merged document (:func:`merge`)
+        designs = {design_key(f): f"Ours ({f} family)" for f in doc["families"]}
+    else:
+        designs = {"optimized": "Ours (bilevel)" if family == "gaussian" else f"Ours ({family} family)"}
+    names = {**designs, **{k: v for k, v in ROW_NAMES.items() if k != "optimized"}}
+    if family != "gaussian" and "families" not in doc:  # the normal baseline is Q's moment-matched Gaussian
+        names["normal"] = "Normal (Q's moments)"
+    return names
+
+
+def design_key(family: str) -> str:
+    return "optimized" if family == "gaussian" else f"optimized_{family}"
 
 
 def markdown(doc: dict) -> str:
     cols = doc["columns"]
     keys = list(cols)
-    lines = [f"# Table 1 — bilevel design for function approximation ({doc['preset']} preset)", "",
+    families = doc.get("families", [doc.get("family", "gaussian")])
+    lines = [f"# Table 1 — bilevel design for function approximation ({doc['preset']} preset, "
+             f"{', '.join(families)} famil{'ies' if len(families) > 1 else 'y'})", "",
              f"Err = sqrt(E_Q(G)/E_Q(0)) on held-out Q samples, KRR with N = "
-             f"{cols[keys[0]]['runs'][0] and doc['settings'].get('train_size', 1024)} training samples; "
+             f"{doc['settings'].get('train_size', 1024)} training samples; "
              f"mean ± 2 sd over {doc['runs']} independent runs (seeds 0..{doc['runs'] - 1}). "
              "In brackets: the paper's value.", "",
              "| | " + " | ".join(cols[k]["title"] for k in keys) + " |",
              "|---|" + "---|" * len(keys)]
-    for name, label in ROW_NAMES.items():
+    for name, label in row_names(doc).items():
         if name not in cols[keys[0]]["summary"]:
             continue
         cells = []
@@ -196,10 +235,18 @@ def markdown(doc: dict) -> str:
             val = f"{s['mean']:.3f} ± {s['two_sd']:.3f}"
             cells.append((f"**{val}**" if s["mean"] == best else val) + (f" ({p[0]:.3f})" if p else ""))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    design = [r["design_seconds"] for k in keys for r in cols[k]["runs"]]
-    lines += ["", f"Runtime: {doc['wall_seconds']:.0f} s wall for the whole preset on this machine; "
-              f"bilevel design {np.mean(design):.2f} s per run on average "
-              f"({doc['settings']['iterations']} iterations).", ""]
+    if len(families) > 1:
+        lines += ["", "Best lwl family per column against the six baselines (Normal, Barycenter, Mixture, "
+                  "Uniform, nCoreSet, aCoreSet): *separated* when the design's mean + 2 sd lies below "
+                  "every baseline's mean − 2 sd.", ""]
+        lines += [f"- {cols[k]['title']}: {separation(cols[k]['summary'], families)}" for k in keys]
+    for f in families:
+        runs = [r for k in keys for r in cols[k]["runs_by_family"][f]] if len(families) > 1 else \
+            [r for k in keys for r in cols[k]["runs"]]
+        lines += ["", f"Runtime ({f} family): bilevel design {np.mean([r['design_seconds'] for r in runs]):.2f} s "
+                  f"per run on average (at most {doc['settings']['iterations']} iterations)."]
+    if "wall_seconds" in doc:
+        lines += [f"{doc['wall_seconds']:.0f} s wall for the whole preset on this machine.", ""]
     lines += ["Settings per column (lwl departs from the paper where marked):", "",
               "| column | oracle | d | paper l | spec lengthscale | m0 | step size t_0 |",
               "|---|---|---|---|---|---|---|"]
@@ -249,11 +296,100 @@ DEPARTURES_SCHEDULE = """\\* Departures from the paper's stated settings:
 """ + _RUNS_NOTE
 
 
+SIX_BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")
+
+
+def separation(summary: dict, families: list[str]) -> str:
+    """Which family is best in a column and whether its 2-sd interval clears every baseline's."""
+    best = min(families, key=lambda f: summary[design_key(f)]["mean"])
+    d = summary[design_key(best)]
+    top = d["mean"] + d["two_sd"]
+    closest = min((b for b in SIX_BASELINES if b in summary), key=lambda b: summary[b]["mean"] - summary[b]["two_sd"])
+    c = summary[closest]
+    verdict = "separated" if top < c["mean"] - c["two_sd"] else "NOT separated"
+    return (f"{best} {d['mean']:.3f} ± {d['two_sd']:.3f} against the closest baseline, "
+            f"{ROW_NAMES[closest]} {c['mean']:.3f} ± {c['two_sd']:.3f}: {verdict}")
+
+
+def merge(docs: list[dict]) -> dict:
+    """One table from single-family documents of the same preset, runs and columns.
+
+    The baselines are taken from the Gaussian document (its Normal is the paper's N(m0 1, I));
+    every other baseline must agree between documents run by run, since a run's baselines depend
+    only on its seed and Q (checked, so tables made by different code are never mixed)."""
+    by_family = {d.get("family", "gaussian"): d for d in docs}
+    if len(by_family) != len(docs):
+        raise ValueError("merge: two documents of the same family")
+    if "gaussian" not in by_family:
+        raise ValueError("merge: the Gaussian family's document is needed (its baselines are the table's)")
+    base = by_family["gaussian"]
+    keys = [k for k in base["columns"] if all(k in d["columns"] for d in docs)]
+    for d in docs:
+        if (d["preset"], d["runs"]) != (base["preset"], base["runs"]):
+            raise ValueError("merge: documents of different presets or run counts")
+    out = {"experiment": "table1", "preset": base["preset"], "families": list(by_family), "runs": base["runs"],
+           "settings": base["settings"], "columns": {}}
+    for k in keys:
+        col = {key: v for key, v in base["columns"][k].items() if key != "runs"}
+        col["summary"] = dict(base["columns"][k]["summary"])
+        col["runs_by_family"] = {f: d["columns"][k]["runs"] for f, d in by_family.items()}
+        for f, d in by_family.items():
+            for r0, r in zip(base["columns"][k]["runs"], d["columns"][k]["runs"]):
+                for b in SIX_BASELINES:
+                    if b != "normal" and b in r0["err"] and not np.isclose(r0["err"][b], r["err"][b], rtol=1e-9):
+                        raise ValueError(f"merge: column {k} seed {r['seed']}: baseline {b} differs between "
+                                         f"the gaussian and {f} documents ({r0['err'][b]} vs {r['err'][b]})")
+            col["summary"][design_key(f)] = d["columns"][k]["summary"]["optimized"]
+        out["columns"][k] = col
+    return out
+
+
+def design_figure(doc: dict, path) -> None:
+    """The designed distribution of each column's first run against Q, in the two leading
+    principal directions of Q: Q's samples (grey), the design's samples, and for a mixture its
+    component means (area ~ weight), for a pool the 200 heaviest pool points (area ~ weight)."""
+    from lwl.experiments.report import pyplot
+    from lwl.measures import Mixture, WeightedPool, from_spec
+
+    plt = pyplot()
+    cols = doc["columns"]
+    fig, axes = plt.subplots(1, len(cols), figsize=(3.2 * len(cols), 3.3), squeeze=False)
+    for ax, (k, c) in zip(axes[0], cols.items()):
+        col = next(x for x in COLUMNS if x.key == k)
+        rng = np.random.default_rng(0)
+        q = np.concatenate([rng.multivariate_normal(m, C, 300)
+                            for m, C in q_members(col, doc["settings"].get("members", 10))])
+        centre = q.mean(0)
+        _, vecs = np.linalg.eigh(np.cov(q, rowvar=False))
+        basis = vecs[:, ::-1][:, :2] if col.dim > 1 else np.ones((1, 1))
+        proj = (lambda x: (np.asarray(x) - centre) @ basis)
+        ax.scatter(*proj(q).T[:2], s=2, color="0.7", label="Q")
+        design = from_spec(c["runs"][0]["distribution"])
+        ax.scatter(*proj(design.sample(1000, 0)).T[:2], s=2, color="C0", alpha=0.5, label="design")
+        if isinstance(design, Mixture):
+            means = np.array([comp.mean_and_cov()[0] for comp in design.components])
+            ax.scatter(*proj(means).T[:2], s=400 * design.weights, color="C3", edgecolor="k", label="components")
+        elif isinstance(design, WeightedPool):
+            top = np.argsort(design.weights)[::-1][:200]
+            ax.scatter(*proj(design.points[top]).T[:2], s=2000 * design.weights[top], color="C3",
+                       edgecolor="k", lw=0.3, label="pool weights")
+        ax.set_title(c["title"], fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[0][0].legend(fontsize=6, markerscale=2)
+    fig.suptitle(f"{doc.get('family', 'gaussian')} family: design (run 0) against Q, leading principal plane",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_outputs(doc: dict, out_dir) -> list:
     """results.json, results.md and the PNG figures; returns the written paths."""
     from pathlib import Path
 
     from lwl.experiments.report import pyplot, write_json
+    from lwl.measures import from_spec
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -287,7 +423,7 @@ def write_outputs(doc: dict, out_dir) -> list:
             curves = np.array([r["err_vs_n"][name] for r in cols[k]["runs"]])
             m = curves.mean(0)
             s = 2 * curves.std(0, ddof=1) if len(curves) > 1 else 0 * m
-            ax.plot(sizes, m, marker="o", ms=3, color=f"C{i}", label=ROW_NAMES[name])
+            ax.plot(sizes, m, marker="o", ms=3, color=f"C{i}", label=row_names(doc)[name])
             ax.fill_between(sizes, m - s, m + s, color=f"C{i}", alpha=0.2)
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -303,7 +439,7 @@ def write_outputs(doc: dict, out_dir) -> list:
     # learned covariance vs barycenter and mixture covariances (paper Figs. 11-14)
     fig, axes = plt.subplots(3, len(keys), figsize=(2.6 * len(keys), 7.5), squeeze=False)
     for j, k in enumerate(keys):
-        mats = [("learned", np.array(cols[k]["runs"][0]["distribution"]["cov"])),
+        mats = [("learned", from_spec(cols[k]["runs"][0]["distribution"]).mean_and_cov()[1]),
                 ("barycenter", np.array(cols[k]["barycenter_cov"])),
                 ("mixture", np.array(cols[k]["mixture_cov"]))]
         for i, (label, mat) in enumerate(mats):
@@ -317,4 +453,20 @@ def write_outputs(doc: dict, out_dir) -> list:
     fig.savefig(out / "covariances.png", dpi=120)
     plt.close(fig)
     paths.append(out / "covariances.png")
+    design_figure(doc, out / "design.png")
+    paths.append(out / "design.png")
     return paths
+
+
+def write_merged(docs: list[dict], out_dir) -> list:
+    """results.json and results.md of :func:`merge`."""
+    from pathlib import Path
+
+    from lwl.experiments.report import write_json
+
+    doc = merge(docs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", doc)
+    (out / "results.md").write_text(markdown(doc))
+    return [out / "results.json", out / "results.md"]

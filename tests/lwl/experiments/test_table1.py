@@ -1,0 +1,78 @@
+"""Table 1 with other design families, and the merged table (lwl.experiments.table1)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from lwl.experiments import table1
+from lwl.measures import Mixture, WeightedPool, from_spec
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return {f: table1.run("smoke", columns=["g1"], family=f) for f in ("gaussian", "mixture", "pool")}
+
+
+def test_each_family_designs_its_own_kind_of_distribution(docs):
+    kinds = {"gaussian": "gaussian", "mixture": Mixture, "pool": WeightedPool}
+    for family, doc in docs.items():
+        run = doc["columns"]["g1"]["runs"][0]
+        assert doc["family"] == family
+        measure = from_spec(run["distribution"])
+        if family == "gaussian":
+            assert run["distribution"]["family"] == "gaussian"
+        else:
+            assert isinstance(measure, kinds[family])
+            assert "initial" in run["err"]  # theta^0 is Q's fit, reported beside the design
+
+
+def test_merge_puts_every_family_beside_the_gaussian_baselines(docs, tmp_path):
+    paths = table1.write_merged(list(docs.values()), tmp_path)
+    merged = table1.merge(list(docs.values()))
+    s = merged["columns"]["g1"]["summary"]
+    for family in docs:
+        want = docs[family]["columns"]["g1"]["summary"]["optimized"]
+        assert s[table1.design_key(family)] == want
+    # the Normal row is the paper's N(m0 1, I), taken from the Gaussian document
+    assert s["normal"] == docs["gaussian"]["columns"]["g1"]["summary"]["normal"]
+    text = (tmp_path / "results.md").read_text()
+    for label in ("| Ours (gaussian family) |", "| Ours (mixture family) |", "| Ours (pool family) |"):
+        assert label in text
+    assert "separated" in text and paths[1].name == "results.md"
+
+
+def test_merge_refuses_documents_whose_baselines_disagree(docs):
+    bad = copy.deepcopy(docs["pool"])
+    bad["columns"]["g1"]["runs"][0]["err"]["mixture"] *= 1.5
+    with pytest.raises(ValueError, match="column g1 seed 0: baseline mixture differs"):
+        table1.merge([docs["gaussian"], bad])
+    with pytest.raises(ValueError, match="Gaussian family's document"):
+        table1.merge([docs["mixture"], docs["pool"]])
+
+
+def test_separation_names_the_closest_baseline():
+    summary = {"optimized": {"mean": 0.10, "two_sd": 0.01}, "optimized_pool": {"mean": 0.05, "two_sd": 0.01},
+               **{b: {"mean": 0.5, "two_sd": 0.01} for b in table1.SIX_BASELINES}}
+    summary["ncoreset"] = {"mean": 0.07, "two_sd": 0.005}
+    assert table1.separation(summary, ["gaussian", "pool"]).endswith(": separated")
+    assert "nCoreSet" in table1.separation(summary, ["gaussian", "pool"])
+    summary["ncoreset"] = {"mean": 0.07, "two_sd": 0.02}
+    assert table1.separation(summary, ["gaussian", "pool"]).endswith("NOT separated")
+
+
+def test_figures_include_the_design_against_q(docs, tmp_path):
+    paths = table1.write_outputs(docs["mixture"], tmp_path)
+    assert (tmp_path / "design.png") in paths and (tmp_path / "design.png").stat().st_size > 0
+    assert "| Ours (mixture family) |" in (tmp_path / "results.md").read_text()
+    assert "| Normal (Q's moments) |" in (tmp_path / "results.md").read_text()
+
+
+def test_paper_schedule_refuses_other_families():
+    with pytest.raises(ValueError, match="family: 'pool'"):
+        table1.column_spec(table1.COLUMNS[0], seed=0, family="pool", optimizer="paper")
+    with pytest.raises(ValueError, match="family: unknown family 'kde'"):
+        table1.run("smoke", columns=["g1"], family="kde")
+    assert np.isfinite(table1.COLUMNS[0].lengthscale)
