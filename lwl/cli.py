@@ -280,6 +280,30 @@ def sample(distribution: Path = typer.Argument(..., help="distribution spec JSON
     console.print(f"wrote {n} samples to {out}")
 
 
+@app.command()
+def report(result: Path = typer.Argument(..., help="a result.json (lwl run, or GET /v1/jobs/{id}/result)"),
+           out: Path = typer.Option(..., "--out", help="HTML file to write")):
+    """Write one finished job's dashboard page as a single self-contained HTML file."""
+    from lwl.ui import offline_page
+    from lwl.views import design_views
+
+    try:
+        doc = json.loads(result.read_text())
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]{result}: {exc}")
+        raise typer.Exit(2)
+    if not isinstance(doc, dict) or not {"distribution", "history", "spec"} <= set(doc):
+        console.print(f"[red]{result}: not a result document (needs distribution, history and spec)")
+        raise typer.Exit(2)
+    if "views" not in doc:  # a result made before views existed: field designs can still be drawn
+        try:
+            doc["views"] = design_views(doc["distribution"])
+        except ValueError as exc:
+            doc["views"] = {"kind": "none", "why": str(exc)}
+    out.write_text(offline_page(doc, result.stem if result.stem != "result" else result.parent.name or "result"))
+    console.print(f"wrote {out}")
+
+
 def _load_plugins() -> None:
     """Components that plugins register (``LWL_PLUGINS``, :func:`lwl.registry.load_plugins`),
     and commands that other packages add to ``lwl`` (entry point group ``lwl.cli``): the

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import numpy as np
 from threadpoolctl import threadpool_limits
 
 from lwl.design.state import pack, unpack
@@ -113,5 +114,18 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
             out.update(hook(stepper, state, spec, oracle, out))
         out["timings"] = {"design_seconds": design_seconds, "last_slice_seconds": slice_seconds,
                           "evaluation_seconds": time.perf_counter() - t1}
+        out["views"] = _views(out["distribution"], stepper)
         out["spec"] = spec.model_dump(mode="json")
         return out
+
+
+def _views(distribution: dict, stepper) -> dict:
+    """The pictures' numbers (lwl.views); a picture that cannot be drawn never fails the job."""
+    from lwl.q_samples import MetaTestSamples
+    from lwl.views import design_views
+
+    q = getattr(stepper, "q", None)
+    try:
+        return design_views(distribution, q if isinstance(q, MetaTestSamples) else None)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        return {"kind": "none", "why": f"{type(exc).__name__}: {exc}"}

@@ -2,7 +2,7 @@
 # Create .venv (once) and install lwl with the service and test extras. torch is pinned to the
 # CPU wheel that lies on this machine's disk and installed first, so nothing pulls a CUDA build.
 # With --system, also install the Debian servers the distributed-mode tests start
-# (redis-server, PostgreSQL) when they are missing.
+# (redis-server, PostgreSQL) and the browser the dashboard tests drive (chromium) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +10,7 @@ if [ "${1:-}" = "--system" ]; then
   need=()
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
   { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || need+=(postgresql)
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the dashboard's browser tests
   if [ ${#need[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq

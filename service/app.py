@@ -21,7 +21,7 @@ from service import problems
 from service.core.settings import Settings, get_settings
 from service.core.store import Store
 from service.metrics import Metrics
-from service.routers import asktell, datasets, jobs, ops
+from service.routers import asktell, datasets, jobs, ops, ui
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None,
@@ -58,7 +58,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
     problems.install(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     for router in (ops.router, ops.metrics_router(settings.metrics_public), jobs.router, asktell.router,
-                   datasets.router):
+                   datasets.router, ui.router):
         app.include_router(router)
     app.openapi = lambda: openapi_with_job_spec(app)
     return app

@@ -48,6 +48,8 @@ jobs = Table(
     # generation may take the job, so duplicate or redelivered messages are dropped
     Column("generation", Integer, nullable=False, default=0),
     Column("ask_step", Integer, nullable=False, default=0),  # latest ask/tell round
+    # {"algorithm", "family", "oracle"} names for job lists (the spec column can be megabytes)
+    Column("kind", Text),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),
 )
 
@@ -114,6 +116,14 @@ def _unnpy(b: bytes) -> np.ndarray:
     return np.load(io.BytesIO(b), allow_pickle=False)
 
 
+def job_kind(spec: dict) -> dict:
+    """What a job list shows of a spec: the names of its algorithm, family and oracle."""
+    def name(part):
+        block = spec.get(part)
+        return block.get("name") if isinstance(block, dict) else None
+    return {"algorithm": name("algorithm"), "family": name("family"), "oracle": name("oracle")}
+
+
 class Store:
     def __init__(self, url: str):
         kwargs: dict[str, Any] = {}
@@ -131,6 +141,18 @@ class Store:
                 cur.execute("PRAGMA busy_timeout=30000")
                 cur.close()
         metadata.create_all(self.engine)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Stores made by an older lwl gain the nullable columns added since (create_all
+        makes missing tables only); existing rows keep NULL there."""
+        from sqlalchemy import inspect, text
+
+        have = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
+        with self.engine.begin() as c:
+            for col in jobs.c:
+                if col.name not in have and col.nullable:
+                    c.execute(text(f"ALTER TABLE jobs ADD COLUMN {col.name} {col.type.compile(self.engine.dialect)}"))
 
     def ping(self) -> None:
         with self.engine.connect() as c:
@@ -153,7 +175,8 @@ class Store:
             c.execute(insert(jobs).values(
                 id=job_id, owner=owner, status="queued", spec=_json(spec), idempotency_key=idempotency_key,
                 request_hash=request_hash, created_at=now, updated_at=now, total=total, attempts=0,
-                cancel_requested=False, generation=0, ask_step=0, progress=_json({"iteration": 0, "total": total})))
+                cancel_requested=False, generation=0, ask_step=0, progress=_json({"iteration": 0, "total": total}),
+                kind=_json(job_kind(spec))))
         return self.get_job(job_id), True
 
     def delete_job(self, job_id: str) -> None:
@@ -185,11 +208,18 @@ class Store:
         with self.engine.connect() as c:
             return [self._job(r) for r in c.execute(q).mappings()]
 
-    def history(self, job_id: str) -> list[dict]:
+    def history(self, job_id: str, after: int | None = None) -> list[dict]:
+        """The job's iteration records in order; ``after``: only iterations after that one."""
+        q = select(history.c.record).where(history.c.job_id == job_id)
+        if after is not None:
+            q = q.where(history.c.iteration > after)
         with self.engine.connect() as c:
-            rows = c.execute(select(history.c.record).where(history.c.job_id == job_id)
-                             .order_by(history.c.iteration)).scalars()
-            return [json.loads(r) for r in rows]
+            return [json.loads(r) for r in c.execute(q.order_by(history.c.iteration)).scalars()]
+
+    def spec(self, job_id: str) -> dict | None:
+        with self.engine.connect() as c:
+            text = c.execute(select(jobs.c.spec).where(jobs.c.id == job_id)).scalar()
+        return _unjson(text)
 
     def request_cancel(self, job_id: str) -> None:
         """Queued jobs are cancelled at once; running ones at their next step boundary."""
@@ -416,7 +446,7 @@ class Store:
     @staticmethod
     def _job(row) -> dict:
         out = dict(row)
-        for key in ("spec", "progress", "error", "result"):
+        for key in ("spec", "progress", "error", "result", "kind"):
             if key in out:
                 out[key] = _unjson(out[key])
         return out

@@ -119,11 +119,22 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep):
     # FastAPI's encoder; the indexed primary-key read takes well under a millisecond
     return ORJSONResponse(job_view(own_job(store, job_id, owner)))
 
-@router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404))
-def get_history(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+@router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404, 422))
+def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
+                after: Annotated[int | None, Query(ge=-1, le=MAX_SEED,
+                                                   description="only iterations after this one (poll "
+                                                               "with the last iteration seen)")] = None) -> dict:
     """Per-iteration records: objective, validation Err, step size, nugget, seconds."""
     own_job(store, job_id, owner)
-    return {"id": job_id, "history": store.history(job_id)}
+    return {"id": job_id, "history": store.history(job_id, after)}
+
+
+@router.get("/v1/jobs/{job_id}/spec", tags=["jobs"], responses=problems.responses(401, 404))
+def get_spec(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+    """The job spec as accepted (the submitted document with lwl's defaults written in; a
+    finished job's ``result.spec`` also holds the values derived from the data)."""
+    own_job(store, job_id, owner)
+    return store.spec(job_id)
 
 @router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"], responses=problems.responses(401, 404))
 def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
@@ -171,13 +182,13 @@ async def post_samples(job_id: str, body: SampleRequest, request: Request, store
 
 def job_view(job: dict) -> dict:
     out = {k: job.get(k) for k in ("id", "status", "created_at", "updated_at", "started_at", "finished_at",
-                                    "progress", "error", "attempts", "worker")}
+                                    "progress", "error", "attempts", "worker", "kind")}
     progress = job.get("progress") or {}
     # a finished bilevel job: held-out Err against the baselines, and anything the user must know
     out["verdict"] = progress.get("verdict")
     out["warnings"] = progress.get("warnings", [])
     out["links"] = {rel: f"/v1/jobs/{job['id']}{suffix}" for rel, suffix in
-                    (("self", ""), ("history", "/history"), ("distribution", "/distribution"),
+                    (("self", ""), ("history", "/history"), ("spec", "/spec"), ("distribution", "/distribution"),
                      ("result", "/result"), ("samples", "/samples"), ("cancel", "/cancel"))}
     return out
 

@@ -1,0 +1,546 @@
+// The lwl dashboard: jobs, one job, submit. Talks to the same /v1 API as every client, with
+// the API key kept in sessionStorage (entered once per browser session). window.LWL_OFFLINE
+// (set by `lwl report`) renders one finished job from its result document, with no server.
+"use strict";
+
+const STATUSES = ["queued", "running", "awaiting_labels", "succeeded", "failed", "cancelled"];
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const POLL_MS = 1500;
+const PAGE = 50;
+const OFFLINE = window.LWL_OFFLINE || null;
+
+let poller = null;  // the current page's timer
+let pageGen = 0;  // bumped by every route change: a page's late callbacks then do nothing
+
+// -- helpers ---------------------------------------------------------------------------------
+function $(sel) { return document.querySelector(sel); }
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === false || v === null || v === undefined) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "html") node.innerHTML = v;  // only ever SVG built by Plots from numbers
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+
+function apiKey() { return sessionStorage.getItem("lwl-key") || ""; }
+
+function needsKey() {  // the server wants a bearer key and this browser session has none yet
+  const meta = document.querySelector("meta[name=lwl-auth]");
+  return meta && meta.content === "bearer" && !apiKey();
+}
+
+class ApiError extends Error {
+  constructor(status, doc) {
+    super(doc.detail || doc.title || `HTTP ${status}`);
+    this.status = status;
+    this.doc = doc;
+  }
+}
+
+async function api(path, { method = "GET", json, body, headers = {}, raw = false } = {}) {
+  const h = { Accept: "application/json", ...headers };
+  if (apiKey()) h.Authorization = `Bearer ${apiKey()}`;
+  if (json !== undefined) { h["Content-Type"] = "application/json"; body = JSON.stringify(json); }
+  const r = await fetch(path, { method, headers: h, body });
+  if (!r.ok) {
+    let doc;
+    try { doc = await r.json(); } catch (_) { doc = { title: r.statusText, status: r.status }; }
+    throw new ApiError(r.status, doc);
+  }
+  return raw ? r : r.json();
+}
+
+function problemBox(err) {
+  const doc = err instanceof ApiError ? err.doc : { title: "Error", detail: String(err) };
+  const box = el("div", { class: "problem", role: "alert" },
+    el("strong", {}, doc.title || "Error"), doc.status ? ` (${doc.status})` : "",
+    doc.detail ? el("div", { class: "detail" }, doc.detail) : null);
+  if (Array.isArray(doc.errors)) {
+    box.append(el("ul", { class: "field-errors" }, doc.errors.map((e) => el("li", { "data-field": e.field },
+      el("code", {}, e.field), ": ", e.message))));
+  }
+  return box;
+}
+
+function seconds(s) {
+  if (s === null || s === undefined || !isFinite(s)) return "";
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+function elapsed(job) {
+  if (!job.started_at) return null;
+  return (job.finished_at || Date.now() / 1000) - job.started_at;
+}
+
+function when(ts) { return ts ? new Date(ts * 1000).toLocaleString() : ""; }
+
+function download(blob, name) {
+  const a = el("a", { href: URL.createObjectURL(blob), download: name });
+  document.body.append(a);
+  a.click();
+  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+}
+
+function csv(rows) { return rows.map((r) => (Array.isArray(r) ? r : [r]).join(",")).join("\n") + "\n"; }
+
+function schedule(gen, fn) {
+  if (gen !== pageGen) return;
+  clearTimeout(poller);
+  poller = setTimeout(async () => {
+    if (gen !== pageGen) return;
+    try { await fn(); } catch (err) { console.warn("poll failed", err); schedule(gen, fn); }
+  }, POLL_MS);
+}
+
+function badge(status) { return el("span", { class: `badge ${status}` }, status); }
+
+function progressBar(p) {
+  const it = (p && p.iteration) || 0, total = (p && p.total) || 0;
+  return el("span", { class: "progress" },
+    el("progress", { max: total || 1, value: Math.min(it, total || 1) }), ` ${it} / ${total}`);
+}
+
+function verdictText(v) {
+  if (!v || !v.best_baseline) return "";
+  return `${v.beats_best_baseline ? "✓" : "✗"} ${Plots.fmt(v.ratio)}× ${v.best_baseline}`;
+}
+
+// -- the header: API key once per browser session --------------------------------------------
+function renderKeyForm() {
+  const form = $("#key-form");
+  if (!form) return;
+  const input = $("#api-key");
+  const state = $("#key-state");
+  state.textContent = apiKey() ? "key set" : "no key";
+  form.onsubmit = (ev) => {
+    ev.preventDefault();
+    if (input.value) sessionStorage.setItem("lwl-key", input.value.trim());
+    else sessionStorage.removeItem("lwl-key");
+    input.value = "";
+    state.textContent = apiKey() ? "key set" : "no key";
+    route();
+  };
+}
+
+// -- jobs page -------------------------------------------------------------------------------
+function jobRow(job) {
+  const k = job.kind || {};
+  return el("tr", { "data-id": job.id, "data-status": job.status },
+    el("td", {}, el("a", { href: `#/jobs/${job.id}`, class: "job-link" }, job.id.slice(0, 12))),
+    el("td", {}, badge(job.status)),
+    el("td", {}, progressBar(job.progress)),
+    el("td", { class: "num" }, seconds(elapsed(job))),
+    el("td", {}, k.algorithm || ""), el("td", {}, k.family || ""), el("td", {}, k.oracle || ""),
+    el("td", { class: "verdict" }, verdictText(job.verdict)),
+    el("td", {}, when(job.created_at)));
+}
+
+async function jobsPage(params) {
+  const main = $("#main");
+  const status = params.get("status") || "";
+  const filter = el("select", { id: "status-filter" }, el("option", { value: "" }, "all"),
+    STATUSES.map((s) => el("option", { value: s }, s)));
+  filter.value = status;
+  filter.onchange = () => { location.hash = filter.value ? `#/jobs?status=${filter.value}` : "#/jobs"; };
+  const tbody = el("tbody");
+  const more = el("button", { id: "more", hidden: true }, "Older jobs");
+  const empty = el("p", { id: "empty", hidden: true }, "No jobs here yet. ", el("a", { href: "#/submit" }, "Submit one"), ".");
+  const count = el("span", { id: "job-count" });
+  main.replaceChildren(el("h1", {}, "Jobs"),
+    el("div", { class: "toolbar" }, el("label", {}, "Status ", filter), count),
+    el("table", { id: "jobs" }, el("thead", {}, el("tr", {}, ["job", "status", "progress", "elapsed", "algorithm",
+      "family", "oracle", "verdict", "created"].map((t) => el("th", {}, t)))), tbody),
+    empty, more);
+  const rows = new Map();
+  let cursor = null;
+  const query = (c) => `/v1/jobs?limit=${PAGE}` + (status ? `&status=${status}` : "") + (c ? `&cursor=${encodeURIComponent(c)}` : "");
+
+  function put(job, top) {
+    const row = jobRow(job);
+    const old = rows.get(job.id);
+    if (old) old.replaceWith(row);
+    else if (top) tbody.prepend(row);
+    else tbody.append(row);
+    rows.set(job.id, row);
+  }
+
+  function show() {
+    empty.hidden = rows.size > 0;
+    more.hidden = !cursor;
+    count.textContent = `${rows.size} shown`;
+  }
+
+  async function firstPage() {  // new jobs on top, and the progress of the newest page
+    const page = await api(query(null));
+    const fresh = page.items.filter((j) => !rows.has(j.id)).reverse();
+    for (const j of page.items) if (rows.has(j.id)) put(j, false);
+    for (const j of fresh) put(j, true);
+    if (rows.size === page.items.length) cursor = page.next_cursor;
+    show();
+  }
+
+  more.onclick = async () => {
+    try {
+      const page = await api(query(cursor));
+      for (const j of page.items) put(j, false);
+      cursor = page.next_cursor;
+      show();
+    } catch (err) { main.append(problemBox(err)); }
+  };
+  try { await firstPage(); } catch (err) { main.append(problemBox(err)); return; }
+  const gen = pageGen;
+  const tick = async () => { await firstPage(); schedule(gen, tick); };
+  schedule(gen, tick);
+}
+
+// -- one job ---------------------------------------------------------------------------------
+const SERIES = [  // what the convergence panel plots when a record has it
+  ["objective", "objective (bound for AMA)", true],
+  ["validation_err", "validation Err", true],
+  ["step_size", "step size", true],
+  ["training_error", "training error", true],
+  ["w2_term", "W2 term", true],
+  ["w2", "W2 to the previous iterate", true],
+];
+
+function rejected(rec) { return (rec.event !== undefined && rec.event !== null) || rec.accepted === false; }
+
+function convergence(history) {
+  const box = el("div", { class: "charts", id: "convergence" });
+  const x = history.map((r) => r.iteration);
+  for (const [key, title, log] of SERIES) {
+    if (!history.some((r) => typeof r[key] === "number")) continue;
+    const marks = key === "objective" ? history.filter(rejected).map((r) => r.iteration) : [];
+    box.append(el("div", { class: "chart-box", "data-series": key, html: Plots.lines({
+      title, series: [{ name: title, x, y: history.map((r) => (typeof r[key] === "number" ? r[key] : NaN)) }],
+      logy: log && history.every((r) => !(typeof r[key] === "number") || r[key] > 0), xlabel: "iteration", marks }) }));
+  }
+  if (!box.children.length) box.append(el("p", { class: "muted" }, "No iterations recorded yet."));
+  return box;
+}
+
+function distributionPanel(views) {
+  const box = el("div", { class: "charts", id: "distribution" });
+  if (!views || views.kind === "none") {
+    box.append(el("p", { class: "muted" }, views ? views.why : "This result has no views (made by an older lwl)."));
+    return box;
+  }
+  if (views.kind === "projection") {
+    const groups = views.members.map((m, i) => ({ name: `Q ${m.name}`, pts: m.points, mean: m.mean, cov: m.cov,
+      color: Plots.COLORS[(i + 2) % Plots.COLORS.length], opacity: 0.25, legend: i < 6 }));
+    groups.push({ name: "design", pts: views.design.points, mean: views.design.mean, cov: views.design.cov,
+      color: "#111", opacity: 0.35, bold: true });
+    const ex = views.explained.map((v) => `${(100 * v).toFixed(0)}%`).join(", ");
+    box.append(el("div", { class: "chart-box", "data-view": "projection", html: Plots.scatter({
+      title: `design and Q in Q's leading principal plane (${ex})`, groups }) }));
+    box.append(el("div", { class: "chart-box", "data-view": "cov-design", html: Plots.heatmap({ title: "design covariance", matrix: views.heatmaps.design }) }));
+    box.append(el("div", { class: "chart-box", "data-view": "cov-q", html: Plots.heatmap({ title: "Q covariance (moment-matched)", matrix: views.heatmaps.q }) }));
+  } else if (views.kind === "fields") {
+    box.append(el("div", { class: "chart-box", "data-view": "mean", html: Plots.field({ title: "mean field", values: views.mean, shape: views.shape }) }));
+    box.append(el("div", { class: "chart-box", "data-view": "variance", html: Plots.field({ title: "variance field", values: views.variance, shape: views.shape }) }));
+    if (views.spectrum) {
+      box.append(el("div", { class: "chart-box", "data-view": "spectrum", html: Plots.lines({
+        title: "KLE spectrum", series: [{ name: "eigenvalue", x: views.spectrum.map((_, i) => i + 1), y: views.spectrum }],
+        logx: true, logy: true, xlabel: "mode" }) }));
+    }
+    views.examples.forEach((f, i) => box.append(el("div", { class: "chart-box", "data-view": `sample-${i}`,
+      html: Plots.field({ title: `sampled field ${i + 1}`, values: f, shape: views.shape }) })));
+  }
+  return box;
+}
+
+function evaluationPanel(result) {
+  const ev = result.evaluation || {};
+  const box = el("div", { class: "charts", id: "evaluation" });
+  if (ev.err) {
+    const names = Object.keys(ev.err);
+    box.append(el("div", { class: "chart-box", html: Plots.bars({ title: `held-out Err at N = ${ev.train_size}`,
+      labels: names, values: names.map((n) => ev.err[n]), highlight: "optimized" }) }));
+    if (ev.sizes && ev.sizes.length > 1) {
+      box.append(el("div", { class: "chart-box", html: Plots.lines({ title: "Err against N", logx: true, logy: true,
+        xlabel: "N", series: names.map((n) => ({ name: n, x: ev.sizes, y: ev.err_vs_n[n] })) }) }));
+    }
+    const v = result.verdict;
+    if (v && v.best_baseline) {
+      box.append(el("p", { class: v.beats_best_baseline ? "verdict good" : "verdict bad", id: "verdict" },
+        `The design's held-out Err ${Plots.fmt(v.err)} is ${v.beats_best_baseline ? "better" : "NOT better"} than the best baseline, `,
+        `${v.best_baseline} (${Plots.fmt(v.baselines[v.best_baseline])}; ratio ${Plots.fmt(v.ratio)}).`));
+    }
+  } else if (typeof ev.relative_ood_error === "number") {
+    box.append(el("p", { id: "verdict" }, `Relative OOD error of the final model: ${Plots.fmt(ev.relative_ood_error)}`));
+  } else {
+    box.append(el("p", { class: "muted" }, "No evaluation in this result."));
+  }
+  return box;
+}
+
+function section(title, id, ...content) {
+  return el("section", { id }, el("h2", {}, title), ...content);
+}
+
+function samplesPanel(id) {
+  const n = el("input", { type: "number", id: "samples-n", min: 1, value: 1000 });
+  const seed = el("input", { type: "number", id: "samples-seed", min: 0, value: 0 });
+  const out = el("div", { id: "samples-out" });
+  async function fetchSamples(asNpy) {
+    out.replaceChildren();
+    const body = JSON.stringify({ n: Number(n.value), seed: Number(seed.value) });
+    try {
+      const r = await api(`/v1/jobs/${id}/samples`, { method: "POST", raw: true, body,
+        headers: { "Content-Type": "application/json", Accept: asNpy ? "application/x-npy" : "application/json" } });
+      if (asNpy) download(await r.blob(), `${id}-${seed.value}.npy`);
+      else download(new Blob([csv((await r.json()).samples)], { type: "text/csv" }), `${id}-${seed.value}.csv`);
+      out.append(el("span", { class: "ok" }, `downloaded ${n.value} samples (seed ${seed.value})`));
+    } catch (err) { out.append(problemBox(err)); }
+  }
+  return section("Samples", "samples", el("p", { class: "muted" }, "Fresh training inputs from the designed distribution: ",
+    "the same numbers as POST /v1/jobs/{id}/samples and lwl.measures.from_spec(distribution).sample(n, seed)."),
+  el("label", {}, "n ", n), el("label", {}, " seed ", seed), " ",
+  el("button", { id: "download-npy", onclick: () => fetchSamples(true) }, "Download .npy"), " ",
+  el("button", { id: "download-csv", onclick: () => fetchSamples(false) }, "Download CSV"), out);
+}
+
+async function readLabels(file) {
+  const name = file.name.toLowerCase();
+  if (name.endsWith(".npy")) return { npy: await file.arrayBuffer() };
+  const text = await file.text();
+  if (name.endsWith(".json")) {
+    const doc = JSON.parse(text);
+    return { labels: Array.isArray(doc) ? doc : doc.labels };
+  }
+  return { labels: text.split(/[\s,;]+/).filter((t) => t.length).map(Number) };
+}
+
+async function askTellPanel(id, refresh, log) {
+  const box = section("Labels needed", "asktell");
+  let q;
+  try { q = await api(`/v1/jobs/${id}/queries`); } catch (err) { box.append(problemBox(err)); return box; }
+  const file = el("input", { type: "file", id: "labels-file", accept: ".npy,.csv,.txt,.json" });
+  const out = el("div", { id: "labels-out" });
+  const inputs = async (asNpy) => {
+    try {
+      if (asNpy) {
+        const r = await api(`/v1/jobs/${id}/queries`, { raw: true, headers: { Accept: "application/x-npy" } });
+        download(await r.blob(), `${id}-${q.batch_id}-inputs.npy`);
+      } else download(new Blob([csv(q.inputs)], { type: "text/csv" }), `${id}-${q.batch_id}-inputs.csv`);
+    } catch (err) { out.replaceChildren(problemBox(err)); }
+  };
+  const upload = async () => {
+    out.replaceChildren();
+    if (!file.files.length) { out.append(el("p", { class: "problem" }, "Choose a file of labels first.")); return; }
+    try {
+      const got = await readLabels(file.files[0]);
+      const r = got.npy
+        ? await api(`/v1/jobs/${id}/labels?batch_id=${encodeURIComponent(q.batch_id)}`, { method: "POST", body: got.npy,
+          headers: { "Content-Type": "application/x-npy" } })
+        : await api(`/v1/jobs/${id}/labels`, { method: "POST", json: { batch_id: q.batch_id, labels: got.labels } });
+      // the log outlives this panel, which the refresh rebuilds for the next batch
+      log.replaceChildren(el("p", { class: "ok", id: "labels-accepted" }, `batch ${r.batch_id}: ${r.outcome}; job ${r.status}`));
+      refresh(true);
+    } catch (err) { out.append(problemBox(err)); }
+  };
+  box.append(el("p", {}, `Batch `, el("code", { id: "batch-id" }, q.batch_id), ` needs ${q.n} labels for inputs of dimension ${q.d}`,
+    ` (${q.pending_batches} batch${q.pending_batches === 1 ? "" : "es"} pending).`),
+  el("button", { id: "inputs-npy", onclick: () => inputs(true) }, "Download inputs .npy"), " ",
+  el("button", { id: "inputs-csv", onclick: () => inputs(false) }, "Download inputs CSV"),
+  el("p", {}, "Labels, one per input in order (.npy, CSV or a JSON list): ", file, " ",
+    el("button", { id: "upload-labels", onclick: upload }, "Upload labels")), out);
+  return box;
+}
+
+function headerPanel(job, onCancel) {
+  const k = job.kind || {};
+  const box = el("div", { id: "job-header" },
+    el("p", {}, badge(job.status), " ", progressBar(job.progress), " ",
+      el("span", { class: "muted" }, `elapsed ${seconds(elapsed(job)) || "–"}`),
+      k.algorithm ? el("span", { class: "muted" }, ` · ${k.algorithm} · ${k.family || "–"} family · oracle ${k.oracle}`) : null,
+      job.attempts > 1 ? el("span", { class: "muted" }, ` · attempt ${job.attempts}`) : null));
+  if (onCancel && !TERMINAL.has(job.status)) box.append(el("button", { id: "cancel", onclick: onCancel }, "Cancel job"));
+  if (job.error) box.append(problemBox(new ApiError(job.error.status || 500, job.error)));
+  for (const w of job.warnings || []) box.append(el("p", { class: "warning" }, "warning: ", w));
+  return box;
+}
+
+function specPanel(spec) {
+  return section("Spec", "spec", el("details", {}, el("summary", {}, "the job spec, with lwl's defaults written in"),
+    el("pre", { id: "spec-json" }, JSON.stringify(spec, null, 2))));
+}
+
+function renderResult(main, result) {
+  main.append(section("Distribution against Q", "distribution-section", distributionPanel(result.views)),
+    section("Evaluation", "evaluation-section", evaluationPanel(result)));
+}
+
+async function jobPage(id) {
+  const main = $("#main");
+  main.replaceChildren(el("h1", {}, "Job ", el("code", {}, id)));
+  let job;
+  try { job = await api(`/v1/jobs/${encodeURIComponent(id)}`); } catch (err) {
+    main.append(err.status === 404 ? el("p", { class: "notfound", id: "not-found" }, "Job not found: ",
+      "no job with this id belongs to this API key.") : problemBox(err));
+    return;
+  }
+  const gen = pageGen;
+  const history = [];
+  let last = -1;
+  let shown = null;  // the status the page was last built for
+  let header = headerPanel(job, cancel);
+  const conv = section("Convergence", "convergence-section", convergence(history));
+  let askBox = null;
+  const labelsLog = el("div", { id: "labels-log" });
+  main.append(header, labelsLog, conv);
+
+  async function cancel() {
+    try { job = await api(`/v1/jobs/${id}/cancel`, { method: "POST" }); } catch (err) { main.append(problemBox(err)); }
+    await refresh();
+  }
+
+  async function refresh(force = false) {
+    if (gen !== pageGen) return;
+    job = await api(`/v1/jobs/${id}`);
+    const h = await api(`/v1/jobs/${id}/history?after=${last}`);  // only what is new
+    if (h.history.length) {
+      history.push(...h.history);
+      last = history[history.length - 1].iteration;
+      conv.replaceChild(convergence(history), $("#convergence"));
+    }
+    const fresh = headerPanel(job, cancel);
+    header.replaceWith(fresh);
+    header = fresh;
+    if (job.status !== shown || force) {  // rebuilt on a change only: a chosen file stays chosen
+      if (askBox) { askBox.remove(); askBox = null; }
+      if (job.status === "awaiting_labels") {
+        const box = await askTellPanel(id, refresh, labelsLog);
+        document.querySelectorAll("#asktell").forEach((n) => n.remove());  // a concurrent refresh's
+        askBox = box;
+        conv.before(askBox);
+      }
+    }
+    shown = job.status;
+    if (TERMINAL.has(job.status)) {
+      if (job.status === "succeeded") {
+        const result = await api(`/v1/jobs/${id}/result`);
+        renderResult(main, result);
+        main.append(samplesPanel(id), specPanel(result.spec));
+      } else {
+        main.append(specPanel(await api(`/v1/jobs/${id}/spec`)));
+      }
+      return;
+    }
+    schedule(gen, refresh);
+  }
+  await refresh();
+}
+
+function offlinePage() {  // lwl report: one finished job from its result document
+  const { result, title } = OFFLINE;
+  const main = $("#main");
+  const job = { id: title, status: "succeeded", progress: { iteration: result.history.length, total: result.history.length },
+    kind: { algorithm: result.spec.algorithm.name, family: (result.spec.family || {}).name, oracle: result.spec.oracle.name },
+    warnings: result.warnings || [] };
+  main.replaceChildren(el("h1", {}, "Job report ", el("code", {}, title)), headerPanel(job, null),
+    section("Convergence", "convergence-section", convergence(result.history)));
+  renderResult(main, result);
+  main.append(section("Samples", "samples", el("p", {}, "Draw fresh training inputs with ",
+    el("code", {}, "lwl.measures.from_spec(result['distribution']).sample(n, seed)"), ".")), specPanel(result.spec));
+}
+
+// -- submit ----------------------------------------------------------------------------------
+async function submitPage() {
+  const main = $("#main");
+  const text = el("textarea", { id: "spec-text", rows: 22, spellcheck: "false" });
+  const file = el("input", { type: "file", id: "spec-file", accept: ".json" });
+  const out = el("div", { id: "submit-out" });
+  const help = el("div", { id: "catalog-help" });
+  file.onchange = async () => { if (file.files.length) text.value = await file.files[0].text(); };
+  text.value = sessionStorage.getItem("lwl-draft") || "";
+  text.oninput = () => sessionStorage.setItem("lwl-draft", text.value);
+
+  function markFields(errors) {  // each field error beside the line of its key in the spec
+    const lines = text.value.split("\n");
+    return el("ol", { id: "annotated" }, lines.map((line, i) => {
+      const hits = errors.filter((e) => {
+        const key = String(e.field).split(".").filter((p) => isNaN(Number(p))).pop();
+        return key && line.includes(`"${key}"`);
+      });
+      return hits.length ? el("li", { value: i + 1, class: "error-line" }, el("code", {}, line.trim()),
+        hits.map((e) => el("span", { class: "field-error", "data-field": e.field }, ` ← ${e.field}: ${e.message}`))) : null;
+    }));
+  }
+
+  async function submit() {
+    out.replaceChildren();
+    let doc;
+    try { doc = JSON.parse(text.value); } catch (err) {
+      out.append(el("div", { class: "problem" }, el("strong", {}, "Not JSON: "), String(err.message)));
+      return;
+    }
+    try {
+      const r = await api("/v1/jobs", { method: "POST", json: doc });
+      sessionStorage.removeItem("lwl-draft");
+      location.hash = `#/jobs/${r.id}`;
+    } catch (err) {
+      out.append(problemBox(err));
+      if (err.doc && err.doc.errors) out.append(markFields(err.doc.errors));
+    }
+  }
+
+  main.replaceChildren(el("h1", {}, "Submit a job"),
+    el("p", {}, "Paste a job spec (the JSON ", el("code", {}, "lwl run"), " takes) or load a file: ", file),
+    el("div", { class: "submit-grid" }, el("div", {}, text, el("p", {},
+      el("button", { id: "submit", onclick: submit }, "Submit"), " ",
+      el("button", { id: "example", onclick: () => { text.value = JSON.stringify(EXAMPLE, null, 2); } }, "Load the example")), out),
+    help));
+  try {
+    const cat = await api("/v1/catalog");
+    const part = (title, items, describe) => el("details", { open: title === "algorithms" }, el("summary", {}, title),
+      el("ul", {}, items.map((it) => el("li", {}, el("code", {}, it.name), " ", describe(it)))));
+    const props = (schema) => Object.keys(schema.properties || {}).filter((p) => p !== "name").join(", ");
+    help.append(el("h2", {}, "What a spec can name"),
+      part("oracles", cat.oracles, (o) => `${o.doc} (params: ${Object.keys(o.params).join(", ") || "none"})`),
+      part("families", cat.families, (f) => `fields: ${props(f.schema)}`),
+      part("models", cat.models, (m) => `fields: ${props(m.schema)}`),
+      part("algorithms", cat.algorithms, (a) => `fields: ${props(a.schema)}`),
+      el("p", { class: "muted" }, "Everything left out takes lwl's default; see GET /v1/catalog for the full schemas."));
+  } catch (err) { help.append(problemBox(err)); }
+}
+
+const EXAMPLE = {
+  oracle: { name: "friedman1" },
+  test_distributions: { members: [
+    { gaussian: { mean: [0, 0, 0, 0, 0], cov: [[2, 0, 0, 0, 0], [0, 2, 0, 0, 0], [0, 0, 2, 0, 0], [0, 0, 0, 2, 0], [0, 0, 0, 0, 2]] }, size: 600 },
+    { gaussian: { mean: [1, 0, 1, 0, 1], cov: [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]] }, size: 600 }],
+  validation_per_member: 200 },
+  algorithm: { name: "bilevel", iterations: 200 },
+  evaluation: { train_size: 256 },
+  seed: 0,
+};
+
+// -- router ----------------------------------------------------------------------------------
+function route() {
+  pageGen += 1;
+  clearTimeout(poller);
+  if (OFFLINE) return offlinePage();
+  const [path, query] = (location.hash || "#/jobs").slice(1).split("?");
+  const params = new URLSearchParams(query || "");
+  if (needsKey()) {
+    $("#main").replaceChildren(el("p", { id: "key-needed" }, "Enter your API key above: this service knows its users by key, ",
+      "and the page keeps it for this browser session only."));
+    return;
+  }
+  document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", path.startsWith(a.getAttribute("href").slice(1))));
+  const m = path.match(/^\/jobs\/([^/]+)$/);
+  if (m) return jobPage(decodeURIComponent(m[1]));
+  if (path === "/submit") return submitPage();
+  return jobsPage(params);
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener("DOMContentLoaded", () => { renderKeyForm(); route(); });

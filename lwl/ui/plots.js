@@ -1,0 +1,168 @@
+// Small SVG charts for the lwl job page: lines, scatter with ellipses, heatmaps, bars.
+// Each function returns an SVG string built from numbers and escaped labels only.
+"use strict";
+
+const Plots = (() => {
+  const W = 360, H = 220, PAD = { l: 52, r: 12, t: 22, b: 34 };
+  const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+                  "#7f7f7f", "#bcbd22", "#17becf"];
+
+  function esc(s) {
+    return String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+  }
+
+  function fmt(v) {
+    if (!isFinite(v)) return "";
+    const a = Math.abs(v);
+    return a !== 0 && (a < 1e-3 || a >= 1e4) ? v.toExponential(1) : String(+v.toPrecision(3));
+  }
+
+  function extent(values, log) {
+    let lo = Infinity, hi = -Infinity;
+    for (const v of values) {
+      if (!isFinite(v) || (log && v <= 0)) continue;
+      lo = Math.min(lo, v); hi = Math.max(hi, v);
+    }
+    if (lo === Infinity) return [0, 1];
+    if (lo === hi) { const d = log ? lo * 0.5 : Math.abs(lo) * 0.1 || 1; return [lo - (log ? 0 : d), hi + d]; }
+    return [lo, hi];
+  }
+
+  function scale(lo, hi, a, b, log) {
+    if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
+    return (v) => a + ((log ? Math.log10(v) : v) - lo) / (hi - lo) * (b - a);
+  }
+
+  function ticks(lo, hi, log) {
+    if (log) {
+      const out = [];
+      for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
+        const v = Math.pow(10, e);
+        if (v >= lo * 0.999 && v <= hi * 1.001) out.push(v);
+      }
+      return out.length >= 2 ? out : [lo, hi];
+    }
+    const step = Math.pow(10, Math.floor(Math.log10((hi - lo) / 4 || 1)));
+    const mult = [1, 2, 5, 10].find((m) => (hi - lo) / (m * step) <= 5) || 10;
+    const out = [];
+    for (let v = Math.ceil(lo / (mult * step)) * mult * step; v <= hi + 1e-12; v += mult * step) out.push(+v.toPrecision(12));
+    return out;
+  }
+
+  function frame(title, xs, ys, logx, logy, xlabel, ylabel) {
+    const [x0, x1] = xs, [y0, y1] = ys;
+    const sx = scale(x0, x1, PAD.l, W - PAD.r, logx), sy = scale(y0, y1, H - PAD.b, PAD.t, logy);
+    let s = `<text x="${W / 2}" y="14" text-anchor="middle" class="title">${esc(title)}</text>`;
+    s += `<rect x="${PAD.l}" y="${PAD.t}" width="${W - PAD.l - PAD.r}" height="${H - PAD.t - PAD.b}" class="frame"/>`;
+    for (const t of ticks(x0, x1, logx)) {
+      s += `<text x="${sx(t)}" y="${H - PAD.b + 13}" text-anchor="middle" class="tick">${fmt(t)}</text>`;
+    }
+    for (const t of ticks(y0, y1, logy)) {
+      s += `<line x1="${PAD.l}" x2="${W - PAD.r}" y1="${sy(t)}" y2="${sy(t)}" class="grid"/>`;
+      s += `<text x="${PAD.l - 4}" y="${sy(t) + 3}" text-anchor="end" class="tick">${fmt(t)}</text>`;
+    }
+    if (xlabel) s += `<text x="${(PAD.l + W - PAD.r) / 2}" y="${H - 4}" text-anchor="middle" class="label">${esc(xlabel)}</text>`;
+    if (ylabel) s += `<text x="12" y="${(PAD.t + H - PAD.b) / 2}" transform="rotate(-90 12 ${(PAD.t + H - PAD.b) / 2})" text-anchor="middle" class="label">${esc(ylabel)}</text>`;
+    return { s, sx, sy };
+  }
+
+  function svg(body, cls) {
+    return `<svg class="chart ${cls || ""}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" xmlns="http://www.w3.org/2000/svg">${body}</svg>`;
+  }
+
+  // series: [{name, x: [], y: []}]; marks: x positions drawn as red ticks (rejected steps)
+  function lines({ title, series, logx = false, logy = false, xlabel = "", ylabel = "", marks = [] }) {
+    const allx = series.flatMap((s) => s.x), ally = series.flatMap((s) => s.y);
+    if (!allx.length) return svg(`<text x="${W / 2}" y="${H / 2}" text-anchor="middle" class="label">${esc(title)}: no data yet</text>`);
+    const f = frame(title, extent(allx, logx), extent(ally, logy), logx, logy, xlabel, ylabel);
+    let s = f.s;
+    series.forEach((ser, i) => {
+      const pts = ser.x.map((x, j) => [x, ser.y[j]]).filter(([x, y]) => isFinite(x) && isFinite(y) && (!logy || y > 0) && (!logx || x > 0));
+      const color = ser.color || COLORS[i % COLORS.length];
+      if (pts.length) {
+        s += `<polyline fill="none" stroke="${color}" stroke-width="1.5" points="${pts.map(([x, y]) => `${f.sx(x).toFixed(1)},${f.sy(y).toFixed(1)}`).join(" ")}"/>`;
+        if (pts.length < 30) s += pts.map(([x, y]) => `<circle cx="${f.sx(x).toFixed(1)}" cy="${f.sy(y).toFixed(1)}" r="2.5" fill="${color}"/>`).join("");
+      }
+    });
+    for (const m of marks) s += `<line x1="${f.sx(m)}" x2="${f.sx(m)}" y1="${H - PAD.b}" y2="${H - PAD.b - 8}" class="mark"/>`;
+    if (series.length > 1 || marks.length) {
+      const items = series.map((ser, i) => [ser.name, ser.color || COLORS[i % COLORS.length]]);
+      if (marks.length) items.push(["rejected step", "#d62728"]);
+      s += items.map(([n, c], i) => `<rect x="${PAD.l + 6}" y="${PAD.t + 4 + 11 * i}" width="8" height="8" fill="${c}"/><text x="${PAD.l + 18}" y="${PAD.t + 11 + 11 * i}" class="legend">${esc(n)}</text>`).join("");
+    }
+    return svg(s);
+  }
+
+  // points: [{name, pts: [[x, y]], mean, cov, color}] in one plane; ellipses at 2 sd
+  function scatter({ title, groups, xlabel = "PC 1", ylabel = "PC 2" }) {
+    const xs = groups.flatMap((g) => g.pts.map((p) => p[0])), ys = groups.flatMap((g) => g.pts.map((p) => p[1]));
+    const f = frame(title, extent(xs), extent(ys), false, false, xlabel, ylabel);
+    let s = f.s;
+    groups.forEach((g, i) => {
+      const color = g.color || COLORS[i % COLORS.length];
+      s += g.pts.map((p) => `<circle cx="${f.sx(p[0]).toFixed(1)}" cy="${f.sy(p[1]).toFixed(1)}" r="${g.r || 1.6}" fill="${color}" fill-opacity="${g.opacity || 0.45}"/>`).join("");
+      if (g.mean && g.cov) {
+        const [a, b, c] = [g.cov[0][0], g.cov[0][1], g.cov[1][1]];
+        const l11 = Math.sqrt(Math.max(a, 0)), l21 = l11 > 0 ? b / l11 : 0, l22 = Math.sqrt(Math.max(c - l21 * l21, 0));
+        const path = [];
+        for (let k = 0; k <= 48; k++) {
+          const t = (2 * Math.PI * k) / 48, u = Math.cos(t), v = Math.sin(t);
+          path.push(`${f.sx(g.mean[0] + 2 * l11 * u).toFixed(1)},${f.sy(g.mean[1] + 2 * (l21 * u + l22 * v)).toFixed(1)}`);
+        }
+        s += `<polyline fill="none" stroke="${color}" stroke-width="${g.bold ? 2.5 : 1.2}" points="${path.join(" ")}"/>`;
+      }
+    });
+    const legend = groups.filter((g) => g.legend !== false);
+    s += legend.map((g, i) => `<rect x="${W - PAD.r - 96}" y="${PAD.t + 4 + 11 * i}" width="8" height="8" fill="${g.color || COLORS[groups.indexOf(g) % COLORS.length]}"/><text x="${W - PAD.r - 84}" y="${PAD.t + 11 + 11 * i}" class="legend">${esc(g.name)}</text>`).join("");
+    return svg(s);
+  }
+
+  function colour(t) {  // viridis-like ramp, t in [0, 1]
+    const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+    const u = Math.min(Math.max(t, 0), 1) * (stops.length - 1), i = Math.min(Math.floor(u), stops.length - 2), f = u - i;
+    return `rgb(${stops[i].map((c, k) => Math.round(c + f * (stops[i + 1][k] - c))).join(",")})`;
+  }
+
+  // matrix: rows of numbers (a covariance, or a 2-D field)
+  function heatmap({ title, matrix }) {
+    const n = matrix.length, m = n ? matrix[0].length : 0;
+    const flat = matrix.flat().filter(isFinite);
+    const [lo, hi] = extent(flat);
+    const size = Math.min(W - 110, H - 40), cw = size / Math.max(m, 1), ch = size / Math.max(n, 1);
+    let s = `<text x="${W / 2}" y="14" text-anchor="middle" class="title">${esc(title)}</text>`;
+    const x0 = 40, y0 = 24;
+    matrix.forEach((row, i) => row.forEach((v, j) => {
+      s += `<rect x="${(x0 + j * cw).toFixed(2)}" y="${(y0 + i * ch).toFixed(2)}" width="${(cw + 0.3).toFixed(2)}" height="${(ch + 0.3).toFixed(2)}" fill="${colour((v - lo) / (hi - lo || 1))}"/>`;
+    }));
+    for (let k = 0; k <= 4; k++) {
+      s += `<rect x="${x0 + size + 14}" y="${y0 + size - (k + 1) * size / 5}" width="12" height="${size / 5}" fill="${colour(k / 4)}"/>`;
+    }
+    s += `<text x="${x0 + size + 30}" y="${y0 + 8}" class="tick">${fmt(hi)}</text><text x="${x0 + size + 30}" y="${y0 + size}" class="tick">${fmt(lo)}</text>`;
+    return svg(s, "heat");
+  }
+
+  function bars({ title, labels, values, highlight }) {
+    const hi = Math.max(...values.filter(isFinite), 1e-300);
+    const bh = Math.min(18, (H - 40) / Math.max(labels.length, 1));
+    let s = `<text x="${W / 2}" y="14" text-anchor="middle" class="title">${esc(title)}</text>`;
+    labels.forEach((l, i) => {
+      const w = (values[i] / hi) * (W - 170), y = 26 + i * (bh + 3);
+      s += `<text x="92" y="${y + bh * 0.75}" text-anchor="end" class="tick">${esc(l)}</text>`;
+      s += `<rect x="96" y="${y}" width="${Math.max(w, 0.5)}" height="${bh}" fill="${l === highlight ? "#1f77b4" : "#9ab"}"/>`;
+      s += `<text x="${100 + w}" y="${y + bh * 0.75}" class="tick">${fmt(values[i])}</text>`;
+    });
+    return svg(s);
+  }
+
+  // a field on a 1-D grid (a line) or a 2-D grid (a heatmap)
+  function field({ title, values, shape }) {
+    if (shape.length === 2) {
+      const rows = [];
+      for (let i = 0; i < shape[0]; i++) rows.push(values.slice(i * shape[1], (i + 1) * shape[1]));
+      return heatmap({ title, matrix: rows });
+    }
+    return lines({ title, series: [{ name: title, x: values.map((_, i) => i / Math.max(values.length - 1, 1)), y: values }], xlabel: "x" });
+  }
+
+  return { lines, scatter, heatmap, bars, field, esc, fmt, COLORS };
+})();

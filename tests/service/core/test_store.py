@@ -1,0 +1,46 @@
+"""The job store (service.core.store): job kinds for lists, history after an iteration, and an
+older store gaining the columns added since without losing a row."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from service.core.store import Store, job_kind
+from tests.service.conftest import small_job
+
+
+def test_jobs_carry_their_kind_and_history_reads_after_an_iteration(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    job, _ = store.create_job("alice", small_job(), 30)
+    assert store.get_job(job["id"])["kind"] == {"algorithm": "bilevel", "family": "gaussian", "oracle": "friedman1"}
+    assert store.list_jobs("alice", None, 10, None)[0]["kind"]["oracle"] == "friedman1"
+    assert store.spec(job["id"]) == small_job()
+    assert store.acquire(job["id"], 0, "lease-1", "w") is not None
+    lease = "lease-1"
+    for it in range(5):
+        assert store.save_step(job["id"], lease, b"", {"iteration": it + 1, "total": 30}, {"iteration": it, "objective": it})
+    assert [r["iteration"] for r in store.history(job["id"])] == [0, 1, 2, 3, 4]
+    assert [r["iteration"] for r in store.history(job["id"], after=2)] == [3, 4]
+    assert store.history(job["id"], after=4) == []
+    assert [r["iteration"] for r in store.history(job["id"], after=-1)] == [0, 1, 2, 3, 4]
+
+
+def test_kind_of_specs_without_a_family_or_with_odd_blocks():
+    assert job_kind({"oracle": {"name": "darcy"}, "algorithm": {"name": "ama"}}) == \
+        {"algorithm": "ama", "family": None, "oracle": "darcy"}
+    assert job_kind({"oracle": "x"}) == {"algorithm": None, "family": None, "oracle": None}
+
+
+def test_an_older_store_gains_the_kind_column_and_keeps_its_jobs(tmp_path):
+    path = tmp_path / "old.db"
+    store = Store(f"sqlite:///{path}")
+    job, _ = store.create_job("alice", small_job(), 30)
+    store.engine.dispose()
+    with sqlite3.connect(path) as db:  # the store as lwl wrote it before job kinds existed
+        db.execute("ALTER TABLE jobs DROP COLUMN kind")
+        assert "kind" not in {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+    store = Store(f"sqlite:///{path}")
+    old = store.get_job(job["id"])
+    assert old["kind"] is None and old["status"] == "queued" and store.spec(job["id"]) == small_job()
+    new, _ = store.create_job("alice", small_job(seed=1), 30)
+    assert store.get_job(new["id"])["kind"]["algorithm"] == "bilevel"

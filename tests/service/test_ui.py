@@ -1,0 +1,316 @@
+"""The dashboard in real headless Chromium (Debian's ``chromium`` driven by Playwright) against a
+real ``lwl serve``: every kind of job page renders with no console error, the live page moves,
+labels uploaded through the page resume an ask/tell job, owners are kept apart, and a bad spec
+shows its field error.
+
+Screenshots go to $LWL_SCREENSHOTS when set (``python bench/ui.py --screenshots docs/ui``
+writes the committed ones)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lwl.client import Client
+from lwl.oracles import make_oracle
+from tests.service.conftest import Server, free_port, small_job, wait_until
+
+ALICE, BOB, CAROL = "key-alice", "key-bob", "key-carol"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SHOTS = os.environ.get("LWL_SCREENSHOTS")
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                                                         "(scripts/setup.sh --system installs it)")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    env = {"LWL_API_KEYS": f"alice:{ALICE},bob:{BOB},carol:{CAROL}",
+           "LWL_ORACLE_ALLOWED_HOSTS": "127.0.0.1", "LWL_ORACLE_ALLOWED_NETWORKS": "127.0.0.1/32",
+           "LWL_ORACLE_BACKOFF_S": "0.05"}
+    srv = Server(tmp_path_factory.mktemp("ui"), env=env).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def alice(server):
+    with Client(server.url, api_key=ALICE) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+class Page:
+    """A browser tab signed in with one API key, recording every console error."""
+
+    def __init__(self, browser, server, key: str):
+        self.ctx = browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+        self.page = self.ctx.new_page()
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        self.url = server.url
+        self.page.goto(f"{server.url}/ui")
+        self.page.fill("#api-key", key)
+        self.page.click("#key-form button")
+        self.page.wait_for_selector("#key-state:text('key set')")
+
+    def go(self, hash_: str):
+        self.page.goto(f"{self.url}/ui{hash_}")
+        return self.page
+
+    def shot(self, name: str):
+        if SHOTS:
+            Path(SHOTS).mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+    def close(self):
+        self.ctx.close()
+
+
+@pytest.fixture
+def tab(browser, server):
+    t = Page(browser, server, ALICE)
+    yield t
+    t.close()
+
+
+def wait_status(client, job_id, status, timeout=120):
+    wait_until(lambda: client.job(job_id)["status"] == status, timeout, 0.1, status)
+
+
+def asktell_spec(iterations=3, batch_size=4096):
+    spec = small_job(iterations=iterations)
+    spec["oracle"] = {"name": "external", "batch_size": batch_size}  # one batch per round
+    spec.pop("evaluation")
+    return spec
+
+
+@pytest.fixture(scope="module")
+def finished(alice):
+    """One succeeded job of each algorithm."""
+    from tests.conftest import ama_spec, particle_spec
+
+    ids = {"bilevel": alice.submit(small_job(iterations=60)), "ama": alice.submit(ama_spec.__wrapped__()),
+           "particle": alice.submit(particle_spec.__wrapped__())}
+    for job_id in ids.values():
+        wait_status(alice, job_id, "succeeded", 300)
+    return ids
+
+
+def test_served_with_its_assets_and_no_internet(server):
+    import httpx
+
+    html = httpx.get(f"{server.url}/ui").text
+    assert "/ui/static/app.js" in html and "http" not in re.sub(r'href="#[^"]*"', "", html.split("<body>")[1])
+    for name in ("app.js", "plots.js", "style.css"):
+        assert httpx.get(f"{server.url}/ui/static/{name}").status_code == 200
+    r = httpx.get(f"{server.url}/ui/static/..%2Fspec.py")
+    assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json")
+
+
+@pytest.mark.parametrize("kind", ["bilevel", "ama", "particle"])
+def test_finished_job_pages_render_without_console_errors(tab, finished, kind):
+    page = tab.go(f"#/jobs/{finished[kind]}")
+    page.wait_for_selector("#evaluation-section")
+    assert page.inner_text("#job-header .badge") == "succeeded"
+    assert page.locator("#convergence svg").count() >= 1
+    if kind == "bilevel":
+        page.wait_for_selector("[data-view=projection] svg")
+        assert page.locator("[data-view=cov-design] svg rect").count() > 25  # a 5 x 5 heatmap
+        assert "best baseline" in page.inner_text("#verdict")
+    else:
+        page.wait_for_selector("[data-view=mean] svg")
+        assert page.locator("[data-view^=sample-]").count() == 4
+        assert "Relative OOD error" in page.inner_text("#verdict")
+    if kind == "ama":
+        assert page.locator("[data-view=spectrum] svg").count() == 1
+    assert json.loads(page.text_content("#spec-json"))["algorithm"]["name"] in ("bilevel", "ama", "particle_ama")
+    tab.shot(f"job-{kind}")
+    assert tab.errors == []
+
+
+def test_samples_download_equals_the_api(tab, finished, alice):
+    page = tab.go(f"#/jobs/{finished['bilevel']}")
+    page.wait_for_selector("#download-npy")
+    page.fill("#samples-n", "37")
+    page.fill("#samples-seed", "5")
+    with page.expect_download() as d:
+        page.click("#download-npy")
+    got = np.load(d.value.path())
+    assert np.array_equal(got, alice.samples(finished["bilevel"], 37, seed=5))
+    with page.expect_download() as d:
+        page.click("#download-csv")
+    assert np.allclose(np.loadtxt(d.value.path(), delimiter=","), got, rtol=1e-15, atol=0)
+    assert tab.errors == []
+
+
+def test_jobs_page_lists_and_filters_and_shows_new_jobs_live(tab, finished, alice):
+    page = tab.go("#/jobs")
+    page.wait_for_selector(f"tr[data-id='{finished['bilevel']}']")
+    assert page.locator("tr[data-status=succeeded]").count() >= 3
+    verdict = page.inner_text(f"tr[data-id='{finished['bilevel']}'] .verdict")
+    assert "×" in verdict
+    new = alice.submit(small_job(iterations=20, seed=7))  # appears without a reload
+    page.wait_for_selector(f"tr[data-id='{new}']", timeout=15_000)
+    page.select_option("#status-filter", "failed")
+    page.wait_for_function("!document.querySelector(\"tr[data-status='succeeded']\")")
+    tab.shot("jobs")
+    assert tab.errors == []
+
+
+def test_live_page_advances_while_the_job_runs(tab, alice):
+    spec = small_job(iterations=3000)
+    spec["algorithm"]["samples_per_iteration"] = 200
+    job_id = alice.submit(spec)
+    page = tab.go(f"#/jobs/{job_id}")
+    page.wait_for_selector("#job-header .badge:text('running')", timeout=60_000)
+
+    def iteration():
+        text = page.inner_text("#job-header .progress")
+        return int(text.split("/")[0])
+
+    page.wait_for_function("document.querySelector('#convergence svg polyline') !== null", timeout=30_000)
+    first = iteration()
+    wait_until(lambda: iteration() > first + 5, 30, 0.2, "the page to advance")
+    points = page.eval_on_selector("[data-series=objective] polyline", "p => p.points.length")
+    assert points > 1
+    tab.shot("job-running")
+    page.click("#cancel")
+    page.wait_for_selector("#job-header .badge:text('cancelled')", timeout=30_000)
+    page.wait_for_selector("#spec-json", state="attached")
+    tab.shot("job-cancelled")
+    assert tab.errors == []
+
+
+def test_asktell_labels_uploaded_through_the_page_resume_the_job(tab, alice, tmp_path):
+    job_id = alice.submit(asktell_spec())
+    wait_status(alice, job_id, "awaiting_labels", 60)
+    page = tab.go(f"#/jobs/{job_id}")
+    page.wait_for_selector("#asktell #batch-id")
+    tab.shot("job-asktell")
+    oracle = make_oracle({"name": "friedman1"})
+    for round_ in range(50):
+        batch = page.inner_text("#batch-id")
+        with page.expect_download() as d:
+            page.click("#inputs-npy")
+        x = np.load(d.value.path())
+        labels = tmp_path / f"labels-{round_}.npy"
+        np.save(labels, np.asarray(oracle.label(x), dtype=np.float64))
+        page.set_input_files("#labels-file", str(labels))
+        page.click("#upload-labels")
+        page.wait_for_selector(f"#labels-accepted:has-text('batch {batch}')")
+        page.wait_for_function(f"""() => {{
+            const b = document.querySelector('#batch-id');
+            const s = document.querySelector('#job-header .badge').textContent;
+            return s === 'succeeded' || (b && b.textContent !== '{batch}');
+        }}""", timeout=60_000)
+        if page.inner_text("#job-header .badge") == "succeeded":
+            break
+    page.wait_for_selector("#distribution-section")
+    assert alice.job(job_id)["status"] == "succeeded"
+    assert tab.errors == []
+
+
+def test_a_wrong_labels_file_shows_the_problem(tab, alice, tmp_path):
+    job_id = alice.submit(asktell_spec())
+    wait_status(alice, job_id, "awaiting_labels", 60)
+    page = tab.go(f"#/jobs/{job_id}")
+    page.wait_for_selector("#asktell #batch-id")
+    bad = tmp_path / "short.csv"
+    bad.write_text("1.0\n2.0\n")
+    page.set_input_files("#labels-file", str(bad))
+    page.click("#upload-labels")
+    page.wait_for_selector("#labels-out .problem")
+    assert "Wrong number of labels" in page.inner_text("#labels-out")
+    assert alice.job(job_id)["status"] == "awaiting_labels"
+
+
+def test_failed_job_shows_its_problem_document(tab, alice):
+    spec = small_job(iterations=5)
+    spec["oracle"] = {"name": "http", "url": f"http://127.0.0.1:{free_port()}/label", "attempts": 1,
+                      "timeout_s": 0.5}  # nothing listens there
+    spec["evaluation"] = {"enabled": False}
+    job_id = alice.submit(spec)
+    wait_status(alice, job_id, "failed", 60)
+    page = tab.go(f"#/jobs/{job_id}")
+    page.wait_for_selector("#job-header .problem")
+    assert "Lab oracle failed" in page.inner_text("#job-header .problem")
+    page.wait_for_selector("#spec-json", state="attached")
+    tab.shot("job-failed")
+    # the browser logs nothing: the page never asks for a result a failed job does not have
+    assert tab.errors == []
+
+
+def test_empty_account_and_other_owners_jobs(browser, server, finished):
+    carol = Page(browser, server, CAROL)
+    try:
+        page = carol.go("#/jobs")
+        page.wait_for_selector("#empty:not([hidden])")
+        assert page.locator("#jobs tbody tr").count() == 0
+        carol.shot("jobs-empty")
+        assert carol.errors == []
+        page = carol.go(f"#/jobs/{finished['bilevel']}")  # alice's job
+        page.wait_for_selector("#not-found")
+        assert "Job not found" in page.inner_text("#not-found")
+        assert page.locator("#distribution-section").count() == 0
+    finally:
+        carol.close()
+
+
+def test_malformed_spec_shows_the_field_error(tab, alice):
+    before = len(alice.jobs(limit=500))
+    page = tab.go("#/submit")
+    page.wait_for_selector("#catalog-help li", state="attached")
+    spec = small_job()
+    spec["algorithm"]["iterations"] = "many"
+    page.fill("#spec-text", json.dumps(spec, indent=2))
+    page.click("#submit")
+    page.wait_for_selector("#submit-out .problem")
+    err = page.locator("#annotated .field-error[data-field='algorithm.iterations']")
+    assert err.count() == 1 and "iterations" in err.inner_text()
+    tab.shot("submit-error")
+    page.fill("#spec-text", "{not json")
+    page.click("#submit")
+    page.wait_for_selector("#submit-out:has-text('Not JSON')")
+    page.fill("#spec-text", json.dumps(small_job(iterations=5, seed=3)))
+    page.click("#submit")
+    page.wait_for_url(re.compile(r".*#/jobs/[0-9a-f]{32}$"))
+    page.wait_for_selector("#job-header .badge")
+    assert len(alice.jobs(limit=500)) == before + 1  # the refused spec stored nothing
+
+
+def test_report_is_one_offline_file(browser, finished, alice, tmp_path):
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(alice.result(finished["bilevel"])))
+    out = tmp_path / "report.html"
+    proc = subprocess.run(["lwl", "report", str(result), "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    html = out.read_text()
+    assert "<script src=" not in html and "<link rel=\"stylesheet\"" not in html
+    ctx = browser.new_context(offline=True)
+    page = ctx.new_page()
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(out.as_uri())
+    page.wait_for_selector("[data-view=projection] svg")
+    assert page.locator("#convergence svg").count() >= 1 and "best baseline" in page.inner_text("#verdict")
+    ctx.close()
+    assert errors == []
