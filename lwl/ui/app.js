@@ -202,7 +202,7 @@ async function jobsPage(params) {
 
 // -- one job ---------------------------------------------------------------------------------
 const SERIES = [  // what the convergence panel plots when a record has it
-  ["objective", "objective (bound for AMA)", true],
+  ["objective", "objective", true],
   ["validation_err", "validation Err", true],
   ["step_size", "step size", true],
   ["training_error", "training error", true],
@@ -215,8 +215,10 @@ function rejected(rec) { return (rec.event !== undefined && rec.event !== null) 
 function convergence(history) {
   const box = el("div", { class: "charts", id: "convergence" });
   const x = history.map((r) => r.iteration);
-  for (const [key, title, log] of SERIES) {
+  const ama = history.some((r) => "objective_after_model" in r);
+  for (const [key, name, log] of SERIES) {
     if (!history.some((r) => typeof r[key] === "number")) continue;
+    const title = key === "objective" && ama ? "objective (the AMA bound)" : name;
     const marks = key === "objective" ? history.filter(rejected).map((r) => r.iteration) : [];
     box.append(el("div", { class: "chart-box", "data-series": key, html: Plots.lines({
       title, series: [{ name: title, x, y: history.map((r) => (typeof r[key] === "number" ? r[key] : NaN)) }],

@@ -95,6 +95,14 @@ def wait_status(client, job_id, status, timeout=120):
     wait_until(lambda: client.job(job_id)["status"] == status, timeout, 0.1, status)
 
 
+def readme_job() -> dict:
+    """The README's Friedman-1 job, sized to run in seconds (300 iterations, N = 256)."""
+    spec = json.loads((Path(__file__).resolve().parents[2] / "examples" / "friedman1.json").read_text())
+    spec["algorithm"] = {"name": "bilevel", "iterations": 300}
+    spec["evaluation"] = {"train_size": 256, "sizes": [64, 128, 256], "baselines": ["normal", "barycenter", "mixture"]}
+    return spec
+
+
 def asktell_spec(iterations=3, batch_size=4096):
     spec = small_job(iterations=iterations)
     spec["oracle"] = {"name": "external", "batch_size": batch_size}  # one batch per round
@@ -107,7 +115,7 @@ def finished(alice):
     """One succeeded job of each algorithm."""
     from tests.conftest import ama_spec, particle_spec
 
-    ids = {"bilevel": alice.submit(small_job(iterations=60)), "ama": alice.submit(ama_spec.__wrapped__()),
+    ids = {"bilevel": alice.submit(readme_job()), "ama": alice.submit(ama_spec.__wrapped__()),
            "particle": alice.submit(particle_spec.__wrapped__())}
     for job_id in ids.values():
         wait_status(alice, job_id, "succeeded", 300)
@@ -134,7 +142,8 @@ def test_finished_job_pages_render_without_console_errors(tab, finished, kind):
     if kind == "bilevel":
         page.wait_for_selector("[data-view=projection] svg")
         assert page.locator("[data-view=cov-design] svg rect").count() > 25  # a 5 x 5 heatmap
-        assert "best baseline" in page.inner_text("#verdict")
+        assert "is better than the best baseline" in page.inner_text("#verdict")
+        assert page.locator("#evaluation svg").count() == 2  # Err at N and Err against N
     else:
         page.wait_for_selector("[data-view=mean] svg")
         assert page.locator("[data-view^=sample-]").count() == 4
@@ -169,9 +178,9 @@ def test_jobs_page_lists_and_filters_and_shows_new_jobs_live(tab, finished, alic
     assert "×" in verdict
     new = alice.submit(small_job(iterations=20, seed=7))  # appears without a reload
     page.wait_for_selector(f"tr[data-id='{new}']", timeout=15_000)
+    tab.shot("jobs")
     page.select_option("#status-filter", "failed")
     page.wait_for_function("!document.querySelector(\"tr[data-status='succeeded']\")")
-    tab.shot("jobs")
     assert tab.errors == []
 
 
