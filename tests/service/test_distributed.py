@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 
+import httpx
+
 from lwl import run_job
 from lwl.client import Client
 from tests.service.conftest import Server, small_job, start_worker, wait_until
@@ -57,6 +59,14 @@ def test_api_restart_and_two_workers_share_jobs(tmp_path, redis_url, postgres_ur
         assert all(d["status"] == "succeeded" for d in done)
         # short slices: jobs moved between slices and both workers took part
         assert len({d["worker"] for d in done}) == 2, [d["worker"] for d in done]
+        # the dashboard and what it reads, on PostgreSQL
+        jobs = httpx.get(f"{api.url}/v1/jobs", params={"limit": 10}).json()["items"]
+        assert {j["kind"]["algorithm"] for j in jobs} == {"bilevel"} and len(jobs) == 4
+        url = f"{api.url}/v1/jobs/{ids[0]}/history"
+        full = [r["iteration"] for r in httpx.get(url).json()["history"]]
+        later = [r["iteration"] for r in httpx.get(url, params={"after": 100}).json()["history"]]
+        assert later == [i for i in full if i > 100] and full[:3] == [0, 1, 2]
+        assert "app.js" in httpx.get(f"{api.url}/ui").text
     finally:
         for w in workers:
             w.stop()
