@@ -41,7 +41,8 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
             progress: Callable[[dict[str, Any]], None] | None = None,
             checkpoint: Callable[[bytes], None] | None = None,
             should_stop: Callable[[], bool] | None = None,
-            after_step: Callable[[State], None] | None = None) -> State:
+            after_step: Callable[[State], None] | None = None,
+            checkpoint_history: bool = True) -> State:
     """The one stepper loop: label ``queries(state)`` (unless the last step already did) and
     ``step`` until ``done``. Between steps: ``should_stop`` (raises :class:`Interrupted`),
     ``checkpoint(pack(state))``, ``progress({...})`` with iteration / total / objective /
@@ -49,7 +50,12 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
     ``after_step(state)`` for callers that inspect the state itself (the studies).
 
     The state carries ``elapsed_seconds``, the design time over every slice of the job: a job
-    resumed from a checkpoint goes on counting where the checkpoint stopped."""
+    resumed from a checkpoint goes on counting where the checkpoint stopped.
+
+    ``checkpoint_history=False`` leaves the per-iteration records out of the checkpoints, so a
+    checkpoint costs O(state) instead of O(iterations); the caller keeps the records (the
+    service appends one row per iteration from ``progress``) and hands them back to
+    :func:`run_job` (``history=``) when it resumes."""
     t0 = time.perf_counter()
     before = float(state.get("elapsed_seconds", 0.0))
     while not stepper.done(state):
@@ -61,7 +67,7 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
         state = stepper.step(state, labels)
         state["elapsed_seconds"] = before + time.perf_counter() - t0
         if checkpoint is not None:
-            checkpoint(pack(state))
+            checkpoint(pack(state if checkpoint_history else {k: v for k, v in state.items() if k != "history"}))
         if after_step is not None:
             after_step(state)
         if progress is not None:
@@ -79,13 +85,17 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
             progress: Callable[[dict[str, Any]], None] | None = None,
             checkpoint: Callable[[bytes], None] | None = None,
             should_stop: Callable[[], bool] | None = None,
-            evaluate: bool | None = None) -> dict[str, Any]:
+            evaluate: bool | None = None,
+            history: list[dict] | None = None,
+            checkpoint_history: bool = True) -> dict[str, Any]:
     """Run a design job to completion and return its result document.
 
     ``result = {"spec": ..., "distribution": ..., "history": [...], "evaluation": {...},
     "timings": {...}}`` (bilevel jobs add ``verdict`` and ``warnings``). ``state`` resumes from
-    a checkpoint (a state dict or packed bytes); ``evaluate`` overrides the spec's
-    ``evaluation.enabled``. Callbacks: see :func:`iterate`.
+    a checkpoint (a state dict or packed bytes); ``history`` gives the records of its earlier
+    iterations when the checkpoint was written without them (``checkpoint_history=False``, see
+    :func:`iterate`); ``evaluate`` overrides the spec's ``evaluation.enabled``. Callbacks: see
+    :func:`iterate`.
 
     numpy's BLAS is held to one thread for the run: the heavy algebra is torch's, and two
     thread pools spinning on the same cores made an iteration 7x slower on 2 cores.
@@ -99,11 +109,16 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         spec = stepper.spec or spec  # with the data-derived defaults filled in
         if isinstance(state, (bytes, bytearray, memoryview)):
             state = unpack(bytes(state))
+        if state is not None and "history" not in state:
+            if history is None:
+                raise ValueError("history: the checkpoint was written without its iteration records "
+                                 "(checkpoint_history=False); pass them to resume")
+            state["history"] = [dict(r) for r in history]
         state = state if state is not None else stepper.init()
         t0 = time.perf_counter()
         total = spec.algorithm.iterations + entry.extra.get("final_steps", 0)  # AMA: + the final model step
         state = iterate(stepper, oracle, state, total=total, progress=progress, checkpoint=checkpoint,
-                        should_stop=should_stop)
+                        should_stop=should_stop, checkpoint_history=checkpoint_history)
         slice_seconds = time.perf_counter() - t0
         design_seconds = float(state.get("elapsed_seconds", slice_seconds))  # over every slice
         out = stepper.result(state)

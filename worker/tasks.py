@@ -109,6 +109,10 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
     try:
         result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job["owner"]),
                          state=job["checkpoint"], progress=progress, checkpoint=checkpoint,
+                         # checkpoints leave the history out (O(state) per iteration): the
+                         # store keeps one row per iteration and gives them back on resume
+                         checkpoint_history=False,
+                         history=store.history(job_id) if job["checkpoint"] else None,
                          should_stop=should_stop)
     except AwaitLabels as wait:
         if wait.new_round:  # open_round already paused the job

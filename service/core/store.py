@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 import uuid
 from typing import Any
@@ -100,6 +101,20 @@ def _new_id() -> str:
 
 def _json(value) -> str | None:
     return None if value is None else json.dumps(value, allow_nan=False)
+
+
+def _finite_json(value) -> str:
+    """JSON of a progress or history record, with NaN and infinities written as null (a step
+    whose objective could not be computed records NaN; strict JSON has no such number)."""
+    def clean(v):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    return json.dumps(clean(value), allow_nan=False)
 
 
 def _unjson(text):
@@ -260,7 +275,7 @@ class Store:
         now = time.time()
         with self.engine.begin() as c:
             res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.lease == lease)
-                            .values(checkpoint=checkpoint, progress=_json(progress), heartbeat_at=now,
+                            .values(checkpoint=checkpoint, progress=_finite_json(progress), heartbeat_at=now,
                                     updated_at=now))
             if res.rowcount != 1:
                 return False
@@ -268,7 +283,7 @@ class Store:
                 it = int(record["iteration"])
                 # a slice replayed after a crash rewrites the same iterations: replace them
                 c.execute(delete(history).where(history.c.job_id == job_id, history.c.iteration == it))
-                c.execute(insert(history).values(job_id=job_id, iteration=it, record=_json(record),
+                c.execute(insert(history).values(job_id=job_id, iteration=it, record=_finite_json(record),
                                                  seconds=float(record.get("seconds", 0.0))))
         return True
 

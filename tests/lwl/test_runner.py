@@ -101,3 +101,31 @@ def test_design_time_adds_up_over_resumed_slices(small_spec):
     resumed = run_job(small_spec, state=blobs[4], evaluate=False)
     t = resumed["timings"]
     assert 0 < before < t["design_seconds"] <= before + t["last_slice_seconds"]
+
+
+def test_checkpoints_without_history_cost_o_state_and_resume_with_the_records(small_spec):
+    from lwl.design.state import unpack
+
+    small_spec["algorithm"]["iterations"] = 40
+    blobs, seen = [], []
+    full = run_job(small_spec, checkpoint=blobs.append, progress=seen.append, evaluate=False,
+                   checkpoint_history=False)
+    assert all("history" not in unpack(b) for b in blobs)
+    sizes = [len(b) for b, p in zip(blobs, seen) if p["iteration"] >= 1]
+    assert max(sizes) < 1.05 * min(sizes)  # iterations 1..40: the checkpoint does not grow with them
+    # the records the caller kept (one per iteration, as the service's history table does)
+    records = {p["record"]["iteration"]: p["record"] for p, b in zip(seen, blobs) if p["record"]}
+    k = 20
+    cut = next(i for i, p in enumerate(seen) if p["iteration"] == k)
+    state = unpack(blobs[cut])
+    kept = [records[i] for i in sorted(records) if i < state["iteration"]]
+    resumed = run_job(small_spec, state=blobs[cut], history=kept, evaluate=False, checkpoint_history=False)
+    assert resumed["distribution"] == full["distribution"]
+    drop = lambda hist: [{k: v for k, v in r.items() if k != "seconds"} for r in hist]  # noqa: E731  (timings differ)
+    assert drop(resumed["history"]) == drop(full["history"]) and len(full["history"]) == 40
+    with pytest.raises(ValueError, match="history: the checkpoint was written without"):
+        run_job(small_spec, state=blobs[cut], evaluate=False)
+    # a self-contained checkpoint (the default) still resumes alone
+    blobs2 = []
+    run_job(small_spec, checkpoint=blobs2.append, evaluate=False)
+    assert len(blobs2[-1]) > len(blobs2[5]) and "history" in unpack(blobs2[-1])

@@ -44,3 +44,14 @@ def test_an_older_store_gains_the_kind_column_and_keeps_its_jobs(tmp_path):
     assert old["kind"] is None and old["status"] == "queued" and store.spec(job["id"]) == small_job()
     new, _ = store.create_job("alice", small_job(seed=1), 30)
     assert store.get_job(new["id"])["kind"]["algorithm"] == "bilevel"
+
+
+def test_non_finite_numbers_in_records_are_stored_as_null(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    job, _ = store.create_job("alice", small_job(), 30)
+    store.acquire(job["id"], 0, "lease-1", "w")
+    # a step whose sample was degenerate records objective NaN; strict JSON has no NaN
+    assert store.save_step(job["id"], "lease-1", b"", {"iteration": 1, "total": 30, "objective": float("nan")},
+                           {"iteration": 0, "objective": float("nan"), "grad_norm": float("inf"), "x": [1.0]})
+    assert store.history(job["id"]) == [{"iteration": 0, "objective": None, "grad_norm": None, "x": [1.0]}]
+    assert store.get_job(job["id"])["progress"]["objective"] is None
