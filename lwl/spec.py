@@ -720,9 +720,9 @@ def _register_builtins() -> None:
     ALGORITHMS.register("bilevel", BilevelSpec, "lwl.design.bilevel:build", _check_bilevel,
                         evaluate="lwl.design.bilevel:evaluate", final_steps=0, baselines=DEFAULT_BASELINES)
     ALGORITHMS.register("ama", AMASpec, "lwl.design.ama:build", _check_ama,
-                        evaluate="lwl.design.ama:evaluate", final_steps=1)
+                        evaluate="lwl.design.ama:evaluate", final_steps=1, prefers_gpu=True)
     ALGORITHMS.register("particle_ama", ParticleAMASpec, "lwl.design.particles:build", _check_particle_ama,
-                        evaluate="lwl.design.particles:evaluate", final_steps=1)
+                        evaluate="lwl.design.particles:evaluate", final_steps=1, prefers_gpu=True)
     for registry in (FAMILIES, MODELS, ALGORITHMS):
         registry.on_change(_rebuild_job_spec)
     _rebuild_job_spec()

@@ -21,7 +21,7 @@ from service import problems
 from service.core.settings import Settings, get_settings
 from service.core.store import Store
 from service.metrics import Metrics
-from service.routers import asktell, datasets, jobs, ops, ui
+from service.routers import asktell, datasets, jobs, ops, ui, workers
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None,
@@ -34,17 +34,19 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
                               "(learning where to learn). Errors are application/problem+json.")
     app.state.settings = settings
     app.state.keys = settings.owners_by_key()
-    if store is None or enqueue is None:
+    own_store = store is None
+    store = store or Store(settings.resolved_database_url())
+    if own_store or enqueue is None:
         from service.core.queue import make_celery, sender
 
         celery = make_celery(settings)
-        enqueue = enqueue or sender(celery)
+        enqueue = enqueue or sender(celery, store.job_queue)
 
         def broker_check():  # noqa: F811
             with celery.connection_for_write() as conn:
                 conn.ensure_connection(max_retries=1, timeout=2)
 
-    app.state.store = store or Store(settings.resolved_database_url())
+    app.state.store = store
     app.state.enqueue = enqueue
     app.state.broker_check = broker_check
 
@@ -58,7 +60,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
     problems.install(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     for router in (ops.router, ops.metrics_router(settings.metrics_public), jobs.router, asktell.router,
-                   datasets.router, ui.router):
+                   datasets.router, workers.router, ui.router):
         app.include_router(router)
     app.openapi = lambda: openapi_with_job_spec(app)
     return app

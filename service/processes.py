@@ -1,5 +1,6 @@
-"""Run ``lwl serve`` and ``lwl worker`` as real processes on loopback: what the service's
-tests and ``bench/api.py`` start (kept here so that a benchmark does not import the tests)."""
+"""Run ``lwl serve``, ``lwl worker``, redis-server and PostgreSQL as real processes on loopback:
+what the service's tests and the benches start (kept here so that a benchmark does not import
+the tests)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,58 @@ class Server:
 def start_worker(data_dir: Path, env: dict, name: str) -> Proc:
     full = {**os.environ, **ENV_BASE, "LWL_DATA_DIR": str(data_dir), **env}
     return Proc([sys.executable, "-m", "lwl.cli", "worker", "--device", "cpu"], full, data_dir / f"{name}.log")
+
+
+def start_redis(directory: Path) -> tuple[str, Proc]:
+    """redis-server on a free loopback port, no persistence; returns (url, process)."""
+    import shutil
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError("redis-server is not installed (apt-get install redis-server; .ci/run does)")
+    port = free_port()
+    proc = Proc([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(directory)], dict(os.environ), directory / "redis.log")
+    import redis
+
+    wait_until(lambda: redis.Redis(port=port).ping(), 20, 0.1, "redis")
+    return f"redis://127.0.0.1:{port}/0", proc
+
+
+def _pg_bin(name: str) -> str:
+    import shutil
+
+    for cand in (shutil.which(name), *sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), reverse=True)):
+        if cand and Path(cand).exists():
+            return str(cand)
+    raise RuntimeError(f"PostgreSQL's {name} is not installed (apt-get install postgresql; .ci/run does)")
+
+
+def start_postgres() -> tuple[str, Proc, Path]:
+    """A throwaway PostgreSQL cluster on loopback (run as the postgres user when we are root);
+    returns (SQLAlchemy url of database lwl, process, cluster directory)."""
+    import shutil
+    import tempfile
+
+    initdb, postgres = _pg_bin("initdb"), _pg_bin("postgres")
+    # not under a private tmp dir: the server runs as postgres
+    d = Path(tempfile.mkdtemp(prefix="lwl-pg-"))
+    data, sock = d / "data", d / "sock"
+    sock.mkdir()
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(d, "postgres")
+        shutil.chown(sock, "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*prefix, initdb, "-D", str(data), "-A", "trust", "-U", "lwl", "--no-sync"],
+                   check=True, capture_output=True)
+    port = free_port()
+    proc = Proc([*prefix, postgres, "-D", str(data), "-p", str(port), "-k", str(sock),
+                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"], dict(os.environ), d / "pg.log")
+    import psycopg
+
+    url = f"postgresql://lwl@127.0.0.1:{port}/postgres"
+    wait_until(lambda: psycopg.connect(url, connect_timeout=2).close() or True, 30, 0.2, "postgres")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE lwl")
+    return f"postgresql+psycopg://lwl@127.0.0.1:{port}/lwl", proc, d

@@ -23,10 +23,12 @@ from lwl.oracles.http import OracleCallError
 from lwl.runner import Interrupted, run_job
 from lwl.spec import SpecError, parse_job_spec
 from service.core.queue import TASK_RUN_SLICE
+from service.core.routing import QUEUE_CPU
 from service.core.settings import Settings, get_settings
 from service.core.store import Store
 from worker.asktell import AwaitLabels, StoreOracle, announce
 from worker.celery_app import celery_app
+from worker.presence import CURRENT
 
 log = logging.getLogger("lwl.worker")
 WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"
@@ -146,9 +148,25 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
 
 
 def enqueue(job_id: str, generation: int) -> None:
-    run_slice.apply_async(args=[job_id, generation])
+    run_slice.apply_async(args=[job_id, generation], queue=get_store().job_queue(job_id) or QUEUE_CPU)
 
 
 @celery_app.task(name=TASK_RUN_SLICE)
 def run_slice(job_id: str, generation: int) -> str:
-    return run_slice_now(get_store(), get_settings(), job_id, generation, enqueue)
+    CURRENT["job"] = job_id  # the worker's heartbeat names the job it runs
+    try:
+        return run_slice_now(get_store(), get_settings(), job_id, generation, enqueue)
+    finally:
+        CURRENT["job"] = None
+        CURRENT["slices"] += 1
+        release_gpu_memory()
+
+
+def release_gpu_memory() -> None:
+    """Return the slice's cached CUDA blocks to the driver, so the next job (or another process
+    on the GPU) starts from free memory; nothing when CUDA was never used here."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

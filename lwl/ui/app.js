@@ -367,6 +367,7 @@ function headerPanel(job, onCancel) {
   if (onCancel && !TERMINAL.has(job.status)) box.append(el("button", { id: "cancel", onclick: onCancel }, "Cancel job"));
   if (job.error) box.append(problemBox(new ApiError(job.error.status || 500, job.error)));
   for (const w of job.warnings || []) box.append(el("p", { class: "warning" }, "warning: ", w));
+  for (const c of job.conditions || []) box.append(el("p", { class: "warning condition", "data-type": c.type }, `${c.type}: `, c.message));
   return box;
 }
 

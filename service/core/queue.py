@@ -6,8 +6,11 @@ The API sends tasks by name, so it never imports worker code.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from celery import Celery
 
+from service.core.routing import QUEUE_CPU
 from service.core.settings import Settings
 
 TASK_RUN_SLICE = "lwl.run_slice"
@@ -22,7 +25,7 @@ def make_celery(settings: Settings, include: list[str] | None = None) -> Celery:
         task_acks_late=True,  # a message is acked only after its slice ended...
         task_reject_on_worker_lost=True,  # ...and requeued if the worker process died
         worker_prefetch_multiplier=1,  # a worker holds one message at a time
-        task_default_queue="lwl",
+        task_default_queue=QUEUE_CPU,  # every send names its queue (service.core.routing)
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=5,
         worker_hijack_root_logger=False,
@@ -33,10 +36,11 @@ def make_celery(settings: Settings, include: list[str] | None = None) -> Celery:
     return app
 
 
-def sender(app: Celery):
-    """``enqueue(job_id, generation)`` that sends one slice message."""
+def sender(app: Celery, queue_of: Callable[[str], str | None]):
+    """``enqueue(job_id, generation)`` that sends one slice message to the job's queue
+    (``queue_of(job_id)``, e.g. :meth:`Store.job_queue`; jobs from before routing: lwl.cpu)."""
 
     def enqueue(job_id: str, generation: int) -> None:
-        app.send_task(TASK_RUN_SLICE, args=[job_id, generation])
+        app.send_task(TASK_RUN_SLICE, args=[job_id, generation], queue=queue_of(job_id) or QUEUE_CPU)
 
     return enqueue

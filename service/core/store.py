@@ -51,6 +51,7 @@ jobs = Table(
     Column("ask_step", Integer, nullable=False, default=0),  # latest ask/tell round
     # {"algorithm", "family", "oracle"} names for job lists (the spec column can be megabytes)
     Column("kind", Text),
+    Column("queue", String(40)),  # the Celery queue of its slices (service.core.routing)
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),
 )
 
@@ -131,6 +132,19 @@ def _unnpy(b: bytes) -> np.ndarray:
     return np.load(io.BytesIO(b), allow_pickle=False)
 
 
+workers = Table(  # every worker process, with a heartbeat (GET /v1/workers, job conditions)
+    "workers", metadata,
+    Column("name", String(200), primary_key=True),
+    Column("device", String(20), nullable=False),
+    Column("queues", Text, nullable=False),  # JSON list
+    Column("info", Text, nullable=False),  # JSON: host, pid, version, GPU name and memory
+    Column("started_at", Float, nullable=False),
+    Column("heartbeat_at", Float, nullable=False, index=True),
+    Column("current_job", String(32)),
+    Column("slices", Integer, nullable=False, default=0),
+)
+
+
 def job_kind(spec: dict) -> dict:
     """What a job list shows of a spec: the names of its algorithm, family and oracle."""
     def name(part):
@@ -175,7 +189,7 @@ class Store:
 
     # -- jobs: API side -----------------------------------------------------------------------
     def create_job(self, owner: str, spec: dict, total: int, idempotency_key: str | None = None,
-                   request_hash: str | None = None) -> tuple[dict, bool]:
+                   request_hash: str | None = None, queue: str | None = None) -> tuple[dict, bool]:
         """Insert a queued job; with an idempotency key, return the existing job instead."""
         now = time.time()
         with self.engine.begin() as c:
@@ -191,7 +205,7 @@ class Store:
                 id=job_id, owner=owner, status="queued", spec=_json(spec), idempotency_key=idempotency_key,
                 request_hash=request_hash, created_at=now, updated_at=now, total=total, attempts=0,
                 cancel_requested=False, generation=0, ask_step=0, progress=_json({"iteration": 0, "total": total}),
-                kind=_json(job_kind(spec))))
+                kind=_json(job_kind(spec)), queue=queue))
         return self.get_job(job_id), True
 
     def delete_job(self, job_id: str) -> None:
@@ -230,6 +244,44 @@ class Store:
             q = q.where(history.c.iteration > after)
         with self.engine.connect() as c:
             return [json.loads(r) for r in c.execute(q.order_by(history.c.iteration)).scalars()]
+
+    def job_queue(self, job_id: str) -> str | None:
+        with self.engine.connect() as c:
+            return c.execute(select(jobs.c.queue).where(jobs.c.id == job_id)).scalar()
+
+    # -- workers ------------------------------------------------------------------------------
+    def register_worker(self, name: str, device: str, queues: list[str], info: dict) -> None:
+        now = time.time()
+        with self.engine.begin() as c:
+            c.execute(delete(workers).where(workers.c.name == name))
+            c.execute(insert(workers).values(name=name, device=device, queues=_json(queues), info=_json(info),
+                                             started_at=now, heartbeat_at=now, current_job=None, slices=0))
+
+    def worker_heartbeat(self, name: str, current_job: str | None, slices: int) -> None:
+        with self.engine.begin() as c:
+            c.execute(update(workers).where(workers.c.name == name)
+                      .values(heartbeat_at=time.time(), current_job=current_job, slices=slices))
+
+    def remove_worker(self, name: str) -> None:
+        with self.engine.begin() as c:
+            c.execute(delete(workers).where(workers.c.name == name))
+
+    def list_workers(self, since: float = 0.0) -> list[dict]:
+        """Workers whose last heartbeat is after ``since`` (a time.time()), newest first."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(workers).where(workers.c.heartbeat_at > since)
+                             .order_by(workers.c.heartbeat_at.desc())).mappings()
+            out = []
+            for r in rows:
+                w = dict(r)
+                w["queues"], w["info"] = _unjson(w["queues"]), _unjson(w["info"])
+                out.append(w)
+            return out
+
+    def prune_workers(self, before: float) -> None:
+        """Forget workers silent since ``before`` (dead for long; their jobs were reaped)."""
+        with self.engine.begin() as c:
+            c.execute(delete(workers).where(workers.c.heartbeat_at < before))
 
     def spec(self, job_id: str) -> dict | None:
         with self.engine.connect() as c:

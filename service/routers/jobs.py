@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import time
 from typing import Annotated, Literal
 
 import numpy as np
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lwl.spec import MAX_SEED, SpecError, parse_job_spec
 from service import problems
+from service.core.routing import DEVICE_OF_QUEUE, QUEUE_CPU, queue_for
 from service.core.store import STATUSES, TERMINAL, IdempotencyConflict, Store
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.problems import Problem
@@ -80,8 +82,11 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     check_datasets(spec, store, owner)
     canonical = spec.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+    live = store.list_workers(since=time.time() - settings.stale_seconds)
+    queue = queue_for(canonical, gpu_alive=any(w["device"] == "cuda" for w in live))
     try:
-        job, created = store.create_job(owner, canonical, spec.algorithm.iterations, idempotency_key, digest)
+        job, created = store.create_job(owner, canonical, spec.algorithm.iterations, idempotency_key, digest,
+                                        queue=queue)
     except IdempotencyConflict:
         raise Problem(409, "Idempotency key reused", "this Idempotency-Key was used with another body",
                       field="Idempotency-Key") from None
@@ -95,7 +100,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     return {"id": job["id"], "status": job["status"]}
 
 @router.get("/v1/jobs", tags=["jobs"], responses=problems.responses(400, 401, 422))
-def list_jobs(store: StoreDep, owner: OwnerDep,
+def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
               status: Annotated[Literal[STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
               cursor: Annotated[str | None, Query(max_length=200, pattern=CURSOR)] = None) -> dict:
@@ -108,16 +113,21 @@ def list_jobs(store: StoreDep, owner: OwnerDep,
         except ValueError:
             raise Problem(400, "Bad cursor", "use the next_cursor of a previous page", field="cursor") from None
     rows = store.list_jobs(owner, status, limit + 1, before)
-    items = [job_view(r) for r in rows[:limit]]
+    live = live_workers(store, settings) if any(r["status"] in ("queued", "running") for r in rows) else []
+    items = [job_view(r, live, settings) for r in rows[:limit]]
     nxt = f"{rows[limit - 1]['created_at']!r}_{rows[limit - 1]['id']}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
 
 @router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=ORJSONResponse, responses=problems.responses(401, 404))
-async def get_job(job_id: str, store: StoreDep, owner: OwnerDep):
-    """Status, progress (iteration/total, objective, validation error, elapsed) and error."""
+async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
+    """Status, progress (iteration/total, objective, validation error, elapsed), error, and
+    ``conditions`` while it waits for a worker (none alive for its device, or its worker's
+    heartbeat stopped and it is being recovered)."""
     # async and serialised by orjson: the hot polling path skips the thread pool and
-    # FastAPI's encoder; the indexed primary-key read takes well under a millisecond
-    return ORJSONResponse(job_view(own_job(store, job_id, owner)))
+    # FastAPI's encoder; the indexed primary-key reads take well under a millisecond
+    job = own_job(store, job_id, owner)
+    live = live_workers(store, settings) if job["status"] in ("queued", "running") else []
+    return ORJSONResponse(job_view(job, live, settings))
 
 @router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404, 422))
 def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
@@ -180,9 +190,36 @@ async def post_samples(job_id: str, body: SampleRequest, request: Request, store
     return await run_in_threadpool(samples_response, job_id, measure, body, npy)
 
 
-def job_view(job: dict) -> dict:
+def live_workers(store: Store, settings) -> list[dict]:
+    return store.list_workers(since=time.time() - settings.stale_seconds)
+
+
+def conditions(job: dict, live: list[dict], settings) -> list[dict]:
+    """Why a job is not moving, in words: no live worker takes its queue, or its worker went
+    silent and the reaper will resume it from its checkpoint."""
+    out = []
+    queue = job.get("queue") or QUEUE_CPU
+    if job["status"] == "queued" and not any(queue in w["queues"] for w in live):
+        device = DEVICE_OF_QUEUE.get(queue, queue)
+        out.append({"type": "NoLiveWorker", "queue": queue,
+                    "message": f"no live worker takes queue {queue} ({'GPU' if device == 'cuda' else 'CPU'} "
+                               f"jobs); the job waits until one starts (lwl worker --device {device})"})
+    beat = job.get("heartbeat_at")
+    if job["status"] == "running" and beat is not None:
+        silent = time.time() - beat
+        if silent > 2.5 * settings.heartbeat_seconds:
+            out.append({"type": "WaitingForRecovery", "silent_seconds": round(silent, 1),
+                        "attempts": job.get("attempts"),
+                        "message": f"its worker has not reported for {silent:.0f} s; the job resumes from its "
+                                   f"last checkpoint on another worker once {settings.stale_seconds:g} s have "
+                                   f"passed (slices started so far: {job.get('attempts')})"})
+    return out
+
+
+def job_view(job: dict, live: list[dict] | None = None, settings=None) -> dict:
     out = {k: job.get(k) for k in ("id", "status", "created_at", "updated_at", "started_at", "finished_at",
-                                    "progress", "error", "attempts", "worker", "kind")}
+                                    "progress", "error", "attempts", "worker", "kind", "queue")}
+    out["conditions"] = conditions(job, live, settings) if live is not None and settings is not None else []
     progress = job.get("progress") or {}
     # a finished bilevel job: held-out Err against the baselines, and anything the user must know
     out["verdict"] = progress.get("verdict")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from fastapi import APIRouter, Depends, Request, Response
 
@@ -34,7 +35,10 @@ def readyz(request: Request):
             checks[name] = f"unreachable: {type(exc).__name__}"
     if any(v != "ok" for v in checks.values()):
         raise Problem(503, "Not ready", json.dumps(checks), checks=checks)
-    return {"status": "ready", "checks": checks}
+    # workers are reported, not required: the API accepts jobs while none runs (they queue)
+    live = state.store.list_workers(since=time.time() - state.settings.stale_seconds)
+    return {"status": "ready", "checks": checks,
+            "workers": {"cpu": sum(w["device"] == "cpu" for w in live), "cuda": sum(w["device"] == "cuda" for w in live)}}
 
 
 def prometheus(request: Request) -> Response:

@@ -61,7 +61,7 @@ def test_api_restart_and_two_workers_share_jobs(tmp_path, redis_url, postgres_ur
         assert len({d["worker"] for d in done}) == 2, [d["worker"] for d in done]
         # the dashboard and what it reads, on PostgreSQL
         jobs = httpx.get(f"{api.url}/v1/jobs", params={"limit": 10}).json()["items"]
-        assert {j["kind"]["algorithm"] for j in jobs} == {"bilevel"} and len(jobs) == 4
+        assert {j["kind"]["algorithm"] for j in jobs} == {"bilevel"} and {j["id"] for j in jobs} >= set(ids)
         url = f"{api.url}/v1/jobs/{ids[0]}/history"
         full = [r["iteration"] for r in httpx.get(url).json()["history"]]
         later = [r["iteration"] for r in httpx.get(url, params={"after": 100}).json()["history"]]

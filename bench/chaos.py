@@ -1,0 +1,125 @@
+"""Worker deaths in distributed mode: ``--kills`` SIGKILLs of random busy workers while
+``--jobs`` jobs run, then every result is compared with an uninterrupted ``run_job`` of its spec.
+
+Starts redis-server, PostgreSQL, ``lwl serve --no-worker`` and ``--workers`` ``lwl worker``
+processes (a killed worker is started again at once, as an orchestrator would). Each kill
+picks a random worker that reports a current job; its recovery time is from the kill until
+that job's iteration count moves again on another slice (the stale timeout, 10 s by default,
+plus the re-enqueue and the checkpoint restore).
+
+Usage: python bench/chaos.py [--jobs 10] [--kills 20] [--workers 3] [--iterations 1500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lwl import run_job  # noqa: E402
+from service.processes import Server, start_postgres, start_redis, start_worker, wait_until  # noqa: E402
+
+
+def spec(seed: int, iterations: int) -> dict:
+    eye = np.eye(5)
+    return {"oracle": {"name": "friedman1"},
+            "test_distributions": {"members": [{"gaussian": {"mean": [0.0] * 5, "cov": (2 * eye).tolist()}, "size": 300},
+                                               {"gaussian": {"mean": [1, 0, 1, 0, 1], "cov": eye.tolist()}, "size": 300}],
+                                   "validation_per_member": 100},
+            "family": {"name": "gaussian", "mean": [0.5] * 5},
+            "model": {"name": "krr", "lengthscale": 3.0},
+            "algorithm": {"name": "bilevel", "iterations": iterations, "samples_per_iteration": 100,
+                          "check_every": 10_000},  # no early stop: every job runs all its iterations
+            "evaluation": {"enabled": False}, "seed": seed, "device": "cpu"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=10)
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=1500)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    d = Path(tempfile.mkdtemp(prefix="lwl-chaos-"))
+    redis_url, redis = start_redis(d)
+    pg_url, pg, pg_dir = start_postgres()
+    env = {"LWL_BROKER_URL": redis_url, "LWL_DATABASE_URL": pg_url, "LWL_SLICE_SECONDS": "5"}
+    api = Server(d, env=env, no_worker=True).start()
+    workers = [start_worker(d, env, f"w{i}") for i in range(args.workers)]
+    url = api.url
+    try:
+        specs = [spec(s, args.iterations) for s in range(args.jobs)]
+        ids = [httpx.post(f"{url}/v1/jobs", json=s).json()["id"] for s in specs]
+        t_start = time.monotonic()
+        recoveries = []
+        for k in range(args.kills):
+            time.sleep(rng.uniform(1.0, 3.0))
+            busy = [w for w in httpx.get(f"{url}/v1/workers").json()["items"] if w["alive"] and w["busy"]]
+            states = {j: httpx.get(f"{url}/v1/jobs/{j}").json() for j in ids}
+            if all(s["status"] == "succeeded" for s in states.values()):
+                print(f"all jobs done after {k} kills")
+                break
+            if not busy:
+                continue
+            victim = rng.choice(busy)
+            job_id = victim["current_job"]
+            before = (states[job_id]["progress"] or {}).get("iteration", 0)
+            idx = next(i for i, w in enumerate(workers) if w.pid == victim["pid"])
+            os.kill(victim["pid"], signal.SIGKILL)
+            t_kill = time.monotonic()
+            workers[idx].p.wait()
+            workers[idx] = start_worker(d, env, f"w{idx}-{k}")  # the orchestrator's restart
+
+            def moved(job_id=job_id, before=before):
+                j = httpx.get(f"{url}/v1/jobs/{job_id}").json()
+                return j["status"] == "succeeded" or (j["status"] == "running" and j["attempts"] > 0
+                                                       and (j["progress"] or {}).get("iteration", 0) > before + 1)
+            wait_until(moved, 120, 0.1, f"job {job_id} to move after kill {k}")
+            recoveries.append(time.monotonic() - t_kill)
+            print(f"kill {k + 1:>2}: worker pid {victim['pid']} running {job_id[:8]} at iteration {before}: "
+                  f"moving again after {recoveries[-1]:.1f} s")
+        wait_until(lambda: all(httpx.get(f"{url}/v1/jobs/{j}").json()["status"] in ("succeeded", "failed")
+                               for j in ids), 900, 0.5, "every job")
+        wall = time.monotonic() - t_start
+        equal = 0
+        for s, j in zip(specs, ids):
+            got = httpx.get(f"{url}/v1/jobs/{j}/result").json()
+            want = run_job(s)
+            same = got["distribution"] == want["distribution"] and got["last_distribution"] == want["last_distribution"]
+            equal += same
+            view = httpx.get(f"{url}/v1/jobs/{j}").json()
+            print(f"job {j[:8]} seed {s['seed']}: {view['status']}, {view['attempts']} slices, "
+                  f"result {'equal to' if same else 'DIFFERENT from'} the uninterrupted run")
+        print(f"\n{equal}/{len(ids)} jobs equal to uninterrupted runs after {len(recoveries)} kills; "
+              f"{wall:.0f} s wall")
+        if recoveries:
+            print(f"recovery (kill -> the job moving again): median {statistics.median(recoveries):.1f} s, "
+                  f"max {max(recoveries):.1f} s, min {min(recoveries):.1f} s")
+    finally:
+        for w in workers:
+            w.stop()
+        api.stop()
+        pg.stop()
+        redis.stop()
+        shutil.rmtree(pg_dir, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    main()
