@@ -7,6 +7,9 @@ picks a random worker that reports a current job; its recovery time is from the 
 that job's iteration count moves again on another slice (the stale timeout, 10 s by default,
 plus the re-enqueue and the checkpoint restore).
 
+The guard that fails a job whose slices keep dying (LWL_MAX_ATTEMPTS, 3 in a row) is raised
+for the run: random kills may hit one job again and again.
+
 Usage: python bench/chaos.py [--jobs 10] [--kills 20] [--workers 3] [--iterations 1500]
 """
 
@@ -58,7 +61,10 @@ def main() -> None:
     d = Path(tempfile.mkdtemp(prefix="lwl-chaos-"))
     redis_url, redis = start_redis(d)
     pg_url, pg, pg_dir = start_postgres()
-    env = {"LWL_BROKER_URL": redis_url, "LWL_DATABASE_URL": pg_url, "LWL_SLICE_SECONDS": "5"}
+    # random kills can hit one job several times before any of its slices finishes: the guard
+    # that fails a job which keeps killing its workers (LWL_MAX_ATTEMPTS, 3) would end it
+    env = {"LWL_BROKER_URL": redis_url, "LWL_DATABASE_URL": pg_url, "LWL_SLICE_SECONDS": "5",
+           "LWL_MAX_ATTEMPTS": str(args.kills + 5)}
     api = Server(d, env=env, no_worker=True).start()
     workers = [start_worker(d, env, f"w{i}") for i in range(args.workers)]
     url = api.url
@@ -67,7 +73,8 @@ def main() -> None:
         ids = [httpx.post(f"{url}/v1/jobs", json=s).json()["id"] for s in specs]
         t_start = time.monotonic()
         recoveries = []
-        for k in range(args.kills):
+        k = 0
+        while k < args.kills:  # a round that finds no busy worker does not count as a kill
             time.sleep(rng.uniform(1.0, 3.0))
             busy = [w for w in httpx.get(f"{url}/v1/workers").json()["items"] if w["alive"] and w["busy"]]
             states = {j: httpx.get(f"{url}/v1/jobs/{j}").json() for j in ids}
@@ -78,21 +85,25 @@ def main() -> None:
                 continue
             victim = rng.choice(busy)
             job_id = victim["current_job"]
-            before = (states[job_id]["progress"] or {}).get("iteration", 0)
             idx = next(i for i, w in enumerate(workers) if w.pid == victim["pid"])
+            at_kill = httpx.get(f"{url}/v1/jobs/{job_id}").json()
             os.kill(victim["pid"], signal.SIGKILL)
             t_kill = time.monotonic()
             workers[idx].p.wait()
             workers[idx] = start_worker(d, env, f"w{idx}-{k}")  # the orchestrator's restart
 
-            def moved(job_id=job_id, before=before):
+            before = (at_kill["progress"] or {}).get("iteration", 0)
+
+            def moved(job_id=job_id, before=before, slices=at_kill["attempts"]):
+                # a new slice (on another worker) has taken the job and stepped it
                 j = httpx.get(f"{url}/v1/jobs/{job_id}").json()
-                return j["status"] == "succeeded" or (j["status"] == "running" and j["attempts"] > 0
-                                                       and (j["progress"] or {}).get("iteration", 0) > before + 1)
+                return j["status"] in ("succeeded", "failed") or (j["attempts"] > slices and j["status"] == "running"
+                                                       and (j["progress"] or {}).get("iteration", 0) > before)
             wait_until(moved, 120, 0.1, f"job {job_id} to move after kill {k}")
             recoveries.append(time.monotonic() - t_kill)
             print(f"kill {k + 1:>2}: worker pid {victim['pid']} running {job_id[:8]} at iteration {before}: "
                   f"moving again after {recoveries[-1]:.1f} s")
+            k += 1
         wait_until(lambda: all(httpx.get(f"{url}/v1/jobs/{j}").json()["status"] in ("succeeded", "failed")
                                for j in ids), 900, 0.5, "every job")
         wall = time.monotonic() - t_start

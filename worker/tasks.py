@@ -160,6 +160,29 @@ def run_slice(job_id: str, generation: int) -> str:
         CURRENT["job"] = None
         CURRENT["slices"] += 1
         release_gpu_memory()
+        recycle_if_due(get_settings())
+
+
+def resident_mib() -> float:
+    """This process's resident memory (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def recycle_if_due(settings: Settings) -> None:
+    """Ask this worker to stop after its slice (a warm shutdown: the task returns and is acked
+    first) once it ran ``worker_max_slices`` slices or holds more than ``worker_max_rss_mb``."""
+    slices_due = settings.worker_max_slices and CURRENT["slices"] >= settings.worker_max_slices
+    rss = resident_mib()
+    memory_due = settings.worker_max_rss_mb and rss > settings.worker_max_rss_mb
+    if slices_due or memory_due:
+        import signal
+
+        log.warning("worker recycles after %d slices (%.0f MiB resident)", CURRENT["slices"], rss)
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
 
 
 def release_gpu_memory() -> None:

@@ -27,6 +27,11 @@ class Settings(BaseSettings):
     stale_seconds: float = 10.0
     reaper_interval: float = 2.0
     worker_device: str = Field(default="auto", description="auto|cpu|cuda for jobs whose spec says auto")
+    # a worker process exits after this many slices, or when its resident memory passes this
+    # many MiB, once its slice has ended (0: never); lwl serve, lwl worker --gpus and compose's
+    # restart policy start a fresh one, so leaks and fragmented GPU memory do not pile up
+    worker_max_slices: int = Field(default=0, ge=0)
+    worker_max_rss_mb: float = Field(default=0.0, ge=0)
     metrics_public: bool = Field(
         default=True, description="GET /metrics without a key (for a Prometheus scraper on a private network); "
                                   "false: the bearer key of any owner is required")

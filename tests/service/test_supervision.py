@@ -73,3 +73,27 @@ def test_killing_lwl_serve_leaves_no_worker_running(tmp_path):
         wait_until(lambda: not any(_alive(w) for w in workers), 10, 0.1, "the orphaned worker to die")
     finally:
         server.stop()
+
+
+def test_workers_recycle_after_their_slice_budget_and_jobs_carry_on(tmp_path):
+    server = Server(tmp_path / "data", env={"LWL_WORKER_MAX_SLICES": "2", "LWL_SLICE_SECONDS": "0.5"}).start()
+    try:
+        spec = small_job(iterations=400, seed=5)
+        spec["algorithm"].update(optimizer="paper", learning_rate=1e-3)  # no early stop
+        with Client(server.url) as c:
+            (first,) = _children(server.proc.pid)
+            job = c.submit(spec)
+            seen = {first}
+            deadline = time.monotonic() + 120
+            while c.job(job)["status"] not in ("succeeded", "failed") and time.monotonic() < deadline:
+                seen.update(_children(server.proc.pid))
+                time.sleep(0.05)
+            done = c.job(job)
+            result = c.result(job)
+        assert done["status"] == "succeeded", done
+        assert len(seen) >= 2  # the first worker recycled after 2 slices and a fresh one took over
+        assert not _alive(first)
+        direct = run_job(spec)
+        np.testing.assert_array_equal(result["distribution"]["mean"], direct["distribution"]["mean"])
+    finally:
+        server.stop()
