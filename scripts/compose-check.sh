@@ -27,8 +27,8 @@ for _ in $(seq 60); do
 done
 say "workers: $(curl -s -H "$KEY" localhost:$PORT/v1/workers | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["alive"], [w["host"] for w in d["items"] if w["alive"]])')"
 
-spec=$(python3 -c 'import json; s=json.load(open("examples/friedman1.json")); s["algorithm"]={"name":"bilevel","iterations":600,"check_every":100000}; print(json.dumps(s))')
-job=$(curl -s -X POST -H "$KEY" -H 'Content-Type: application/json' localhost:$PORT/v1/jobs -d "$spec" \
+job=$(curl -s -X POST -H "$KEY" -H 'Content-Type: application/json' localhost:$PORT/v1/jobs \
+      --data @examples/friedman1.json \
       | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 say "submitted job $job"
 host=""
