@@ -116,3 +116,20 @@ def test_a_job_whose_worker_died_says_it_waits_for_recovery(server):
                60, 0.2, "the job resumed")
     httpx.post(f"{server.url}/v1/jobs/{job_id}/cancel")
     assert seen < 15
+
+
+def test_gpus_flag_starts_one_supervised_worker_per_device(server, tmp_path):
+    env = {**os.environ, **ENV_BASE, "LWL_DATA_DIR": str(server.data_dir), "LWL_TEST_PRETEND_GPU": "1"}
+    parent = Proc([sys.executable, "-m", "lwl.cli", "worker", "--gpus", "0,1"], env, tmp_path / "gpus.log")
+    try:
+        wait_until(lambda: workers(server)["alive"]["cuda"] == 2, 60, 0.2, "two GPU workers")
+        gpus = [w for w in workers(server)["items"] if w["alive"] and w["device"] == "cuda"]
+        assert sorted(w["cuda_visible_devices"] for w in gpus) == ["0", "1"]
+        assert parent.pid not in {w["pid"] for w in gpus}  # the parent only supervises
+        victim = next(w for w in gpus if w["cuda_visible_devices"] == "1")
+        os.kill(victim["pid"], signal.SIGKILL)  # the parent starts device 1's worker again
+        wait_until(lambda: any(w["alive"] and w["cuda_visible_devices"] == "1" and w["pid"] != victim["pid"]
+                               for w in workers(server)["items"]), 60, 0.2, "device 1's worker restarted")
+    finally:
+        parent.stop()
+    wait_until(lambda: workers(server)["alive"]["cuda"] == 0, 30, 0.2, "the GPU workers stopped with their parent")
