@@ -1,7 +1,8 @@
 """The embedded workers of ``lwl serve``: started, restarted when they die, stopped with it.
 
 A worker that dies (killed, out of memory) is started again after a backoff that doubles from
-0.5 s up to 30 s while it keeps dying quickly, and resets once a worker has lived a minute. Its
+0.5 s up to 30 s while it keeps dying quickly, and resets once a worker has lived a minute; a
+worker that exits cleanly (it recycled itself, LWL_WORKER_MAX_SLICES) is replaced after 0.5 s. Its
 job is not lost: the reaper (:mod:`worker.reaper`) re-enqueues a job whose heartbeat went stale,
 from its last checkpoint, and the new worker takes it. Every worker gets the kernel's
 parent-death signal (SIGKILL), so when ``lwl serve`` itself is killed, even with SIGKILL, no
@@ -63,7 +64,9 @@ class WorkerSupervisor:
                 if proc is None or proc.poll() is None:
                     continue
                 lived = time.monotonic() - self.started_at[i]
-                if lived > STABLE_SECONDS:
+                # a clean exit (a worker recycling itself after its slice budget) is no crash:
+                # it is replaced at once and does not grow the backoff
+                if lived > STABLE_SECONDS or proc.returncode == 0:
                     self.backoff[i] = MIN_BACKOFF
                 wait = self.backoff[i]
                 log.warning("embedded worker %d (pid %d) exited with %s after %.0f s; restarting in %.1f s",
@@ -75,7 +78,8 @@ class WorkerSupervisor:
                         return
                     self._spawn(i)
                     self.restarts += 1
-                self.backoff[i] = min(2 * wait, MAX_BACKOFF)
+                if proc.returncode != 0:
+                    self.backoff[i] = min(2 * wait, MAX_BACKOFF)
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM every worker (a slice in progress checkpoints), SIGKILL after ``timeout``."""

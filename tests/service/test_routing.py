@@ -96,7 +96,8 @@ def test_a_cuda_job_is_never_taken_by_a_cpu_worker_and_says_why(server, tmp_path
 def test_a_job_whose_worker_died_says_it_waits_for_recovery(server):
     wait_until(lambda: workers(server)["alive"]["cpu"] >= 1, 30, 0.2, "a CPU worker")
     spec = small_job(iterations=4000)
-    spec["algorithm"]["samples_per_iteration"] = 200
+    # the paper's plain schedule never stops early: the job is still running when it is killed
+    spec["algorithm"].update(samples_per_iteration=200, optimizer="paper", learning_rate=1e-3)
     spec["device"] = "cpu"
     job_id = submit(server, spec)
     wait_until(lambda: job(server, job_id)["status"] == "running"

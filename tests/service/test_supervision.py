@@ -78,13 +78,14 @@ def test_killing_lwl_serve_leaves_no_worker_running(tmp_path):
 def test_workers_recycle_after_their_slice_budget_and_jobs_carry_on(tmp_path):
     server = Server(tmp_path / "data", env={"LWL_WORKER_MAX_SLICES": "2", "LWL_SLICE_SECONDS": "0.5"}).start()
     try:
-        spec = small_job(iterations=400, seed=5)
-        spec["algorithm"].update(optimizer="paper", learning_rate=1e-3)  # no early stop
+        spec = small_job(iterations=600, seed=5)
+        # no early stop, and iterations slow enough that the job needs many 0.5 s slices
+        spec["algorithm"].update(optimizer="paper", learning_rate=1e-3, samples_per_iteration=200)
         with Client(server.url) as c:
             (first,) = _children(server.proc.pid)
             job = c.submit(spec)
             seen = {first}
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 240  # each recycled worker boots anew (seconds)
             while c.job(job)["status"] not in ("succeeded", "failed") and time.monotonic() < deadline:
                 seen.update(_children(server.proc.pid))
                 time.sleep(0.05)

@@ -186,7 +186,8 @@ def test_jobs_page_lists_and_filters_and_shows_new_jobs_live(tab, finished, alic
 
 def test_live_page_advances_while_the_job_runs(tab, alice):
     spec = small_job(iterations=3000)
-    spec["algorithm"]["samples_per_iteration"] = 200
+    # the paper's plain schedule never stops early: the job is still running when it is cancelled
+    spec["algorithm"].update(samples_per_iteration=200, optimizer="paper", learning_rate=1e-3)
     job_id = alice.submit(spec)
     page = tab.go(f"#/jobs/{job_id}")
     page.wait_for_selector("#job-header .badge:text('running')", timeout=60_000)
