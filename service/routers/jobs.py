@@ -131,12 +131,13 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: Setti
 
 @router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404, 422))
 def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
-                after: Annotated[int | None, Query(ge=-1, le=MAX_SEED,
-                                                   description="only iterations after this one (poll "
-                                                               "with the last iteration seen)")] = None) -> dict:
+                after: Annotated[str | None, Query(pattern=r"^(-1|[0-9]{1,15})$",
+                                                   description="an integer: only iterations after this one "
+                                                               "(poll with the last iteration seen)")] = None) -> dict:
     """Per-iteration records: objective, validation Err, step size, nugget, seconds."""
+    # a pattern, not an int: the int parser would take "+0.0" or "1e2", which the schema refuses
     own_job(store, job_id, owner)
-    return {"id": job_id, "history": store.history(job_id, after)}
+    return {"id": job_id, "history": store.history(job_id, None if after is None else int(after))}
 
 
 @router.get("/v1/jobs/{job_id}/spec", tags=["jobs"], responses=problems.responses(401, 404))
