@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lwl import run_job  # noqa: E402
-from service.processes import Server, start_postgres, start_redis, start_worker, wait_until  # noqa: E402
+from service.processes import Backends, Server, start_worker, wait_until  # noqa: E402
 
 
 def spec(seed: int, iterations: int) -> dict:
@@ -59,12 +59,10 @@ def main() -> None:
     args = ap.parse_args()
     rng = random.Random(args.seed)
     d = Path(tempfile.mkdtemp(prefix="lwl-chaos-"))
-    redis_url, redis = start_redis(d)
-    pg_url, pg, pg_dir = start_postgres()
+    backends = Backends(d)
     # random kills can hit one job several times before any of its slices finishes: the guard
     # that fails a job which keeps killing its workers (LWL_MAX_ATTEMPTS, 3) would end it
-    env = {"LWL_BROKER_URL": redis_url, "LWL_DATABASE_URL": pg_url, "LWL_SLICE_SECONDS": "5",
-           "LWL_MAX_ATTEMPTS": str(args.kills + 5)}
+    env = {**backends.env, "LWL_SLICE_SECONDS": "5", "LWL_MAX_ATTEMPTS": str(args.kills + 5)}
     api = Server(d, env=env, no_worker=True).start()
     workers = [start_worker(d, env, f"w{i}") for i in range(args.workers)]
     url = api.url
@@ -125,9 +123,7 @@ def main() -> None:
         for w in workers:
             w.stop()
         api.stop()
-        pg.stop()
-        redis.stop()
-        shutil.rmtree(pg_dir, ignore_errors=True)
+        backends.stop()
         shutil.rmtree(d, ignore_errors=True)
 
 

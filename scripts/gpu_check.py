@@ -23,8 +23,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.processes import (ENV_BASE, Proc, Server, start_postgres, start_redis, start_worker,  # noqa: E402
-                               wait_until)
+from service.processes import ENV_BASE, Backends, Proc, Server, start_worker, wait_until  # noqa: E402
 
 
 def main() -> int:
@@ -34,9 +33,8 @@ def main() -> int:
         print("no CUDA device here: run this on a GPU machine")
         return 2
     d = Path(tempfile.mkdtemp(prefix="lwl-gpu-check-"))
-    redis_url, redis = start_redis(d)
-    pg_url, pg, pg_dir = start_postgres()
-    env = {"LWL_BROKER_URL": redis_url, "LWL_DATABASE_URL": pg_url}
+    backends = Backends(d)
+    env = backends.env
     api = Server(d, env=env, no_worker=True).start()
     cpu = start_worker(d, env, "cpu")
     gpu = Proc([sys.executable, "-m", "lwl.cli", "worker", "--device", "cuda"],
@@ -80,9 +78,7 @@ def main() -> int:
         for p in (gpu, cpu):
             p.stop()
         api.stop()
-        pg.stop()
-        redis.stop()
-        shutil.rmtree(pg_dir, ignore_errors=True)
+        backends.stop()
         shutil.rmtree(d, ignore_errors=True)
     print("GPU check", "passed" if ok else "FAILED")
     return 0 if ok else 1

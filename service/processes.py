@@ -153,3 +153,20 @@ def start_postgres() -> tuple[str, Proc, Path]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE DATABASE lwl")
     return f"postgresql+psycopg://lwl@127.0.0.1:{port}/lwl", proc, d
+
+
+class Backends:
+    """redis-server and PostgreSQL for a distributed stack on loopback (the benches' and scripts'
+    counterpart of the tests' session fixtures); ``env`` points lwl at them."""
+
+    def __init__(self, directory: Path):
+        self.redis_url, self._redis = start_redis(directory)
+        self.database_url, self._pg, self._pg_dir = start_postgres()
+        self.env = {"LWL_BROKER_URL": self.redis_url, "LWL_DATABASE_URL": self.database_url}
+
+    def stop(self) -> None:
+        import shutil
+
+        self._pg.stop()
+        self._redis.stop()
+        shutil.rmtree(self._pg_dir, ignore_errors=True)

@@ -209,11 +209,17 @@ def test_live_page_advances_while_the_job_runs(tab, alice):
     assert tab.errors == []
 
 
-def test_asktell_labels_uploaded_through_the_page_resume_the_job(tab, alice, tmp_path):
+def open_waiting_asktell_job(tab, alice):
+    """An ask/tell job waiting for its first labels, open in the tab at its batch panel."""
     job_id = alice.submit(asktell_spec())
     wait_status(alice, job_id, "awaiting_labels", 60)
     page = tab.go(f"#/jobs/{job_id}")
     page.wait_for_selector("#asktell #batch-id")
+    return job_id, page
+
+
+def test_asktell_labels_uploaded_through_the_page_resume_the_job(tab, alice, tmp_path):
+    job_id, page = open_waiting_asktell_job(tab, alice)
     tab.shot("job-asktell")
     oracle = make_oracle({"name": "friedman1"})
     for round_ in range(50):
@@ -239,10 +245,7 @@ def test_asktell_labels_uploaded_through_the_page_resume_the_job(tab, alice, tmp
 
 
 def test_a_wrong_labels_file_shows_the_problem(tab, alice, tmp_path):
-    job_id = alice.submit(asktell_spec())
-    wait_status(alice, job_id, "awaiting_labels", 60)
-    page = tab.go(f"#/jobs/{job_id}")
-    page.wait_for_selector("#asktell #batch-id")
+    job_id, page = open_waiting_asktell_job(tab, alice)
     bad = tmp_path / "short.csv"
     bad.write_text("1.0\n2.0\n")
     page.set_input_files("#labels-file", str(bad))
