@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="lwl: learning where to learn.")
 console = Console(stderr=True)
 
-EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte")
+EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte", "eit")
 
 
 class _LogProgress:
@@ -152,7 +152,9 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool)"),
                merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
                                                               "runs (one of them gaussian): write one table of all "
-                                                              "families to OUT instead of running")):
+                                                              "families to OUT instead of running"),
+               cache: Path = typer.Option(Path.home() / ".cache" / "lwl", "--cache",
+                                          help="eit: where the generated data are kept (npz) and reused")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
     if name not in EXPERIMENTS:
         console.print(f"[red]unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
@@ -162,6 +164,8 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                           [int(n) for n in sizes.split(",")] if sizes else None, resume)
     if name == "robustness":
         return _robustness_study(preset, out)
+    if name == "eit":
+        return _eit_study(preset, out, cache)
     if name != "table1":
         return _operator_study(name, preset, out, runs)
     from lwl.experiments import table1
@@ -211,6 +215,26 @@ def _robustness_study(preset: str, out: Path | None) -> None:
 
         doc = robustness.run(preset, progress=progress)
     _report(robustness.write_outputs(doc, out), out)
+
+
+def _eit_study(preset: str, out: Path | None, cache: Path) -> None:
+    """AMINO on EIT (lwl.experiments.eit): one tick per trained model."""
+    from lwl.experiments import eit
+
+    if preset not in eit.PRESETS:
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(eit.PRESETS)}")
+        raise typer.Exit(2)
+    cfg = eit.PRESETS[preset]
+    out = out or Path("runs") / f"eit-{preset}"
+    ticks = cfg["candidates"] + 2 * cfg["refine"] + (1 if cfg["reference"] else 0)
+    with _progress() as bar:
+        task = bar.add_task(f"eit ({preset})", total=ticks, info="")
+
+        def progress(msg: str) -> None:
+            bar.update(task, advance=0 if msg.startswith("data") else 1, info=msg)
+
+        doc = eit.run(preset, cache=cache, progress=progress)
+    _report(eit.write_outputs(doc, out), out)
 
 
 def _report(paths, out: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from lwl.measures import Gaussian
+from lwl.measures import Gaussian, UniformBox
 from lwl.registry import Registry
 from lwl.spec import TestDistributionsSpec
 from lwl.streams import STREAM_Q
@@ -29,6 +29,7 @@ def _no_datasets(ref: str) -> np.ndarray:
 # samples: build(value of that field, size, seed, dataset resolver) -> (M, d) float64 array.
 MEMBER_KINDS = Registry("member kind")
 MEMBER_KINDS.register("gaussian", None, lambda g, size, seed, _: Gaussian(g.mean, cov=g.cov).sample(size, seed))
+MEMBER_KINDS.register("uniform", None, lambda u, size, seed, _: UniformBox(u.low, u.high).sample(size, seed))
 MEMBER_KINDS.register("kle", None, lambda p, size, seed, _: p.measure().sample(size, seed))
 MEMBER_KINDS.register("lognormal", None, lambda p, size, seed, _: np.exp(p.measure().sample(size, seed)))
 MEMBER_KINDS.register("samples", None, lambda rows, size, seed, _: np.asarray(rows, dtype=np.float64))

@@ -18,7 +18,7 @@ MAX_MEMBER_SIZE = 1_000_000
 MAX_SEED = 2**53 - 1  # the largest integer every JSON parser reads exactly
 BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")  # lwl.design.baselines registers each
 POOL_BASELINES = ("ncoreset", "acoreset")  # they select from Q's validation pool
-MEMBER_KINDS = ("gaussian", "kle", "lognormal", "samples", "dataset")  # lwl.q_samples samples each
+MEMBER_KINDS = ("gaussian", "uniform", "kle", "lognormal", "samples", "dataset")  # lwl.q_samples samples each
 DEFAULT_BASELINES = ("normal", "barycenter", "mixture")  # a bilevel job's verdict compares with these
 
 
@@ -129,6 +129,20 @@ class GaussianMember(StrictModel):
         return self
 
 
+class UniformMember(StrictModel):
+    """The uniform law on the box [low, high] (per coordinate)."""
+    low: list[float] = Field(min_length=1)
+    high: list[float] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _box(self):
+        if len(self.low) != len(self.high):
+            raise ValueError(f"high: {len(self.high)} bounds for {len(self.low)} lower bounds")
+        if any(h <= lo for lo, h in zip(self.low, self.high)):
+            raise ValueError("high: every upper bound must exceed its lower bound")
+        return self
+
+
 class KLEParameters(StrictModel):
     """A Matern-like KLE Gaussian on grid functions (:class:`lwl.measures.KLEGaussian`):
     sqrt(lambda_j) = sigma (c j^2 + tau^2)^(-alpha/2) on the sine basis of [0, 1] (``sine1d``),
@@ -169,6 +183,7 @@ class MemberSpec(StrictModel):
     array, resolved by the service or the CLI)."""
 
     gaussian: GaussianMember | None = None
+    uniform: UniformMember | None = None
     kle: KLEParameters | None = None
     lognormal: KLEParameters | None = None
     samples: list[list[float]] | None = Field(default=None, min_length=1)
@@ -179,14 +194,15 @@ class MemberSpec(StrictModel):
     def _one_source(self):
         given = [k for k in MEMBER_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of gaussian, kle, lognormal, samples, dataset (got {given or 'none'})")
+            raise ValueError(f"give exactly one of {', '.join(MEMBER_KINDS)} (got {given or 'none'})")
         for kle in (self.kle, self.lognormal):
             if kle is not None:
                 kle.measure()  # parameter checks
         if self.lognormal is not None and self.size is None:
             raise ValueError("size: a lognormal member needs the number of samples to draw")
-        if self.gaussian is not None and self.size is None:
-            raise ValueError("size: a gaussian member needs the number of samples to draw")
+        for kind in ("gaussian", "uniform"):
+            if getattr(self, kind) is not None and self.size is None:
+                raise ValueError(f"size: a {kind} member needs the number of samples to draw")
         if self.samples is not None:
             _check_rectangular(self.samples, "samples")
             if self.size is not None and self.size != len(self.samples):
@@ -197,6 +213,8 @@ class MemberSpec(StrictModel):
     def dim(self) -> int | None:
         if self.gaussian is not None:
             return len(self.gaussian.mean)
+        if self.uniform is not None:
+            return len(self.uniform.low)
         if self.kle is not None:
             return self.kle.dim
         if self.lognormal is not None:
@@ -385,6 +403,55 @@ class ParticlesFamilySpec(StrictModel):
         return self.grid**2
 
 
+class IntervalFamilySpec(StrictModel):
+    """U[l, l + width] for a scalar design variable (EIT: the Dirichlet data's frequency omega),
+    the position l free in [range[0], range[1] - width]. Moved by ``interval_search``."""
+    name: Literal["interval"] = "interval"
+    dim_field: ClassVar[str] = "name"
+    width: float = Field(gt=0, description="the interval's fixed width (the paper's EIT laws: pi / 2)")
+    range: Annotated[list[float], Field(min_length=2, max_length=2)] = Field(
+        description="[lower, upper]: where the interval may lie (the paper's EIT: [pi / 2, 7 pi])")
+
+    @model_validator(mode="after")
+    def _fits(self):
+        lo, hi = self.range
+        if not hi > lo:
+            raise ValueError("range: the upper end must exceed the lower end")
+        if self.width > hi - lo:
+            raise ValueError(f"width: {self.width} is wider than the range [{lo}, {hi}]")
+        return self
+
+    @property
+    def dim(self) -> int:
+        return 1
+
+
+class AMINOSpec(StrictModel):
+    """AMINO (paper SM AMINO; lwl.models.amino): convolutional branch on each Dirichlet-Neumann
+    pair, averaged over the pairs, trunk MLP, one Fourier layer; AdamW. The defaults are a reduced
+    model that trains on a CPU in about a minute per candidate at grid 24; the paper's sizes are
+    channels [64, 128, 128, 256, 256, 512, 512, 512], trunk 8 x 512, latent 100, FNO 128 x 32 modes,
+    500 epochs."""
+    name: Literal["amino"] = "amino"
+    channels: list[int] = Field(default_factory=lambda: [16, 32, 32, 64, 64, 128, 128, 128],
+                                min_length=8, max_length=8)
+    trunk_layers: int = Field(default=4, ge=1, le=32)
+    trunk_width: int = Field(default=128, ge=1, le=4096)
+    latent: int = Field(default=64, ge=1, le=4096)
+    fno_channels: int = Field(default=32, ge=1, le=1024)
+    fno_modes: int = Field(default=12, ge=1, le=256)
+    epochs: int = Field(default=40, ge=1, le=100_000)
+    batch_size: int = Field(default=16, ge=1, le=100_000)
+    learning_rate: float = Field(default=1e-3, gt=0)
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, v: list[int]) -> list[int]:
+        if any(c < 1 or c > 4096 for c in v):
+            raise ValueError("every width must lie in 1..4096")
+        return v
+
+
 class DeepONetSpec(StrictModel):
     """DeepONet (SM DeepONet): ReLU branch and trunk MLPs with the given hidden widths plus a
     common last width ``latent``; Adam with ``learning_rate``, ``iterations`` full-batch steps per
@@ -498,6 +565,26 @@ class ParticleAMASpec(StrictModel):
     lipschitz_model: float | None = Field(default=None, gt=0, description="R; estimated when omitted")
 
 
+class IntervalSearchSpec(StrictModel):
+    """Validation-driven search for the position of an interval family (lwl.design.interval_search):
+    a grid of ``candidates`` positions, then ``refine`` rounds of midpoints around the best; each
+    candidate trains the model on ``samples_per_candidate`` conductivities with ``pairs`` boundary
+    data each and is scored by its relative L^1 error on ``validation_samples`` conductivities
+    whose frequencies come from Q's validation samples. Needs the ``eit`` oracle and ``amino``."""
+    name: Literal["interval_search"] = "interval_search"
+    candidates: int = Field(default=13, ge=2, le=1000)
+    refine: int = Field(default=1, ge=0, le=20)
+    pairs: int = Field(default=16, ge=1, le=10_000, description="L: boundary data pairs per conductivity")
+    samples_per_candidate: int = Field(default=256, ge=2, le=1_000_000)
+    validation_samples: int = Field(default=64, ge=1, le=1_000_000)
+
+    @property
+    def iterations(self) -> int:
+        """At most this many candidates are trained (the progress total; the validation labels
+        before them are no iteration)."""
+        return self.candidates + 2 * self.refine
+
+
 class EvaluationSpec(StrictModel):
     """Err of the final distribution and of baselines on the held-out Q samples: a KRR model
     is trained on ``train_size`` labelled samples with ridge N sigma^2 = ``ridge``."""
@@ -554,7 +641,12 @@ class JobSpec(StrictModel):
         oracle = info.data.get("oracle")
         if oracle is not None and dim is not None:
             o = oracle.build()
-            if dim < o.min_dim or (o.dim is not None and dim != o.dim):
+            if o.design_dim is not None:  # the design picks a part of each input (eit: omega)
+                if dim != o.design_dim:
+                    where = field if fam_dim is not None else "test_distributions.members"
+                    raise ValueError(f"{where}: a design for oracle {oracle.name} chooses {o.design_dim} "
+                                     f"input coordinate(s), got dimension {dim}")
+            elif dim < o.min_dim or (o.dim is not None and dim != o.dim):
                 want = o.dim if o.dim is not None else f">= {o.min_dim}"
                 where = field if fam_dim is not None else "test_distributions.members"
                 raise ValueError(f"{where}: oracle {oracle.name} takes inputs of dimension {want}, got {dim}")
@@ -685,6 +777,20 @@ def _check_particle_ama(spec: JobSpec) -> None:
     _kle_member_sizes(spec)
 
 
+def _check_interval_search(spec: JobSpec) -> None:
+    """Interval search: an interval family, AMINO, the eit oracle, scalar members of Q."""
+    if spec.family.name != "interval":
+        raise ValueError("family.name: interval_search moves an interval family ('interval')")
+    if spec.model.name != "amino":
+        raise ValueError("model.name: interval_search trains AMINO ('amino')")
+    if spec.oracle.name != "eit":
+        raise ValueError("oracle.name: interval_search designs the Dirichlet data of the eit oracle")
+    if spec.evaluation.baselines:
+        raise ValueError("evaluation.baselines: interval_search has no baselines (set [])")
+    if spec.algorithm.samples_per_candidate < spec.model.batch_size:
+        raise ValueError("algorithm.samples_per_candidate: fewer samples than one batch of the model")
+
+
 def _rebuild_job_spec() -> None:
     """Re-derive JobSpec's tagged unions from the registries (called when an entry is added)."""
     from typing import Union
@@ -716,13 +822,18 @@ def _register_builtins() -> None:
     FAMILIES.register("kle", KLEFamilySpec, moved_by="ama")
     FAMILIES.register("particles", ParticlesFamilySpec, moved_by="particle_ama")
     MODELS.register("krr", KRRSpec)
+    FAMILIES.register("interval", IntervalFamilySpec, moved_by="interval_search")
     MODELS.register("deeponet", DeepONetSpec)
+    MODELS.register("amino", AMINOSpec)
     ALGORITHMS.register("bilevel", BilevelSpec, "lwl.design.bilevel:build", _check_bilevel,
                         evaluate="lwl.design.bilevel:evaluate", final_steps=0, baselines=DEFAULT_BASELINES)
     ALGORITHMS.register("ama", AMASpec, "lwl.design.ama:build", _check_ama,
                         evaluate="lwl.design.ama:evaluate", final_steps=1, prefers_gpu=True)
     ALGORITHMS.register("particle_ama", ParticleAMASpec, "lwl.design.particles:build", _check_particle_ama,
                         evaluate="lwl.design.particles:evaluate", final_steps=1, prefers_gpu=True)
+    ALGORITHMS.register("interval_search", IntervalSearchSpec, "lwl.design.interval_search:build",
+                        _check_interval_search, evaluate="lwl.design.interval_search:evaluate", final_steps=0,
+                        prefers_gpu=True)
     for registry in (FAMILIES, MODELS, ALGORITHMS):
         registry.on_change(_rebuild_job_spec)
     _rebuild_job_spec()

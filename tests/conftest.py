@@ -52,6 +52,20 @@ def ama_spec() -> dict:
 
 
 @pytest.fixture
+def eit_spec() -> dict:
+    """examples/eit_interval.json made small enough to run in seconds (grid 9, a tiny AMINO)."""
+    s = json.loads((ROOT / "examples" / "eit_interval.json").read_text())
+    s["oracle"]["params"]["grid"] = 9
+    s["test_distributions"]["members"][0]["size"] = 60
+    s["test_distributions"]["validation_per_member"] = 30
+    s["model"].update(channels=[4, 8, 8, 8, 8, 8, 8, 8], trunk_layers=2, trunk_width=16, latent=8, fno_channels=4,
+                      fno_modes=3, epochs=2, batch_size=8)
+    s["algorithm"].update(candidates=3, refine=1, pairs=4, samples_per_candidate=16, validation_samples=8)
+    s["device"] = "cpu"
+    return s
+
+
+@pytest.fixture
 def particle_spec() -> dict:
     """examples/rte_particles.json made small enough to run in seconds (grid 9)."""
     s = json.loads((ROOT / "examples" / "rte_particles.json").read_text())

@@ -21,6 +21,9 @@ class Oracle(ABC):
     min_dim: int = 1
     #: output shape of one label: () for scalar functions
     output_shape: tuple[int, ...] = ()
+    #: None: a design chooses whole inputs. k: a design chooses k coordinates of each input
+    #: (Q and the family live in R^k) and the algorithm completes the rows (eit: omega)
+    design_dim: int | None = None
 
     def __init__(self, dim: int | None = None):
         if dim is not None and dim < self.min_dim:

@@ -135,6 +135,7 @@ class EIT(Oracle):
     boundary nodes. params: ``grid`` M (70, the paper's)."""
 
     min_dim = 2 + MAX_TERMS
+    design_dim = 1  # a design chooses the law of omega; angles and conductivities complete the rows
 
     def __init__(self, grid: int = 70):
         if not 4 <= grid <= 512:

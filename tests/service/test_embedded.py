@@ -98,6 +98,22 @@ def test_particle_ama_job_succeeds_and_matches_the_library(alice, particle_spec)
     assert exc.value.status == 422 and "oracle" in json.dumps(exc.value.problem)
 
 
+def test_eit_interval_job_succeeds_and_matches_the_library(alice, eit_spec):
+    job_id = alice.submit(eit_spec)
+    done = alice.wait(job_id, progress=False, timeout=300)
+    assert done["status"] == "succeeded", done
+    assert done["progress"]["iteration"] == done["progress"]["total"] == 5  # 3 grid points + 2 midpoints
+    local = run_job(eit_spec)
+    assert alice.distribution(job_id) == local["distribution"]
+    assert alice.result(job_id)["evaluation"] == local["evaluation"]
+    assert [h["validation_error"] for h in alice.history(job_id)] == [h["validation_error"] for h in local["history"]]
+    # samples of the designed omega law, bit for bit the library's
+    assert np.array_equal(alice.samples(job_id, 20, 3, npy=True), from_spec(local["distribution"]).sample(20, 3))
+    with pytest.raises(ApiError) as exc:  # the interval family is moved by interval_search only
+        alice.submit({**eit_spec, "algorithm": {"name": "bilevel"}, "model": {"name": "krr"}})
+    assert exc.value.status == 422 and "interval_search" in json.dumps(exc.value.problem)
+
+
 def test_submit_answers_202_with_location_and_idempotency(server, alice):
     body = json.dumps(small_job(iterations=3))
     h = {"Authorization": f"Bearer {ALICE}", "Content-Type": "application/json", "Idempotency-Key": "k1"}
@@ -261,8 +277,9 @@ def test_catalog_health_metrics(server, alice):
     cat = alice.catalog()
     assert {o["name"] for o in cat["oracles"]} >= {"sobol_g", "friedman1", "friedman2", "kernel_expansion"}
     assert cat["algorithms"][0]["name"] == "bilevel" and "properties" in cat["algorithms"][0]["schema"]
-    assert {a["name"] for a in cat["algorithms"]} == {"bilevel", "ama", "particle_ama"}
-    assert {f["name"] for f in cat["families"]} == {"gaussian", "mixture", "pool", "kle", "particles"}
+    assert {a["name"] for a in cat["algorithms"]} == {"bilevel", "ama", "particle_ama", "interval_search"}
+    assert {f["name"] for f in cat["families"]} == {"gaussian", "mixture", "pool", "kle", "particles", "interval"}
+    assert "eit" in {o["name"] for o in cat["oracles"]} and "amino" in {m["name"] for m in cat["models"]}
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/readyz").json()["checks"] == {"store": "ok", "broker": "ok"}
     text = httpx.get(f"{server.url}/metrics").text

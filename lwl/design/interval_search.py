@@ -1,0 +1,184 @@
+"""Validation-driven design of a scalar training law: where to put a fixed-width interval.
+
+Beyond the paper. SM "AMINO for EIT" compares four hand-picked training laws omega ~ U[l, l + pi/2]
+for the Dirichlet data's frequency and shows that the choice decides the OOD error (Table 2).
+Here the position l is designed: the family is U[l, l + w] with l in [lo, hi - w]; the objective
+is the OOD error of the model trained on the law, measured as the paper measures it (mean
+relative L^1 error of the reconstructed conductivity) on Q's *validation* samples of omega, each
+with its own conductivity from the prior; Q's held-out samples are kept for the evaluation.
+
+The objective is a trained network's error: not differentiable in l at any useful cost and
+noisy, so the search is global and derivative-free: a grid of ``candidates`` positions over the
+whole range (it contains the paper's four intervals for the default grid of 13 over [pi/2, 7 pi]),
+then ``refine`` rounds that evaluate the midpoints between the best position and its evaluated
+neighbours. Every candidate trains on the same conductivities and the same uniform draws
+u ~ U[0, 1]^(n x L), omega = l + w u (common random numbers), so candidates differ only in l.
+The returned law is the candidate with the smallest validation error; the history lists every
+candidate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from lwl.design.stepper import StepperDefaults
+from lwl.measures import UniformBox
+from lwl.oracles.eit import angles, conductivity, dirichlet_data, draw_coefficients
+from lwl.q_samples import MetaTestSamples
+from lwl.streams import STREAM_EVAL, STREAM_TRAIN
+
+STREAM_VALIDATION_PAIRS = 21  # which of Q's validation omegas each validation pair takes
+STREAM_PRIOR = 22  # the conductivities of training / validation / evaluation sets
+
+
+class IntervalSearch:
+    """Grid, then midpoint refinement around the best, over the lower end l of [l, l + width]."""
+
+    def __init__(self, lo: float, hi: float, width: float, candidates: int = 13, refine: int = 1):
+        if not hi - lo >= width > 0:
+            raise ValueError(f"family.width: {width} does not fit in the range [{lo}, {hi}]")
+        self.lo, self.hi, self.width, self.candidates, self.refine = lo, hi, width, candidates, refine
+
+    def grid(self) -> list[float]:
+        return np.linspace(self.lo, self.hi - self.width, self.candidates).tolist()
+
+    def refinement(self, scores: dict[float, float]) -> list[float]:
+        """The midpoints between the best evaluated position and its evaluated neighbours."""
+        lows = sorted(scores)
+        k = int(np.argmin([scores[x] for x in lows]))
+        out = [0.5 * (lows[j] + lows[k]) for j in (k - 1, k + 1) if 0 <= j < len(lows)]
+        return [x for x in out if all(abs(x - y) > 1e-12 for y in lows)]
+
+    @property
+    def evaluations(self) -> int:
+        """At most this many candidates are trained."""
+        return self.candidates + 2 * self.refine
+
+
+def pair_rows(coefficients: np.ndarray, omega: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """The ``eit`` oracle's rows [omega, theta, c] of n conductivities with L pairs each (n*L rows)."""
+    n, L = omega.shape
+    th = np.broadcast_to(theta, (n, L))
+    return np.concatenate([omega.reshape(-1, 1), th.reshape(-1, 1), np.repeat(coefficients, L, axis=0)], 1)
+
+
+class IntervalSearchDesign(StepperDefaults):
+    """The ``interval_search`` algorithm as a stepper (module docstring). Queries: first the
+    validation pairs (Q's validation omegas with prior conductivities), then one training set per
+    candidate; ``step`` trains the model on it and records its validation error."""
+
+    def __init__(self, search: IntervalSearch, q: MetaTestSamples, grid: int, model_factory, *,
+                 pairs: int = 16, train_size: int = 256, validation_size: int = 64, seed: int = 0):
+        self.search, self.q, self.grid, self.model_factory = search, q, grid, model_factory
+        self.pairs, self.train_size, self.validation_size, self.seed = pairs, train_size, validation_size, seed
+        self.theta = angles(pairs)
+        rng = np.random.default_rng([seed, STREAM_PRIOR, 0])
+        self.c_train = draw_coefficients(train_size, rng)
+        self.u_train = np.random.default_rng([seed, STREAM_TRAIN]).random((train_size, pairs))
+        rng = np.random.default_rng([seed, STREAM_PRIOR, 1])
+        self.c_val = draw_coefficients(validation_size, rng)
+        omegas = np.concatenate(q.validation)[:, 0]
+        pick = np.random.default_rng([seed, STREAM_VALIDATION_PAIRS]).integers(0, len(omegas), (validation_size, pairs))
+        self.omega_val = omegas[pick]
+
+    @classmethod
+    def from_spec(cls, spec, resolve) -> "IntervalSearchDesign":
+        from lwl.models.amino import amino_factory
+
+        fam, a = spec.family, spec.algorithm
+        q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve)
+        grid = spec.oracle.build().grid
+        search = IntervalSearch(fam.range[0], fam.range[1], fam.width, a.candidates, a.refine)
+        return cls(search, q, grid, amino_factory(spec.model, grid, spec.device), pairs=a.pairs,
+                   train_size=a.samples_per_candidate, validation_size=a.validation_samples, seed=spec.seed)
+
+    # -- the stepper contract -----------------------------------------------------------------------
+    def init(self) -> dict[str, Any]:
+        return {"iteration": 0, "phase": "validation", "queue": self.search.grid(), "round": 0,
+                "scores": {}, "history": []}
+
+    def done(self, state) -> bool:
+        return state["phase"] == "done"
+
+    def queries(self, state) -> np.ndarray:
+        if state["phase"] == "validation":
+            return pair_rows(self.c_val, self.omega_val, self.theta)
+        return pair_rows(self.c_train, self.training_omega(state["queue"][0]), self.theta)
+
+    def step(self, state, labels) -> dict[str, Any]:
+        state = dict(state)
+        g = np.asarray(labels, dtype=np.float64).reshape(-1, self.pairs, 4 * self.grid - 4)
+        if state["phase"] == "validation":
+            state["validation_neumann"] = g
+            state["phase"] = "search"
+            return state
+        low, queue = state["queue"][0], list(state["queue"][1:])
+        model = self.train(low, g)
+        err = model.errors(dirichlet_data(self.omega_val, self.theta, self.grid), state["validation_neumann"],
+                           conductivity(self.c_val, self.grid))
+        scores = {**state["scores"], repr(float(low)): float(err.mean())}
+        record = {"iteration": state["iteration"], "low": float(low), "high": float(low + self.search.width),
+                  "validation_error": float(err.mean()), "validation_sd": float(err.std()),
+                  "final_train_loss": float(model.loss_history_[-1])}
+        state.update(iteration=state["iteration"] + 1, scores=scores, history=[*state["history"], record])
+        if not queue and state["round"] < self.search.refine:
+            queue = self.search.refinement({float(k): v for k, v in scores.items()})
+            state["round"] += 1
+        state["queue"] = queue
+        if not queue:
+            state["phase"] = "done"
+        return state
+
+    def result(self, state) -> dict[str, Any]:
+        best = self.best(state)
+        history = [{**r, "selected": r["low"] == best} for r in state["history"]]
+        kept = next(r for r in history if r["selected"])
+        return {"distribution": self.law(best).to_spec(), "history": history,
+                "selected": {"iteration": kept["iteration"], "low": best, "validation_error": kept["validation_error"]}}
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def best(self, state) -> float:
+        scores = {float(k): v for k, v in state["scores"].items()}
+        return min(scores, key=lambda k: (scores[k], k))
+
+    def law(self, low: float) -> UniformBox:
+        return UniformBox([low], [low + self.search.width])
+
+    def training_omega(self, low: float) -> np.ndarray:
+        return low + self.search.width * self.u_train
+
+    def train(self, low: float, neumann: np.ndarray):
+        """The model trained on the candidate's training set (deterministic given the seed)."""
+        f = dirichlet_data(self.training_omega(low), self.theta, self.grid)
+        return self.model_factory(self.seed).fit(f, neumann, conductivity(self.c_train, self.grid))
+
+    def evaluate(self, state, oracle, n: int) -> dict[str, Any]:
+        """Held-out OOD error of the kept law's model: n conductivities from the prior, each with
+        L omegas drawn from Q's held-out samples; the model is retrained on the kept law (same
+        seed and data, so the same network)."""
+        low = self.best(state)
+        model = self.train(low, oracle.label(pair_rows(self.c_train, self.training_omega(low), self.theta))
+                           .reshape(-1, self.pairs, 4 * self.grid - 4))
+        omegas = np.concatenate(self.q.heldout)[:, 0]
+        rng = np.random.default_rng([self.seed, STREAM_EVAL])
+        c = draw_coefficients(n, rng)
+        omega = omegas[rng.integers(0, len(omegas), (n, self.pairs))]
+        g = oracle.label(pair_rows(c, omega, self.theta)).reshape(n, self.pairs, -1)
+        err = model.errors(dirichlet_data(omega, self.theta, self.grid), g, conductivity(c, self.grid))
+        return {"relative_l1_error": float(err.mean()), "relative_l1_sd": float(err.std()), "samples": n,
+                "law": {"low": low, "high": low + self.search.width}}
+
+
+def build(spec, oracle, resolve=None) -> IntervalSearchDesign:
+    """The stepper of an ``interval_search`` job (registered in :mod:`lwl.spec`)."""
+    from lwl.q_samples import _no_datasets
+
+    design = IntervalSearchDesign.from_spec(spec, resolve or _no_datasets)
+    design.spec = spec
+    return design
+
+
+def evaluate(stepper: IntervalSearchDesign, state, spec, oracle, out: dict) -> dict:
+    return {"evaluation": stepper.evaluate(state, oracle, spec.algorithm.validation_samples)}

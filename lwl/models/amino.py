@@ -1,0 +1,183 @@
+"""AMINO, a measure-theoretic inverse neural operator (paper SM "AMINO", Fig. AMINO; EIT, Table 2).
+
+AMINO maps L Dirichlet-Neumann pairs {(f_l, g_l = Lambda_a f_l)} of one conductivity a to a:
+
+    b_l = B(f_l, g_l)  (branch: convolutional encoder of the concatenated pair, then linear to R^p)
+    v(z) = < (1/L) sum_l b_l , T(z) > + b0        (DeepONet with the branch averaged over pairs)
+    a = P( sigma( K v' + W v' ) ),  v' = lift(v, z) (one Fourier layer, K the spectral convolution)
+
+Branch input: each boundary function on the 4M - 4 nodes (counter-clockwise from (0, 0), as the
+``eit`` oracle) is read as 4 sides x (M - 1) nodes, and a pair as one image of 4 rows (sides) x
+2(M - 1) columns (f's side, then g's). The paper's eight ConvBlocks (conv + LeakyReLU, kernels
+(1,7)/(1,3) with strides (1,2) on the boundary axis, the last one (4,5) over the four sides) are
+built from ``channels`` (the paper's [64, 128, 128, 256, 256, 512, 512, 512]); the last kernel is
+(4, min(5, width left)). Trunk: an MLP (the paper's 8 x 512, LeakyReLU) on the grid points; p = 100.
+FNO layer: the paper's single spectral convolution (128 channels, 32 modes) with a pointwise
+linear path, lifted from (v, x, y) and projected to one channel.
+
+lwl's choices (docs/method.md): the network outputs log a and the loss is the paper's metric,
+the relative L^1 error of a = exp(output) (so predictions are positive); f and g are scaled by
+their training RMS (stored with the weights). Sizes are parameters, so a reduced model trains on
+a CPU (the ``quick`` preset of ``lwl experiment eit``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from lwl.device import resolve_device
+
+PAPER_CHANNELS = (64, 128, 128, 256, 256, 512, 512, 512)
+#: (kernel width, stride) on the boundary axis of the first seven ConvBlocks (paper SM AMINO)
+_BLOCKS = ((7, 2), (3, 2), (3, 1), (3, 2), (3, 1), (3, 2), (3, 1))
+
+
+class SpectralConv2d(torch.nn.Module):
+    """Fourier layer K: v -> irfft2( R . rfft2(v) ) keeping ``modes`` x ``modes`` frequencies in
+    each of the two corners of the half spectrum (low positive and negative first-axis modes)."""
+
+    def __init__(self, channels: int, modes: int):
+        super().__init__()
+        self.channels, self.modes = channels, modes
+        scale = 1.0 / (channels * channels)
+        self.w1 = torch.nn.Parameter(scale * torch.randn(channels, channels, modes, modes, dtype=torch.cfloat))
+        self.w2 = torch.nn.Parameter(scale * torch.randn(channels, channels, modes, modes, dtype=torch.cfloat))
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = v.shape
+        m1, m2 = min(self.modes, H // 2), min(self.modes, W // 2 + 1)
+        vh = torch.fft.rfft2(v)
+        out = torch.zeros(B, C, H, W // 2 + 1, dtype=vh.dtype, device=v.device)
+        out[:, :, :m1, :m2] = torch.einsum("bixy,ioxy->boxy", vh[:, :, :m1, :m2], self.w1[:, :, :m1, :m2])
+        out[:, :, -m1:, :m2] = torch.einsum("bixy,ioxy->boxy", vh[:, :, -m1:, :m2], self.w2[:, :, :m1, :m2])
+        return torch.fft.irfft2(out, s=(H, W))
+
+
+class AMINO(torch.nn.Module):
+    def __init__(self, grid: int, channels=PAPER_CHANNELS, trunk_layers: int = 8, trunk_width: int = 512,
+                 latent: int = 100, fno_channels: int = 128, fno_modes: int = 32):
+        super().__init__()
+        if len(channels) != 8:
+            raise ValueError("channels: the branch has eight ConvBlocks (eight widths)")
+        self.grid, side = grid, grid - 1
+        act = lambda: torch.nn.LeakyReLU()  # noqa: E731
+        layers, c_in, width = [], 1, 2 * side
+        for c_out, (k, s) in zip(channels[:7], _BLOCKS):
+            layers += [torch.nn.Conv2d(c_in, c_out, (1, k), stride=(1, s), padding=(0, k // 2)), act()]
+            c_in, width = c_out, (width + 2 * (k // 2) - k) // s + 1
+        k_last = min(5, width)
+        layers += [torch.nn.Conv2d(c_in, channels[7], (4, k_last)), act(), torch.nn.Flatten()]
+        self.encoder = torch.nn.Sequential(*layers)
+        self.branch_out = torch.nn.Linear(channels[7] * (width - k_last + 1), latent)
+        sizes = [2] + [trunk_width] * trunk_layers
+        trunk: list[torch.nn.Module] = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            trunk += [torch.nn.Linear(a, b), act()]
+        self.trunk = torch.nn.Sequential(*trunk, torch.nn.Linear(sizes[-1], latent))
+        self.bias = torch.nn.Parameter(torch.zeros(()))
+        self.lift = torch.nn.Conv2d(3, fno_channels, 1)
+        self.spectral = SpectralConv2d(fno_channels, fno_modes)
+        self.pointwise = torch.nn.Conv2d(fno_channels, fno_channels, 1)
+        self.project = torch.nn.Sequential(torch.nn.Conv2d(fno_channels, fno_channels, 1), act(),
+                                           torch.nn.Conv2d(fno_channels, 1, 1))
+        x = torch.linspace(0.0, 1.0, grid)
+        X, Y = torch.meshgrid(x, x, indexing="ij")
+        self.register_buffer("points", torch.stack([X, Y], -1).reshape(-1, 2))
+        self.register_buffer("f_scale", torch.ones(()))
+        self.register_buffer("g_scale", torch.ones(()))
+
+    def images(self, f: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """(B, L, 4M-4) pairs -> (B*L, 1, 4, 2(M-1)) images: one row per side, f's then g's nodes."""
+        B, L, n = f.shape
+        sides = lambda u: u.reshape(B * L, 4, n // 4)  # noqa: E731
+        return torch.cat([sides(f / self.f_scale), sides(g / self.g_scale)], -1).unsqueeze(1)
+
+    def forward(self, f: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """(B, L, 4M-4) Dirichlet and Neumann data -> (B, M, M) predicted log a."""
+        B, L, _ = f.shape
+        b = self.branch_out(self.encoder(self.images(f, g))).reshape(B, L, -1).mean(1)  # average over pairs
+        v = (b @ self.trunk(self.points).T + self.bias).reshape(B, 1, self.grid, self.grid)
+        xy = self.points.T.reshape(1, 2, self.grid, self.grid).expand(B, -1, -1, -1)
+        h = self.lift(torch.cat([v, xy], 1))
+        h = torch.nn.functional.leaky_relu(self.spectral(h) + self.pointwise(h))
+        return self.project(h)[:, 0]
+
+
+def relative_l1(pred: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """Per-sample ||a - pred||_L1 / ||a||_L1 on the equispaced grid (Riemann sums: the cell
+    area cancels), paper eqn app_amino_error."""
+    return (pred - a).abs().flatten(1).sum(1) / a.abs().flatten(1).sum(1)
+
+
+class AMINORegressor:
+    """Train AMINO scikit-learn style: ``fit(f, g, a)`` returns self, ``predict(f, g)`` gives a.
+
+    AdamW (the paper's, learning rate 1e-3) on mini-batches of ``batch_size`` conductivities
+    (each with all its L pairs) for ``epochs`` passes; the loss is the mean relative L^1 error."""
+
+    def __init__(self, grid: int, *, channels=PAPER_CHANNELS, trunk_layers: int = 8, trunk_width: int = 512,
+                 latent: int = 100, fno_channels: int = 128, fno_modes: int = 32, epochs: int = 500,
+                 batch_size: int = 32, learning_rate: float = 1e-3, weight_decay: float = 1e-2,
+                 seed: int = 0, device: str = "auto"):
+        self.grid, self.channels, self.trunk_layers, self.trunk_width = grid, tuple(channels), trunk_layers, trunk_width
+        self.latent, self.fno_channels, self.fno_modes = latent, fno_channels, fno_modes
+        self.epochs, self.batch_size, self.learning_rate = epochs, batch_size, learning_rate
+        self.weight_decay, self.seed, self.device = weight_decay, seed, device
+
+    def _net(self) -> AMINO:
+        return AMINO(self.grid, self.channels, self.trunk_layers, self.trunk_width, self.latent,
+                     self.fno_channels, self.fno_modes)
+
+    def fit(self, f: np.ndarray, g: np.ndarray, a: np.ndarray, progress=None) -> "AMINORegressor":
+        dev = resolve_device(self.device)
+        torch.manual_seed(self.seed)
+        rng = np.random.default_rng(self.seed)
+        self.net_ = self._net().to(dev)
+        t = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float32, device=dev)  # noqa: E731
+        F, G, A = t(f), t(g), t(a)
+        self.net_.f_scale.fill_(max(F.square().mean().sqrt().item(), 1e-12))
+        self.net_.g_scale.fill_(max(G.square().mean().sqrt().item(), 1e-12))
+        opt = torch.optim.AdamW(self.net_.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
+        n = len(A)
+        self.loss_history_ = []
+        for epoch in range(self.epochs):
+            total = torch.zeros((), device=dev)
+            for idx in np.array_split(rng.permutation(n), max(1, -(-n // self.batch_size))):
+                i = torch.as_tensor(idx, device=dev)
+                loss = relative_l1(torch.exp(self.net_(F[i], G[i])), A[i]).mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += loss.detach() * len(idx)
+            self.loss_history_.append(float(total) / n)
+            if progress is not None:
+                progress(epoch, self.loss_history_[-1])
+        return self
+
+    def predict(self, f: np.ndarray, g: np.ndarray, batch_size: int = 64) -> np.ndarray:
+        dev = next(self.net_.parameters()).device
+        out = []
+        with torch.no_grad():
+            for s in range(0, len(f), batch_size):
+                F = torch.as_tensor(np.asarray(f[s:s + batch_size]), dtype=torch.float32, device=dev)
+                G = torch.as_tensor(np.asarray(g[s:s + batch_size]), dtype=torch.float32, device=dev)
+                out.append(torch.exp(self.net_(F, G)).cpu().numpy().astype(np.float64))
+        return np.concatenate(out)
+
+    def errors(self, f: np.ndarray, g: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Per-sample relative L^1 errors of the predictions."""
+        pred = torch.as_tensor(self.predict(f, g))
+        return relative_l1(pred, torch.as_tensor(np.asarray(a, dtype=np.float64))).numpy()
+
+
+def amino_factory(model_spec, grid: int, device: str = "auto"):
+    """``seed -> AMINORegressor`` for a job's ``model`` block (lwl.spec.AMINOSpec)."""
+    m = model_spec
+
+    def factory(seed: int) -> AMINORegressor:
+        return AMINORegressor(grid, channels=m.channels, trunk_layers=m.trunk_layers, trunk_width=m.trunk_width,
+                              latent=m.latent, fno_channels=m.fno_channels, fno_modes=m.fno_modes, epochs=m.epochs,
+                              batch_size=m.batch_size, learning_rate=m.learning_rate, seed=seed, device=device)
+
+    return factory
