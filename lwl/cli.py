@@ -130,10 +130,17 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
     v = result.get("verdict")
     if v and v.get("best_baseline"):
         word = "better than" if v["beats_best_baseline"] else "NOT better than"
-        console.print(f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {v['best_baseline']} "
+        ci = v.get("err_interval_95")
+        ci = f", 95% interval {ci[0]:.4f}-{ci[1]:.4f}" if ci else ""
+        console.print(f"verdict: the design (Err {v['err']:.4f}{ci}) is {word} the best baseline, {v['best_baseline']} "
                       f"(Err {v['baselines'][v['best_baseline']]:.4f}; ratio {v['ratio']:.3f})", highlight=False)
     for w in result.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {w}")
+    if "relative_l1_error" in result.get("evaluation", {}):
+        ev = result["evaluation"]
+        console.print(f"designed law U[{ev['law']['low']:.4g}, {ev['law']['high']:.4g}]: held-out relative L1 error "
+                      f"{ev['relative_l1_error']:.4f} ± {ev['relative_l1_sd']:.4f} ({ev['samples']} conductivities)",
+                      highlight=False)
     if "relative_ood_error" in result.get("evaluation", {}):
         console.print(f"relative OOD error: {result['evaluation']['relative_ood_error']:.4f}")
     console.print(f"wrote {out / 'result.json'}")

@@ -20,6 +20,37 @@ def relative_ood_error(pred: np.ndarray, truth: np.ndarray, point_weights: np.nd
     return float(np.sqrt(num / den))
 
 
+def relative_error_interval(pred: np.ndarray, truth: np.ndarray, members: list[int], member_weights,
+                            level: float = 0.95) -> tuple[float, float]:
+    """A confidence interval for the model's Err on Q from its held-out samples.
+
+    Err^2 = R = N / D with N = sum_k w_k mean_{i in k} e_i, D = sum_k w_k mean_{i in k} y_i^2
+    (e_i the squared error, y_i the label of held-out point i; the points of member k are i.i.d.
+    draws of nu'_k, ``members`` gives how many points each member has, in order). The delta
+    method on log R, with the linearised influence z_i = (e_i - R y_i^2) / D, gives
+    Var(log R) = sum_k w_k^2 Var_k(z) / (n_k R^2) and the interval
+    sqrt(R exp(-/+ q se)), q the normal quantile. It covers the error of *this trained model*
+    (the randomness of the held-out points), not the spread over training sets."""
+    from scipy.stats import norm
+
+    truth = np.asarray(truth, dtype=np.float64).reshape(sum(members), -1)
+    e = ((truth - np.asarray(pred, dtype=np.float64).reshape(truth.shape)) ** 2).sum(1)
+    y2 = (truth**2).sum(1)
+    w = np.asarray(member_weights, dtype=np.float64)
+    w = w / w.sum()
+    bounds = np.cumsum([0, *members])
+    parts = [slice(bounds[k], bounds[k + 1]) for k in range(len(members))]
+    num = sum(wk * e[p].mean() for wk, p in zip(w, parts))
+    den = sum(wk * y2[p].mean() for wk, p in zip(w, parts))
+    R = num / den
+    if R <= 0:
+        return 0.0, 0.0
+    z = (e - R * y2) / den
+    var = sum(wk**2 * z[p].var(ddof=1) / (p.stop - p.start) for wk, p in zip(w, parts) if p.stop - p.start > 1)
+    half = norm.ppf(0.5 + level / 2) * np.sqrt(var) / R
+    return float(np.sqrt(R * np.exp(-half))), float(np.sqrt(R * np.exp(half)))
+
+
 def member_relative_error(pairs, member_weights=None, output_weights=1.0) -> float:
     """Relative OOD error of an operator model (SM eqn app_ntd_rel_ood_error): with (Y_k, P_k)
     the oracle's and the model's outputs on samples of member k and ||.||_w the output grid's
@@ -41,14 +72,18 @@ def member_relative_error(pairs, member_weights=None, output_weights=1.0) -> flo
 
 def krr_error(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
               point_weights: np.ndarray, *, kernel: str, lengthscale: float, ridge: float,
-              device: str = "cpu") -> float:
+              device: str = "cpu", predictions: list | None = None) -> float:
     """Err of kernel ridge regression trained on (train_x, train_y) with N sigma^2 = ridge.
 
-    The paper's final models use sigma^2 = 1e-3 / N, i.e. ``ridge = 1e-3``.
+    The paper's final models use sigma^2 = 1e-3 / N, i.e. ``ridge = 1e-3``. ``predictions``, if
+    given, receives the model's predictions on ``test_x``.
     """
     n = len(train_x)
     model = KernelRidge(kernel, lengthscale, sigma2=ridge / n, device=device).fit(train_x, train_y)
-    return relative_ood_error(model.predict(test_x), test_y, point_weights)
+    pred = model.predict(test_x)
+    if predictions is not None:
+        predictions.append(pred)
+    return relative_ood_error(pred, test_y, point_weights)
 
 
 def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray | None = None,
@@ -89,6 +124,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     pool = np.concatenate(q.validation)
     pool_y = validation_labels if validation_labels is not None else None
     err_vs_n: dict[str, list[float]] = {}
+    interval = None
     for name, measure in candidates.items():
         # one seed for every candidate: Gaussians then share their standard-normal draws
         # (common random numbers), so equal distributions get equal Err and differences are
@@ -96,7 +132,11 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
         x = measure.sample(n_max, [spec.seed, STREAM_EVAL])
         y = as_numpy(oracle.label(x))
         try:
-            err_vs_n[name] = [krr_error(x[:n], y[:n], test_x, test_y, a, **kw) for n in sizes]
+            preds: list[np.ndarray] = []
+            err_vs_n[name] = [krr_error(x[:n], y[:n], test_x, test_y, a, **kw,
+                                        predictions=preds if n == ev.train_size else None) for n in sizes]
+            if name == "optimized":
+                interval = relative_error_interval(preds[0], test_y, [len(h) for h in q.heldout], q.weights)
         except (ValueError, np.linalg.LinAlgError) as exc:
             if name == "optimized":
                 raise
@@ -114,13 +154,16 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
             progress(name)
     return {"train_size": ev.train_size, "sizes": sizes, "held_out": int(len(test_x)),
             "err": {k: v[sizes.index(ev.train_size)] for k, v in err_vs_n.items()},
-            "err_vs_n": err_vs_n, "failed": failed}
+            "err_vs_n": err_vs_n, "failed": failed,
+            # 95% interval of the design's Err from the held-out points (relative_error_interval)
+            "err_interval": {"level": 0.95, "optimized": list(interval) if interval else None}}
 
 
 def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     """The design against its baselines on Q's held-out samples.
 
-    ``{"err": Err of the design, "baselines": {name: Err}, "best_baseline": name,
+    ``{"err": Err of the design, "err_interval_95": [lo, hi] of the trained model's Err on Q
+    (relative_error_interval), "baselines": {name: Err}, "best_baseline": name,
     "ratio": Err / Err of the best baseline, "beats_best_baseline": bool,
     "beats_initial": bool | None, "warnings": [...]}``. ``normal`` is the initial
     distribution of a Gaussian family (a mixture family's is ``initial``, not a baseline); a
@@ -129,7 +172,8 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     err = evaluation["err"]
     design = err["optimized"]
     baselines = {k: v for k, v in err.items() if k not in ("optimized", "initial")}
-    out = {"err": design, "baselines": baselines, "best_baseline": None, "ratio": None,
+    interval = (evaluation.get("err_interval") or {}).get("optimized")
+    out = {"err": design, "err_interval_95": interval, "baselines": baselines, "best_baseline": None, "ratio": None,
            "beats_best_baseline": None, "beats_initial": None, "warnings": list(warnings)}
     for name, why in evaluation.get("failed", {}).items():
         out["warnings"].append(f"baseline {name} could not be evaluated: {why}")

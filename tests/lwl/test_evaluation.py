@@ -60,3 +60,29 @@ def test_verdict_reports_a_failed_baseline():
     v = verdict({"err": {"optimized": 0.2, "normal": 0.5}, "failed": {"barycenter": "boom"}})
     assert v["best_baseline"] == "normal" and any("barycenter could not be evaluated: boom" in w
                                                    for w in v["warnings"])
+
+
+def test_err_interval_covers_a_known_error_at_its_nominal_rate():
+    """A fixed predictor p(x) = 0.8 a.x + 0.3 x_2 of G*(x) = a.x on Q = two Gaussians: with
+    b = 0.2 a - 0.3 e_2, Err^2 = sum_k w_k b'(S_k + m_k m_k')b / sum_k w_k a'(S_k + m_k m_k')a exactly;
+    400 independent held-out sets of 300 + 200 points."""
+    from lwl.evaluation import relative_error_interval
+
+    rng = np.random.default_rng(0)
+    a = np.array([1.0, -2.0, 0.5])
+    means, scales, w = [np.zeros(3), np.array([2.0, 0.0, 1.0])], [1.0, 0.5], [0.3, 0.7]
+    b = 0.2 * a - np.array([0.0, 0.3, 0.0])
+    moment = lambda v: sum(wk * (s**2 * v @ v + (v @ m) ** 2) for wk, m, s in zip(w, means, scales))  # noqa: E731
+    err = np.sqrt(moment(b) / moment(a))
+    hits, reps = 0, 400
+    for _ in range(reps):
+        x = np.concatenate([m + s * rng.standard_normal((n, 3)) for m, s, n in zip(means, scales, (300, 200))])
+        y = x @ a
+        lo, hi = relative_error_interval(0.8 * y + 0.3 * x[:, 1], y, [300, 200], w)
+        assert lo < hi
+        hits += lo <= err <= hi
+    rate = hits / reps
+    assert abs(rate - 0.95) < 3 * np.sqrt(0.95 * 0.05 / reps), rate
+    # a wrong interval would fail: the point estimate alone covers nothing
+    lo, hi = relative_error_interval(0.8 * y + 0.3 * x[:, 1], y, [300, 200], w, level=1e-9)
+    assert hi - lo < 1e-9
