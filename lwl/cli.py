@@ -130,10 +130,16 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
     v = result.get("verdict")
     if v and v.get("best_baseline"):
         word = "better than" if v["beats_best_baseline"] else "NOT better than"
-        ci = v.get("err_interval_95")
-        ci = f", 95% interval {ci[0]:.4f}-{ci[1]:.4f}" if ci else ""
-        console.print(f"verdict: the design (Err {v['err']:.4f}{ci}) is {word} the best baseline, {v['best_baseline']} "
+        console.print(f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {v['best_baseline']} "
                       f"(Err {v['baselines'][v['best_baseline']]:.4f}; ratio {v['ratio']:.3f})", highlight=False)
+    ci = (result.get("evaluation", {}).get("err_interval") or {}).get("optimized")
+    if ci:
+        console.print(f"95% interval of the design's Err from the held-out points: {ci[0]:.4f}-{ci[1]:.4f}")
+    bound = result.get("evaluation", {}).get("bound")
+    if bound:
+        kind = "rigorous" if bound["rigorous"] else "estimated constants"
+        note = ", vacuous" if bound["vacuous"] else ""
+        console.print(f"OOD bound (Prop. 3.1, {kind}{note}): Err <= {bound['err_bound']:.4g}", highlight=False)
     for w in result.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {w}")
     if "relative_l1_error" in result.get("evaluation", {}):

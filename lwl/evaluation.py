@@ -72,17 +72,17 @@ def member_relative_error(pairs, member_weights=None, output_weights=1.0) -> flo
 
 def krr_error(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
               point_weights: np.ndarray, *, kernel: str, lengthscale: float, ridge: float,
-              device: str = "cpu", predictions: list | None = None) -> float:
+              device: str = "cpu", keep: dict | None = None) -> float:
     """Err of kernel ridge regression trained on (train_x, train_y) with N sigma^2 = ridge.
 
-    The paper's final models use sigma^2 = 1e-3 / N, i.e. ``ridge = 1e-3``. ``predictions``, if
-    given, receives the model's predictions on ``test_x``.
+    The paper's final models use sigma^2 = 1e-3 / N, i.e. ``ridge = 1e-3``. ``keep``, if given,
+    receives the fitted ``model`` and its predictions ``pred`` on ``test_x``.
     """
     n = len(train_x)
     model = KernelRidge(kernel, lengthscale, sigma2=ridge / n, device=device).fit(train_x, train_y)
     pred = model.predict(test_x)
-    if predictions is not None:
-        predictions.append(pred)
+    if keep is not None:
+        keep.update(model=model, pred=pred)
     return relative_ood_error(pred, test_y, point_weights)
 
 
@@ -124,7 +124,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     pool = np.concatenate(q.validation)
     pool_y = validation_labels if validation_labels is not None else None
     err_vs_n: dict[str, list[float]] = {}
-    interval = None
+    interval, bound = None, None
     for name, measure in candidates.items():
         # one seed for every candidate: Gaussians then share their standard-normal draws
         # (common random numbers), so equal distributions get equal Err and differences are
@@ -132,11 +132,17 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
         x = measure.sample(n_max, [spec.seed, STREAM_EVAL])
         y = as_numpy(oracle.label(x))
         try:
-            preds: list[np.ndarray] = []
+            kept: dict = {}
             err_vs_n[name] = [krr_error(x[:n], y[:n], test_x, test_y, a, **kw,
-                                        predictions=preds if n == ev.train_size else None) for n in sizes]
+                                        keep=kept if n == ev.train_size else None) for n in sizes]
             if name == "optimized":
-                interval = relative_error_interval(preds[0], test_y, [len(h) for h in q.heldout], q.weights)
+                interval = relative_error_interval(kept["pred"], test_y, [len(h) for h in q.heldout], q.weights)
+                if ev.bound:
+                    from lwl.bound import bilevel_bound
+
+                    e_q = float(a @ ((kept["pred"] - test_y) ** 2).reshape(len(a), -1).sum(1))
+                    zero_q = float(a @ (test_y**2).reshape(len(a), -1).sum(1))
+                    bound = bilevel_bound(spec, q, measure, oracle, kept["model"], e_q, zero_q)
         except (ValueError, np.linalg.LinAlgError) as exc:
             if name == "optimized":
                 raise
@@ -156,7 +162,9 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
             "err": {k: v[sizes.index(ev.train_size)] for k, v in err_vs_n.items()},
             "err_vs_n": err_vs_n, "failed": failed,
             # 95% interval of the design's Err from the held-out points (relative_error_interval)
-            "err_interval": {"level": 0.95, "optimized": list(interval) if interval else None}}
+            "err_interval": {"level": 0.95, "optimized": list(interval) if interval else None},
+            # the paper's Prop. 3.1 / Cor. 3.2 bound of the design's model (lwl.bound)
+            "bound": bound}
 
 
 def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:

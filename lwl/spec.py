@@ -595,6 +595,9 @@ class EvaluationSpec(StrictModel):
     baselines: list[Literal[BASELINES]] | None = Field(
         default=None, description="default: normal, barycenter and mixture for bilevel jobs, none otherwise")
     sizes: list[int] = Field(default_factory=list, description="extra N for an Err-vs-N curve")
+    bound: bool = Field(default=True, description="bilevel: also report the paper's OOD upper bound (Prop. 3.1 / "
+                                                  "Cor. 3.2) of the design's model, with which constants are exact "
+                                                  "(lwl.bound); costs about 2,500 oracle labels")
 
     @field_validator("sizes")
     @classmethod

@@ -10,6 +10,7 @@ STREAM_CHECK = 4  # the fixed draws of the bilevel validation checks
 STREAM_MEDIAN = 5  # the subsample of the median-distance lengthscale
 STREAM_KMEANS = 6  # k-means++ seeding of a mixture family's initial components
 STREAM_POOL = 7  # the subsample of Q's validation points that a pool family weights
+STREAM_BOUND = 8  # the OOD bound's Monte Carlo samples and Lipschitz pairs (lwl.bound)
 STREAM_TRAIN = 11  # AMA: the fixed noise of the model's training samples
 STREAM_OPT = 12  # AMA: the fixed noise of the distribution step's samples
 STREAM_LIP = 13  # AMA: Lipschitz-estimate pairs

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from scipy.optimize import differential_evolution, minimize
 
+from lwl.bound import bound_constant_squared
 from lwl.design.kle_family import KLEFamily
 from lwl.design.stepper import StepperDefaults
 from lwl.lipschitz import lipschitz_pairs, lipschitz_ratio
@@ -49,12 +50,6 @@ from lwl.streams import STREAM_LIP, STREAM_OPT, STREAM_TRAIN
 
 OPTIMIZERS = ("differential_evolution", "adam", "lbfgsb")
 PHASE_LIPSCHITZ, PHASE_ITERATE, PHASE_DONE = "lipschitz", "iterate", "done"
-
-
-def bound_constant_squared(L: float, R: float, m2_nu, m2_q, zero_sq: float):
-    """c_R^2 = (L + R)^2 (4 (L + R)^2 (m2(nu) + m2(nu')) + 16 (||G*(0)||^2 + ||G_hat(0)||^2))."""
-    s = L + R
-    return s * s * (4 * s * s * (m2_nu + m2_q) + 16 * zero_sq)
 
 
 class AMADesign(StepperDefaults):

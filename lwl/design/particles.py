@@ -27,7 +27,7 @@ import numpy as np
 import ot
 import torch
 
-from lwl.design.ama import bound_constant_squared
+from lwl.bound import bound_constant_squared
 from lwl.design.stepper import StepperDefaults
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights

@@ -231,8 +231,11 @@ def markdown(doc: dict) -> str:
         lines.append(f"| U[{r['low'] / PI:.3g}π, {r['high'] / PI:.3g}π] | {_pm(r['validation'])} | {_pm(r['id'])} | "
                      f"{_pm(r['ood'])} | {r['seconds']:.0f} | {tag} |")
     info = doc["data"]
-    lines += ["", f"Data: {'generated in ' + format(info['seconds'], '.1f') + ' s' if info['generated'] else 'read'} "
-              f"from the cache {info['cache']}.", ""]
+    trained = [*doc["candidates"], *([doc["reference"]] if doc.get("reference") else [])]
+    cache = Path(info["cache"]).name if info["cache"] else "none"
+    lines += ["", f"Wall time: {sum(r['seconds'] for r in trained):.0f} s for {len(trained)} trained models on this "
+              f"machine (2 cores); data {'generated in ' + format(info['seconds'], '.1f') + ' s and cached' if info['generated'] else 'read from the cache'} "
+              f"({cache}).", ""]
     return "\n".join(lines)
 
 

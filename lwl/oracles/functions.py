@@ -90,6 +90,12 @@ class KernelExpansion(BenchmarkFunction):
         self.centres = rng.uniform(low, high, size=(centres, dim))
         self.lengthscale = lengthscale
 
+    def lipschitz_bound(self) -> float:
+        """|scale| sum_l |c_l| sqrt(2) e^(-1/2) / l: each bump's gradient 2 r / l^2 e^(-r^2 / l^2)
+        peaks at r = l / sqrt(2) (lwl.bound uses it as the exact Lip(G*))."""
+        return float(abs(self.scale) * np.abs(self.coefficients).sum() * math.sqrt(2.0) * math.exp(-0.5)
+                     / self.lengthscale)
+
     def _label(self, x):
         xp = namespace(x)
         c = asarray_like(self.centres, x)
