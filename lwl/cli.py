@@ -166,6 +166,9 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
                                                               "runs (one of them gaussian): write one table of all "
                                                               "families to OUT instead of running"),
+               select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
+                                                         "validation (validated AMA: Q's validation samples accept "
+                                                         "steps and select the returned model)"),
                cache: Path = typer.Option(Path.home() / ".cache" / "lwl", "--cache",
                                           help="eit: where the generated data are kept (npz) and reused")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
@@ -174,13 +177,13 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
         raise typer.Exit(2)
     if name == "rte":
         return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
-                          [int(n) for n in sizes.split(",")] if sizes else None, resume)
+                          [int(n) for n in sizes.split(",")] if sizes else None, resume, select)
     if name == "robustness":
         return _robustness_study(preset, out)
     if name == "eit":
         return _eit_study(preset, out, cache)
     if name != "table1":
-        return _operator_study(name, preset, out, runs)
+        return _operator_study(name, preset, out, runs, select)
     from lwl.experiments import table1
 
     if preset not in table1.PRESETS:
@@ -256,7 +259,7 @@ def _report(paths, out: Path) -> None:
     sys.stdout.write((out / "results.md").read_text())
 
 
-def _operator_study(name: str, preset: str, out: Path | None, runs: int | None) -> None:
+def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, select: str = "bound") -> None:
     """AMA studies (lwl.experiments.operators): one progress tick per AMA iteration."""
     from lwl.experiments import operators
 
@@ -264,16 +267,17 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None) 
         console.print(f"[red]unknown preset {preset!r}; known: {', '.join(operators.PRESETS[name])}")
         raise typer.Exit(2)
     cfg = operators.PRESETS[name][preset]
-    out = out or Path("runs") / f"{name}-{preset}"
+    out = out or Path("runs") / (f"{name}-{preset}" + ("" if select == "bound" else f"-{select}"))
     ticks = (runs or cfg["runs"]) * (cfg["iterations"] + 1 + (1 if name == "burgers" else 0))
     with _progress() as bar:
         task = bar.add_task(f"{name} ({preset})", total=ticks, info="")
-        doc = operators.run(name, preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg))
+        doc = operators.run(name, preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg),
+                            select=select)
     _report(operators.write_outputs(doc, out), out)
 
 
 def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[str] | None,
-               sizes: list[int] | None, resume: bool = False) -> None:
+               sizes: list[int] | None, resume: bool = False, select: str = "bound") -> None:
     """Particle AMA on the RTE (lwl.experiments.rte): one progress tick per AMA iteration;
     OUT/results.json and the figures are rewritten after every trial."""
     from lwl.experiments import rte
@@ -293,7 +297,7 @@ def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[st
         try:
             doc = rte.run(preset, runs=runs, knudsen=knudsen, sizes=sizes, previous=previous,
                           progress=lambda msg: bar.update(task, advance=1, info=msg),
-                          checkpoint=lambda partial: rte.write_outputs(partial, out))
+                          checkpoint=lambda partial: rte.write_outputs(partial, out), select=select)
         except ValueError as exc:
             console.print(f"[red]{exc}")
             raise typer.Exit(2)

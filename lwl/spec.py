@@ -545,6 +545,12 @@ class AMASpec(StrictModel):
     lipschitz_model: float | None = Field(default=None, gt=0, description="R; estimated when omitted")
     lipschitz_pairs: int = Field(default=250, ge=1, le=100_000)
     lipschitz_candidates: int = Field(default=11, ge=1, le=1000)
+    select: Literal["bound", "validation"] = Field(
+        default="bound", description="bound: the paper's AMA (steps accepted when the bound falls, last iterate "
+                                     "returned); validation: Q's validation samples accept steps and select the "
+                                     "returned iterate (lwl.design.validated)")
+    backtracks: int = Field(default=2, ge=0, le=50, description="validation: halvings back towards the kept "
+                                                                "distribution before the design stops")
 
 
 class ParticleAMASpec(StrictModel):
@@ -563,6 +569,10 @@ class ParticleAMASpec(StrictModel):
     max_field: float = Field(default=1e6, gt=0, description="a step taking a field above this has failed")
     lipschitz_oracle: float | None = Field(default=None, gt=0, description="Lip(G*); estimated when omitted")
     lipschitz_model: float | None = Field(default=None, gt=0, description="R; estimated when omitted")
+    select: Literal["bound", "validation"] = Field(
+        default="bound", description="bound: the paper's (last iterate); validation: Q's validation samples "
+                                     "accept steps and select the returned particles (lwl.design.validated)")
+    backtracks: int = Field(default=2, ge=0, le=50)
 
 
 class IntervalSearchSpec(StrictModel):

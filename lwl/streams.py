@@ -14,3 +14,4 @@ STREAM_BOUND = 8  # the OOD bound's Monte Carlo samples and Lipschitz pairs (lwl
 STREAM_TRAIN = 11  # AMA: the fixed noise of the model's training samples
 STREAM_OPT = 12  # AMA: the fixed noise of the distribution step's samples
 STREAM_LIP = 13  # AMA: Lipschitz-estimate pairs
+STREAM_VALIDATION = 14  # validated AMA: Q's validation samples (lwl.design.validated)

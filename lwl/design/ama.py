@@ -43,6 +43,7 @@ from scipy.optimize import differential_evolution, minimize
 from lwl.bound import bound_constant_squared
 from lwl.design.kle_family import KLEFamily
 from lwl.design.stepper import StepperDefaults
+from lwl.design.validated import SELECTIONS, best_weights, judge
 from lwl.lipschitz import lipschitz_pairs, lipschitz_ratio
 from lwl.measures import KLEGaussian
 from lwl.oracles import Oracle, as_numpy
@@ -68,7 +69,11 @@ class AMADesign(StepperDefaults):
                  steps: int = 500, rounds: int = 3, tol: float = 1e-7, maxiter: int = 1000,
                  model_rounds: int = 1, lipschitz_oracle: float | None = None,
                  lipschitz_model: float | None = None, lipschitz_pairs: int = 250,
-                 lipschitz_candidates: int = 11, seed: int = 0):
+                 lipschitz_candidates: int = 11, seed: int = 0, select: str = "bound",
+                 validation_size: int = 100, backtracks: int = 2):
+        if select not in SELECTIONS:
+            raise ValueError(f"select: one of {SELECTIONS}, got {select!r}")
+        self.select, self.validation_size, self.backtracks = select, validation_size, backtracks
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer: one of {OPTIMIZERS}, got {optimizer!r}")
         if optimizer == "differential_evolution" and not all(np.isfinite(family.bounds[p]).all()
@@ -107,14 +112,15 @@ class AMADesign(StepperDefaults):
                    learning_rate=a.learning_rate, steps=a.steps, rounds=a.rounds, tol=a.tol, maxiter=a.maxiter,
                    model_rounds=a.model_rounds, lipschitz_oracle=a.lipschitz_oracle,
                    lipschitz_model=a.lipschitz_model, lipschitz_pairs=a.lipschitz_pairs,
-                   lipschitz_candidates=a.lipschitz_candidates, seed=spec.seed)
+                   lipschitz_candidates=a.lipschitz_candidates, seed=spec.seed, select=a.select,
+                   validation_size=spec.test_distributions.validation_per_member, backtracks=a.backtracks)
 
     def evaluate(self, state: dict[str, Any], n: int, seed) -> dict[str, Any]:
         """Relative OOD error (SM eqn app_ntd_rel_ood_error) of the final model on ``n`` fresh
         samples of every member of Q, labelled by the oracle."""
         from lwl.evaluation import member_relative_error
 
-        model = self.model(state)
+        model = self.selected_model(state)
         samples = [m.sample(n, [*np.atleast_1d(seed).tolist(), k]) for k, m in enumerate(self.members)]
         pairs = ((self._label(U), model.predict(U)) for U in samples)
         return {"relative_ood_error": member_relative_error(pairs, self.weights.numpy(), self.output_weights),
@@ -150,6 +156,24 @@ class AMADesign(StepperDefaults):
     def model(self, state: dict[str, Any]):
         weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
         return self.model_factory(self.seed).set_weights(weights, self.z) if weights else None
+
+    def selected_model(self, state: dict[str, Any]):
+        """The model the result reports: the best validated one (``select="validation"``), else the last."""
+        weights = best_weights(state) if self.select == "validation" else {}
+        return self.model_factory(self.seed).set_weights(weights, self.z) if weights else self.model(state)
+
+    def validation_error(self, state: dict[str, Any], model) -> tuple[float, dict[str, Any]]:
+        """The model's member-weighted relative error on Q's validation samples (labelled once)."""
+        from lwl.evaluation import member_relative_error
+        from lwl.streams import STREAM_VALIDATION
+
+        U = [m.sample(self.validation_size, [self.seed, STREAM_VALIDATION, k]) for k, m in enumerate(self.members)]
+        if state.get("validation_labels") is None:
+            state = {**state, "validation_labels": np.concatenate([self._label(u) for u in U])}
+        Y = np.split(state["validation_labels"], len(U))
+        err = member_relative_error(((y, model.predict(u)) for u, y in zip(U, Y)), self.weights.numpy(),
+                                    self.output_weights)
+        return err, state
 
     # -- the bound ----------------------------------------------------------------------------
     def bound_terms(self, theta: torch.Tensor, state: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -234,9 +258,15 @@ class AMADesign(StepperDefaults):
         return self._iterate(state, labels, used)
 
     def result(self, state: dict[str, Any]) -> dict[str, Any]:
-        return {"distribution": self.family.measure(state["theta"]).to_spec(), "history": list(state["history"]),
-                "lipschitz": {"oracle": state["lipschitz_oracle"], "model": state["lipschitz_model"]},
-                "labels_used": state["labels_used"]}
+        out = {"distribution": self.family.measure(state["theta"]).to_spec(), "history": list(state["history"]),
+               "lipschitz": {"oracle": state["lipschitz_oracle"], "model": state["lipschitz_model"]},
+               "labels_used": state["labels_used"]}
+        if self.select == "validation" and state.get("best.theta") is not None:
+            out["last_distribution"] = out["distribution"]
+            out["distribution"] = self.family.measure(state["best.theta"]).to_spec()
+            out["selected"] = {"iteration": state["best_iteration"], "validation_error": state["best_validation"],
+                               "rule": "best validation error (validated AMA)"}
+        return out
 
     # -- one iteration ------------------------------------------------------------------------
     def _zero_sq(self, state, model) -> float:
@@ -287,8 +317,19 @@ class AMADesign(StepperDefaults):
         record = {"iteration": k, "theta": state["theta"].tolist(), "objective_after_model": after_model,
                   "model_rounds": rounds, "model_accepted": model_accepted,
                   "training_error": self._training_error(state["theta"], model)}
-        theta = state["theta"]
         final = k >= self.iterations
+        if self.select == "validation":
+            record["validation_error"], state = self.validation_error(state, model)
+            state, action = judge(state, "theta", model, record["validation_error"], self.backtracks)
+            record["validation_action"] = action
+            if action != "kept":  # the last distribution step validated worse than the kept pair
+                model = self.selected_model(state)
+                if action == "stop":
+                    final = True
+                else:  # retrain at the point halfway back, from the kept model; no bound step now
+                    return self._advance(state, model, record, state["objective"], used, t0, final,
+                                         reset_objective=True)
+        theta = state["theta"]
         if not final:
             proposal = self.family.clip(self._optimise(theta, state, model))
             value = self.objective(proposal, state, model)
@@ -297,12 +338,18 @@ class AMADesign(StepperDefaults):
             record.update(proposal=proposal.tolist(), proposal_objective=value, accepted=bool(accepted))
         else:
             objective = after_model
-        c, w = self.bound_terms(torch.as_tensor(theta, dtype=torch.float64), state)
+        return self._advance({**state, "theta": np.asarray(theta, dtype=np.float64)}, model, record, objective,
+                             used, t0, final)
+
+    def _advance(self, state, model, record, objective, used, t0, final, reset_objective=False) -> dict[str, Any]:
+        """The state after iteration k: the record, the model's weights, the next phase (after a
+        validated backtrack the bound at the new point is unknown: ``reset_objective``)."""
+        c, w = self.bound_terms(torch.as_tensor(state["theta"], dtype=torch.float64), state)
         record.update(objective=objective, c_term=float(c), w2_term=float(w),
                       labels_used=used + self.labels_used, seconds=time.perf_counter() - t0)
         weights = {f"model.{name}": v for name, v in model.get_weights().items()}
-        return {**state, **weights, "theta": np.asarray(theta, dtype=np.float64), "objective": objective,
-                "iteration": k + 1, "phase": PHASE_DONE if final else PHASE_ITERATE,
+        return {**state, **weights, "objective": None if reset_objective else objective,
+                "iteration": state["iteration"] + 1, "phase": PHASE_DONE if final else PHASE_ITERATE,
                 "labels_used": used + self.labels_used, "history": [*state["history"], record]}
 
     def _training_error(self, theta, model) -> float:

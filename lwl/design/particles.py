@@ -29,6 +29,7 @@ import torch
 
 from lwl.bound import bound_constant_squared
 from lwl.design.stepper import StepperDefaults
+from lwl.design.validated import SELECTIONS, best_weights, judge
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
 from lwl.memory import release_freed_memory
@@ -45,7 +46,10 @@ class ParticleAMADesign(StepperDefaults):
                  particles: int = 120, modes: int = 20, init_std: float = 1e-3, step_size: float = 0.01,
                  tol: float = 1e-6, iterations: int = 10, max_halvings: int = 30, max_field: float = 1e6,
                  lipschitz_oracle: float | None = None, lipschitz_model: float | None = None, seed: int = 0,
-                 weights=None):
+                 weights=None, select: str = "bound", backtracks: int = 2):
+        if select not in SELECTIONS:
+            raise ValueError(f"select: one of {SELECTIONS}, got {select!r}")
+        self.select, self.backtracks = select, backtracks
         self.oracle, self.grid = oracle, oracle.grid
         self.q = [torch.as_tensor(np.asarray(x), dtype=torch.float64) for x in q_samples]
         w = np.ones(len(self.q)) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -95,6 +99,24 @@ class ParticleAMADesign(StepperDefaults):
     def model(self, state):
         weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
         return self.factory(self.seed).set_weights(weights, self.z) if weights else None
+
+    def selected_model(self, state):
+        """The model the result reports: the best validated one (``select="validation"``), else the last."""
+        weights = best_weights(state) if self.select == "validation" else {}
+        return self.factory(self.seed).set_weights(weights, self.z) if weights else self.model(state)
+
+    def validation_error(self, state, model) -> tuple[float, dict[str, Any]]:
+        """The model's relative error on Q's validation samples (the OT targets; labelled once)."""
+        from lwl.evaluation import member_relative_error
+
+        if state.get("validation_labels") is None:
+            labels = [np.asarray(self.oracle.label(x.numpy())).reshape(len(x), -1) for x in self.q]
+            self.labels_used += sum(len(x) for x in self.q)
+            state = {**state, "validation_labels": np.concatenate(labels)}
+        Y = np.split(state["validation_labels"], np.cumsum([len(x) for x in self.q])[:-1])
+        err = member_relative_error(((y, model.predict(x.numpy())) for x, y in zip(self.q, Y)),
+                                    self.weights.numpy(), trapezoid_weights(self.grid))
+        return err, state
 
     # -- objective ------------------------------------------------------------------------------
     def objective(self, c: np.ndarray, state, model, grad: bool = False):
@@ -166,6 +188,14 @@ class ParticleAMADesign(StepperDefaults):
             model = previous
             value, g, parts = self.objective(state["c"], state, model, grad=True)
             record.update(model_accepted=False, **parts)
+        if self.select == "validation":
+            record["validation_error"], state = self.validation_error(state, model)
+            state, action = judge(state, "c", model, record["validation_error"], self.backtracks)
+            record["validation_action"] = action
+            if action == "stop" or (action == "backtracked" and k >= self.iterations):
+                return self._finish(state, self.selected_model(state), record, value, t0, final=True)
+            if action == "backtracked":  # retrain at the particles halfway back, from the kept model
+                return self._finish(state, self.selected_model(state), record, None, t0, final=False)
         if k >= self.iterations:
             return self._finish(state, model, record, value, t0, final=True)
         # Wasserstein step on the particles: l2 gradient of the first variation = N dF/dc_q
@@ -235,9 +265,15 @@ class ParticleAMADesign(StepperDefaults):
         return {**state, "zero_sq": state["oracle_zero_sq"] + float((m1 * m1 * w_out).sum())}
 
     def result(self, state) -> dict[str, Any]:
-        return {"distribution": LogSineParticles(state["c"], self.grid).to_spec(), "history": list(state["history"]),
-                "lipschitz": {"oracle": state["lipschitz_oracle"], "model": state["lipschitz_model"]},
-                "labels_used": state["labels_used"]}
+        out = {"distribution": LogSineParticles(state["c"], self.grid).to_spec(), "history": list(state["history"]),
+               "lipschitz": {"oracle": state["lipschitz_oracle"], "model": state["lipschitz_model"]},
+               "labels_used": state["labels_used"]}
+        if self.select == "validation" and state.get("best.c") is not None:
+            out["last_distribution"] = out["distribution"]
+            out["distribution"] = LogSineParticles(state["best.c"], self.grid).to_spec()
+            out["selected"] = {"iteration": state["best_iteration"], "validation_error": state["best_validation"],
+                               "rule": "best validation error (validated particle AMA)"}
+        return out
 
     def evaluate(self, state, heldout: list[np.ndarray] | None = None) -> dict[str, Any]:
         """Relative OOD error (SM eqn app_ntd_rel_ood_error, trapezoid L^2 norms) of the final
@@ -248,7 +284,7 @@ class ParticleAMADesign(StepperDefaults):
             raise ValueError("evaluate: no held-out samples of Q given")
         from lwl.evaluation import member_relative_error
 
-        model = self.model(state)
+        model = self.selected_model(state)
         pairs = ((self.oracle.label(U), model.predict(U)) for U in heldout)
         err = member_relative_error(pairs, self.weights.numpy(), trapezoid_weights(self.grid))
         return {"relative_ood_error": err, "samples_per_member": [len(U) for U in heldout]}
@@ -269,7 +305,8 @@ class ParticleAMADesign(StepperDefaults):
         design = cls(oracle, q.validation, factory, z, particles=fam.particles, modes=fam.modes, init_std=fam.init_std,
                    step_size=a.step_size, tol=a.tol, iterations=a.iterations, max_halvings=a.max_halvings,
                    max_field=a.max_field, lipschitz_oracle=a.lipschitz_oracle, lipschitz_model=a.lipschitz_model,
-                   seed=spec.seed, weights=spec.test_distributions.weights)
+                   seed=spec.seed, weights=spec.test_distributions.weights, select=a.select,
+                   backtracks=a.backtracks)
         design.heldout = q.heldout
         return design
 

@@ -179,13 +179,16 @@ def t_interval(values) -> tuple[float, float]:
     return float(v.mean()), float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
 
 
-def run_ama(study: Study, seed: int, tests, watch: np.ndarray | None = None, progress=None) -> dict[str, Any]:
+def run_ama(study: Study, seed: int, tests, watch: np.ndarray | None = None, progress=None,
+            select: str = "bound") -> dict[str, Any]:
     """One AMA run; the relative OOD error of each iteration's model (and its predictions on
-    ``watch``)."""
+    ``watch``) and of the model the run returns (the last one, or the best validated one with
+    ``select="validation"``, on ``n_test`` validation samples per member)."""
     design = AMADesign(study.family, study.members, study.oracle, study.factory, study.z,
                        output_weights=study.output_weights, iterations=study.cfg["iterations"],
                        n_train=study.cfg["n_train"], n_opt=study.cfg["n_opt"],
-                       model_rounds=study.cfg["model_rounds"], seed=seed, **study.ama)
+                       model_rounds=study.cfg["model_rounds"], seed=seed, select=select,
+                       validation_size=study.cfg["n_test"], **study.ama)
     errors, watched = [], []
 
     def record(state) -> None:  # after each model step: the new model's error
@@ -199,8 +202,15 @@ def run_ama(study: Study, seed: int, tests, watch: np.ndarray | None = None, pro
 
     state = iterate(design, study.oracle, design.init(), after_step=record)
     hist = state["history"]
-    return {"seed": seed, "errors": errors, "objectives": [r["objective"] for r in hist],
-            "thetas": [r["theta"] for r in hist], "final_theta": state["theta"].tolist(),
+    returned = design.result(state)
+    final = relative_ood_error(design.selected_model(state), tests, study.output_weights)
+    return {"seed": seed, "errors": errors, "final_error": final, "selected": returned.get("selected"),
+            "validation_errors": [r.get("validation_error") for r in hist],
+            "validation_actions": [r.get("validation_action") for r in hist],
+            "objectives": [r["objective"] for r in hist],
+            "thetas": [r["theta"] for r in hist],
+            "final_theta": np.asarray(state.get("best.theta", state["theta"]) if select == "validation"
+                                      else state["theta"]).tolist(),
             "accepted": [r.get("accepted") for r in hist], "labels_used": state["labels_used"],
             "lipschitz": design.result(state)["lipschitz"], "watched": watched,
             "model": design.model(state), "design": design, "state": state}
@@ -227,7 +237,14 @@ def burgers_err_vs_n(study: Study, run: dict, tests, seed: int) -> dict[str, lis
     return out
 
 
-def run(name: str, preset: str = "quick", *, runs: int | None = None, progress=None) -> dict[str, Any]:
+def _padded(rows: list[list[float]]) -> np.ndarray:
+    """Runs of unequal length (a validated run that stopped early) padded with their last value."""
+    n = max(len(r) for r in rows)
+    return np.array([list(r) + [r[-1]] * (n - len(r)) for r in rows], dtype=np.float64)
+
+
+def run(name: str, preset: str = "quick", *, runs: int | None = None, progress=None,
+        select: str = "bound") -> dict[str, Any]:
     """Run study ``name`` at ``preset``; returns the results document."""
     if name not in STUDIES:
         raise ValueError(f"unknown study {name!r}; known: {', '.join(STUDIES)}")
@@ -242,17 +259,18 @@ def run(name: str, preset: str = "quick", *, runs: int | None = None, progress=N
     watch = tests[0][0][0] if name == "darcy" else None
     results, curves = [], []
     for r in range(cfg["runs"]):
-        res = run_ama(study, r, tests, watch, progress)
+        res = run_ama(study, r, tests, watch, progress, select=select)
         if name == "burgers":
             res["err_vs_n"] = burgers_err_vs_n(study, res, tests, r)
             if progress:
                 progress(f"run {r}: error vs N done")
         results.append(res)
         curves.append(res["errors"])
-    errs = np.array(curves)
-    objs = np.array([np.asarray(r["objectives"]) / r["objectives"][0] for r in results])
+    errs = _padded(curves)
+    objs = _padded([[o / r["objectives"][0] for o in r["objectives"]] for r in results])
     doc: dict[str, Any] = {
-        "study": name, "preset": preset, "config": cfg, "runs": cfg["runs"],
+        "study": name, "preset": preset, "select": select, "config": cfg, "runs": cfg["runs"],
+        "returned_error": dict(zip(("mean", "ci95"), t_interval([r["final_error"] for r in results]))),
         "seconds": time.perf_counter() - t0, "free": study.family.free,
         "initial_theta": study.family.theta0().tolist(),
         "members": [m.to_spec() for m in study.members],
@@ -277,13 +295,20 @@ def markdown(doc: dict) -> str:
              f"Free parameters {doc['free']} from {np.round(doc['initial_theta'], 4).tolist()}.", "",
              "| iteration | relative OOD error (mean ± 95% CI) | relative AMA loss | mean theta |",
              "|---|---|---|---|"]
-    thetas = np.array([r["thetas"] for r in doc["per_run"]])  # (runs, iters, p)
+    n_it = len(doc["relative_ood_error"])
+    thetas = np.array([r["thetas"] + [r["thetas"][-1]] * (n_it - len(r["thetas"])) for r in doc["per_run"]])
     for k, (e, o) in enumerate(zip(doc["relative_ood_error"], doc["relative_ama_loss"])):
         lines.append(f"| {k} | {e['mean']:.4f} ± {e['ci95']:.4f} | {o['mean']:.4f} ± {o['ci95']:.4f} | "
                      f"{np.round(thetas[:, k].mean(0), 4).tolist()} |")
     first, last = doc["relative_ood_error"][0]["mean"], doc["relative_ood_error"][-1]["mean"]
-    lines += ["", f"Relative OOD error {first:.4f} -> {last:.4f} ({100 * (1 - last / first):.1f}% lower); the "
-              "AMA loss never rises within a run (rejected steps keep the previous distribution).",
+    select = doc.get("select", "bound")
+    ret = doc.get("returned_error")
+    lines += ["", f"Relative OOD error {first:.4f} -> {last:.4f} ({100 * (1 - last / first):.1f}% lower); "
+              + ("the AMA loss never rises within a run (rejected steps keep the previous distribution)."
+                 if select == "bound" else "validated AMA (Q's validation samples accept steps and select the "
+                                           "returned model; the loss may rise after a backtrack)."),
+              *([f"Returned model ({'the last' if select == 'bound' else 'best validated'}): relative OOD error "
+                 f"{ret['mean']:.4f} ± {ret['ci95']:.4f}."] if ret else []),
               f"Labels used per run (training + distribution steps + Lipschitz pairs): "
               f"{int(np.mean([r['labels_used'] for r in doc['per_run']]))}."]
     if name == "burgers":

@@ -78,7 +78,7 @@ def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=Non
     factory = _factory(cfg, grid)
     q = [tq.sample(k, N, [seed, 5, k]) for k in range(len(tq.members))]
     design = ParticleAMADesign(oracle, q, factory, z, particles=N, modes=cfg["modes"], iterations=cfg["iterations"],
-                               step_size=cfg["step_size"], seed=seed)
+                               step_size=cfg["step_size"], seed=seed, select=cfg.get("select", "bound"))
     t0 = time.perf_counter()
     errors = []
 
@@ -91,7 +91,10 @@ def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=Non
     seconds = time.perf_counter() - t0
     U = tq.mixture(N, [seed, 6])
     bench = factory(seed).fit(U, np.asarray(oracle.label(U)), z)
-    return {"seed": seed, "N": N, "errors": errors, "initial": errors[0], "optimized": errors[-1],
+    # the returned model: the last (the paper's) or the best validated one (select="validation")
+    optimized = relative_ood_error(design.selected_model(state), tests, w)
+    return {"seed": seed, "N": N, "errors": errors, "initial": errors[0], "optimized": optimized,
+            "selected": design.result(state).get("selected"),
             "benchmark": relative_ood_error(bench, tests, w), "seconds": seconds,
             "objectives": [r["objective"] for r in state["history"]],
             "step_sizes": [r.get("step_size") for r in state["history"]], "labels_used": state["labels_used"],
@@ -99,7 +102,9 @@ def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=Non
 
 
 # the settings a trial's numbers depend on: trials of an earlier run with the same ones are reused
-TRIAL_SETTINGS = ("grid", "modes", "iterations", "epochs", "n_test", "step_size", "branch", "trunk", "validation")
+TRIAL_SETTINGS = ("grid", "modes", "iterations", "epochs", "n_test", "step_size", "branch", "trunk", "validation",
+                  "select")
+SETTING_DEFAULTS = {"select": "bound"}  # settings added later: what earlier results were made with
 
 
 def reusable_trials(previous: dict | None, cfg: dict) -> dict[tuple[str, int, int], dict]:
@@ -108,7 +113,8 @@ def reusable_trials(previous: dict | None, cfg: dict) -> dict[tuple[str, int, in
     cores, grow by trials or be resumed after an interruption."""
     if not previous or previous.get("study") != "rte":
         return {}
-    if any(previous.get("config", {}).get(k) != cfg[k] for k in TRIAL_SETTINGS):
+    if any(previous.get("config", {}).get(k, SETTING_DEFAULTS.get(k)) != cfg.get(k, SETTING_DEFAULTS.get(k))
+           for k in TRIAL_SETTINGS):
         return {}
     return {(name, int(n), int(t["seed"])): t for name, per_n in previous.get("results", {}).items()
             for n, r in per_n.items() for t in r.get("trials", [])}
@@ -127,13 +133,14 @@ def summarise(trials: list[dict]) -> dict[str, Any]:
 
 def run(preset: str = "quick", *, runs: int | None = None, knudsen: list[str] | None = None,
         sizes: list[int] | None = None, progress=None, previous: dict | None = None,
-        checkpoint=None) -> dict[str, Any]:
+        checkpoint=None, select: str = "bound") -> dict[str, Any]:
     """Table 3 for ``preset`` (optionally a subset of eps and N, or another number of trials).
     Trials found in ``previous`` (an earlier results.json, same settings) are reused;
     ``checkpoint(doc)`` is called after every trial with the results so far."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     cfg = dict(PRESETS[preset])
+    cfg["select"] = select
     if runs is not None:
         cfg["runs"] = runs
     if sizes:
