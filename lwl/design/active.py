@@ -67,7 +67,8 @@ def active_learning(method: str, pool: np.ndarray, oracle, factory: Callable[[in
     rng = np.random.default_rng(seed)
     labelled = rng.choice(len(pool), size=sizes[0], replace=False)
     labels = np.asarray(oracle.label(pool[labelled])).reshape(sizes[0], -1)
-    out = []
+    out: list[tuple[int, object]] = []
+    models: list = []  # the committee of the previous round (that scores the pool from the second round on)
     for r, n in enumerate(sizes):
         if r > 0:
             k = n - len(labelled)
