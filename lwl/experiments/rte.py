@@ -195,7 +195,9 @@ def markdown(doc: dict) -> str:
     lines = [f"# Particle AMA, radiative transport (Table 3), preset `{doc['preset']}`", "",
              f"Grid {cfg['grid']}^2 x 12 directions, {cfg['modes']}^2 sine coefficients per particle, "
              f"{cfg['runs']} trials, {cfg['iterations']} AMA iterations at most, DeepONet {cfg['epochs']} epochs; "
-             f"wall {doc['seconds']:.0f} s on this machine.", "",
+             f"wall {doc['seconds']:.0f} s on this machine. \"optimised\" is the model the run returns: "
+             + ("the last iterate's (the paper's particle AMA)." if cfg.get("select", "bound") == "bound" else
+                "the best validated iterate's (validated particle AMA, `--select validation`)."), "",
              f"## Relative OOD error at N = {N} (mean ± 95% CI)", "",
              "| eps | initial | optimised | benchmark (Q mixture) | reduction | paper (initial / optimised / benchmark) |",
              "|---|---|---|---|---|---|"]
