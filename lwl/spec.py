@@ -546,9 +546,9 @@ class AMASpec(StrictModel):
     lipschitz_pairs: int = Field(default=250, ge=1, le=100_000)
     lipschitz_candidates: int = Field(default=11, ge=1, le=1000)
     select: Literal["bound", "validation"] = Field(
-        default="bound", description="bound: the paper's AMA (steps accepted when the bound falls, last iterate "
-                                     "returned); validation: Q's validation samples accept steps and select the "
-                                     "returned iterate (lwl.design.validated)")
+        default="validation", description="validation (lwl's default): Q's validation samples accept steps and "
+                                          "select the returned iterate (lwl.design.validated); bound: the paper's "
+                                          "AMA (steps accepted when the bound falls, the last iterate returned)")
     backtracks: int = Field(default=2, ge=0, le=50, description="validation: halvings back towards the kept "
                                                                 "distribution before the design stops")
 
@@ -570,8 +570,9 @@ class ParticleAMASpec(StrictModel):
     lipschitz_oracle: float | None = Field(default=None, gt=0, description="Lip(G*); estimated when omitted")
     lipschitz_model: float | None = Field(default=None, gt=0, description="R; estimated when omitted")
     select: Literal["bound", "validation"] = Field(
-        default="bound", description="bound: the paper's (last iterate); validation: Q's validation samples "
-                                     "accept steps and select the returned particles (lwl.design.validated)")
+        default="validation", description="validation (lwl's default): Q's validation samples accept steps and "
+                                          "select the returned particles (lwl.design.validated); bound: the "
+                                          "paper's (the last iterate)")
     backtracks: int = Field(default=2, ge=0, le=50)
 
 

@@ -53,6 +53,7 @@ def test_samples_members_and_weights(small_spec):
 
 
 def test_ama_job_runs_resumes_and_reproduces(ama_spec):
+    ama_spec["algorithm"]["select"] = "bound"  # the paper's AMA: a monotone bound, the last iterate
     seen, blobs = [], []
     result = run_job(ama_spec, progress=seen.append, checkpoint=blobs.append)
     objectives = [r["objective"] for r in result["history"]]
@@ -71,6 +72,7 @@ def test_ama_job_runs_resumes_and_reproduces(ama_spec):
 
 
 def test_particle_ama_job_runs_resumes_and_reproduces(particle_spec):
+    particle_spec["algorithm"]["select"] = "bound"  # the paper's: a monotone bound, the last iterate
     seen, blobs = [], []
     result = run_job(particle_spec, progress=seen.append, checkpoint=blobs.append)
     objectives = [r["objective"] for r in result["history"]]
@@ -90,6 +92,19 @@ def test_particle_ama_job_runs_resumes_and_reproduces(particle_spec):
     resumed = run_job(particle_spec, state=blobs[0], evaluate=False)  # after iteration 0
     assert resumed["distribution"] == dist
     assert [r["objective"] for r in resumed["history"]] == objectives
+
+
+@pytest.mark.parametrize("which", ["ama", "particle_ama"])
+def test_operator_jobs_default_to_validated_selection(which, ama_spec, particle_spec):
+    spec = ama_spec if which == "ama" else particle_spec
+    assert "select" not in spec["algorithm"]
+    result = run_job(spec)
+    assert result["spec"]["algorithm"]["select"] == "validation"
+    kept = result["selected"]
+    errs = [r["validation_error"] for r in result["history"]]
+    assert kept["validation_error"] == min(errs) and errs[kept["iteration"]] == min(errs)
+    resumed_from_scratch = run_job(spec, evaluate=False)
+    assert resumed_from_scratch["distribution"] == result["distribution"]
 
 
 def test_design_time_adds_up_over_resumed_slices(small_spec):
