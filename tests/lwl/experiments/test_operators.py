@@ -48,6 +48,11 @@ def test_tiny_rte_table_checkpoints_and_grows_by_trials(tmp_path, monkeypatch):
     assert row["optimized"]["ci95"] > 0
     assert "| 2 |" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "runtime.png").stat().st_size > 0
+    # results written before the select setting existed were made with the paper's (bound) rule
+    legacy = json.loads(json.dumps(previous))
+    legacy["config"].pop("select")
+    assert len(rte.reusable_trials(legacy, {**rte.PRESETS["tiny"], "select": "bound"})) == 1
+    assert rte.reusable_trials(legacy, {**rte.PRESETS["tiny"], "select": "validation"}) == {}
     # trials made with other settings are never reused
     previous["config"]["epochs"] += 1
     assert rte.reusable_trials(previous, rte.PRESETS["tiny"]) == {}
