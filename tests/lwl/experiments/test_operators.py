@@ -75,3 +75,13 @@ def test_qbc_scores_are_the_committee_spread():
     U = np.array([[0.0], [1.0], [2.0]])
     s = qbc_scores([Const(0.0), Const(2.0)], U)
     np.testing.assert_allclose(s, [0.0, 2.0, 8.0])  # mean over members of the squared deviation, summed
+
+
+def test_bound_report_puts_the_bound_beside_the_error_it_bounds():
+    doc = {"zero_error": 4.0, "relative_ood_error": [{}, {}, {}],
+           "per_run": [{"errors": [1.0, 0.5, 0.25], "objectives": [8.0, None, 6.0]},
+                       {"errors": [1.0, 0.5], "objectives": [8.0, 7.0]}]}  # a run that stopped early
+    rows = operators.bound_report(doc)
+    assert rows[0] == {"bound": 8.0, "measured": 4.0, "zero": 4.0, "bound_over_measured": 2.0, "bound_over_zero": 2.0}
+    assert rows[1]["bound"] == 7.5 and rows[1]["measured"] == 1.0  # None carried: 8 (run 0), 7 (run 1)
+    assert rows[2]["bound"] == 6.5 and rows[2]["measured"] == (0.25 + 1.0) / 2  # run 1 carries its last
