@@ -253,7 +253,12 @@ def check_datasets(spec, store: Store, owner: str) -> None:
             raise Problem(422, "Dataset has the wrong shape",
                           f"expected an (M, {dim}) array, dataset has shape {tuple(shape)}", field=field)
         oracle = spec.oracle.build()
-        if dim < oracle.min_dim or (oracle.dim is not None and dim != oracle.dim):
+        if oracle.design_dim is not None:  # the design picks part of each input (eit: omega)
+            if dim != oracle.design_dim:
+                raise Problem(422, "Dataset has the wrong shape", f"a design for oracle {spec.oracle.name} "
+                              f"chooses {oracle.design_dim} input coordinate(s), the dataset's rows have {dim}",
+                              field=field)
+        elif dim < oracle.min_dim or (oracle.dim is not None and dim != oracle.dim):
             want = oracle.dim if oracle.dim is not None else f">= {oracle.min_dim}"
             raise Problem(422, "Dataset has the wrong shape", f"oracle {spec.oracle.name} takes inputs of "
                           f"dimension {want}, the dataset's rows have {dim}", field=field)

@@ -109,6 +109,15 @@ def test_eit_interval_job_succeeds_and_matches_the_library(alice, eit_spec):
     assert [h["validation_error"] for h in alice.history(job_id)] == [h["validation_error"] for h in local["history"]]
     # samples of the designed omega law, bit for bit the library's
     assert np.array_equal(alice.samples(job_id, 20, 3, npy=True), from_spec(local["distribution"]).sample(20, 3))
+    # Q's frequencies from an uploaded dataset: (M, 1) rows are the design's coordinate, not the oracle's rows
+    omegas = np.random.default_rng(2).uniform(np.pi / 2, 7 * np.pi, (60, 1))
+    from_data = json.loads(json.dumps(eit_spec))
+    from_data["test_distributions"]["members"] = [{"dataset": alice.upload_dataset(omegas)}]
+    assert alice.wait(alice.submit(from_data), progress=False, timeout=300)["status"] == "succeeded"
+    from_data["test_distributions"]["members"] = [{"dataset": alice.upload_dataset(np.hstack([omegas, omegas]))}]
+    with pytest.raises(ApiError) as exc:
+        alice.submit(from_data)
+    assert exc.value.status == 422 and "members.0.dataset" in json.dumps(exc.value.problem)
     with pytest.raises(ApiError) as exc:  # the interval family is moved by interval_search only
         alice.submit({**eit_spec, "algorithm": {"name": "bilevel"}, "model": {"name": "krr"}})
     assert exc.value.status == 422 and "interval_search" in json.dumps(exc.value.problem)
