@@ -6,7 +6,7 @@ import hashlib
 import io
 import json
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import orjson
@@ -61,6 +61,29 @@ EXAMPLE_JOB = {  # Friedman-1 on a two-regime Q; everything else from lwl's defa
 class JobCreated(BaseModel):
     id: str
     status: str
+
+
+class JobView(BaseModel):
+    """A job as ``GET /v1/jobs/{id}`` shows it (documentation of the response; the handler
+    serialises :func:`job_view`'s dict with orjson on the polling path). ``progress`` carries
+    iteration/total, objective, validation error and elapsed seconds; ``verdict`` the held-out
+    comparison of a finished bilevel job; ``conditions`` why a queued job waits."""
+    id: str
+    status: Literal[STATUSES]  # type: ignore[valid-type]
+    created_at: float
+    updated_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    progress: dict[str, Any] | None = None
+    error: str | None = None
+    attempts: int
+    worker: str | None = None
+    kind: dict[str, str] | None = None  # {"algorithm", "family", "oracle"} names
+    queue: str | None = None
+    conditions: list[dict[str, Any]]
+    verdict: dict[str, Any] | None = None
+    warnings: list[str]
+    links: dict[str, str]
 
 
 @router.post("/v1/jobs", status_code=202, response_model=JobCreated, tags=["jobs"],
@@ -118,7 +141,8 @@ def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
     nxt = f"{rows[limit - 1]['created_at']!r}_{rows[limit - 1]['id']}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
 
-@router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=ORJSONResponse, responses=problems.responses(401, 404))
+@router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=ORJSONResponse,
+            responses={200: {"model": JobView}, **problems.responses(401, 404)})
 async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
     """Status, progress (iteration/total, objective, validation error, elapsed), error, and
     ``conditions`` while it waits for a worker (none alive for its device, or its worker's
@@ -147,7 +171,8 @@ def get_spec(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     own_job(store, job_id, owner)
     return store.spec(job_id)
 
-@router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"], responses=problems.responses(401, 404))
+@router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"],
+             responses={202: {"model": JobView}, **problems.responses(401, 404)})
 def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """Stop the job between iterations (at once when still queued)."""
     job = own_job(store, job_id, owner)
