@@ -115,8 +115,8 @@ def bilevel_bound(spec, q, design, oracle, model, heldout_err_sq: float, zero_q:
 
 def _gaussian(x: np.ndarray):
     """The moment-matched Gaussian of samples (where the Lipschitz pairs are drawn)."""
+    from lwl.design.adaptive import moment_matched, regularised_cholesky
     from lwl.measures import Gaussian
 
-    m = x.mean(0)
-    C = np.cov(x, rowvar=False).reshape(len(m), len(m))
-    return Gaussian(m, cov=C + 1e-9 * max(np.trace(C), 1e-12) / len(m) * np.eye(len(m)))
+    m, C = moment_matched(x, np.ones(len(x)))
+    return Gaussian(m, regularised_cholesky(C))
