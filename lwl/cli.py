@@ -154,7 +154,7 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
 
 @app.command()
 def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIMENTS)}"),
-               preset: str = typer.Option("quick", help="quick (CI-sized) or paper"),
+               preset: str = typer.Option("quick", help="quick (CI-sized), paper, or (ntd, darcy, burgers) paper-cpu: the paper's grid and network on a CPU budget"),
                out: Path = typer.Option(None, "--out", help="output folder (default runs/NAME-PRESET)"),
                runs: Optional[int] = typer.Option(None, help="override the preset's number of runs"),
                columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns"),
