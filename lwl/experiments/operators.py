@@ -189,23 +189,40 @@ def zero_error(tests, output_weights) -> float:
                           for U, Y in tests]))
 
 
-def bound_report(doc: dict) -> list[dict[str, float]]:
-    """Per iteration, mean over runs: the AMA bound J (an upper bound of E_Q(G) when its constants
-    hold), the measured E_Q(G) = err^2 E_Q(0), and the ratios J / E_Q(G) and J / E_Q(0)."""
-    zero = doc["zero_error"]
-    n = len(doc["relative_ood_error"])
+def bound_rows(runs: list[dict], zero: float) -> list[dict[str, float]]:
+    """Per iteration, mean over ``runs`` (each with per-iteration ``errors`` and ``objectives``): the
+    AMA bound J (an upper bound of E_Q(G) when its constants hold), the measured
+    E_Q(G) = err^2 E_Q(0), and the ratios J / E_Q(G) and J / E_Q(0). Runs that stopped early
+    carry their last values."""
+    n = max(len(r["errors"]) for r in runs)
     rows = []
     for k in range(n):
         J, E = [], []
-        for r in doc["per_run"]:
-            i = min(k, len(r["errors"]) - 1)
-            j = _carried(r["objectives"])[min(k, len(r["objectives"]) - 1)]
-            J.append(j)
-            E.append(r["errors"][i] ** 2 * zero)
+        for r in runs:
+            J.append(_carried(r["objectives"])[min(k, len(r["objectives"]) - 1)])
+            E.append(r["errors"][min(k, len(r["errors"]) - 1)] ** 2 * zero)
         J, E = np.asarray(J), np.asarray(E)
         rows.append({"bound": float(J.mean()), "measured": float(E.mean()), "zero": zero,
                      "bound_over_measured": float(np.mean(J / E)), "bound_over_zero": float(np.mean(J / zero))})
     return rows
+
+
+def bound_report(doc: dict) -> list[dict[str, float]]:
+    """:func:`bound_rows` of an operator study's runs."""
+    return bound_rows(doc["per_run"], doc["zero_error"])
+
+
+def bound_table(rows: list[dict[str, float]], zero: float) -> list[str]:
+    """The markdown of :func:`bound_rows`, with the sentence that says how to read it."""
+    lines = ["J is the AMA objective (training error + sqrt(E_Q c_R^2) sqrt(E_Q W2^2), an upper bound of "
+             "E_Q(G) when its Lipschitz constants hold; here they are sampled estimates); E_Q(G) = err^2 E_Q(0) "
+             f"is measured on the test inputs; E_Q(0) = {zero:.4g}. A ratio J / E_Q(0) >= 1 "
+             "means the bound is vacuous (no better than predicting 0).", "",
+             "| iteration | J | E_Q(G) measured | J / E_Q(G) | J / E_Q(0) |", "|---|---|---|---|---|"]
+    for k, b in enumerate(rows):
+        lines.append(f"| {k} | {b['bound']:.4g} | {b['measured']:.4g} | {b['bound_over_measured']:.3g} | "
+                     f"{b['bound_over_zero']:.3g} |")
+    return lines
 
 
 def mean_squared_ratio(model, tests, output_weights) -> float:
@@ -383,14 +400,7 @@ def markdown(doc: dict) -> str:
               f"{int(np.mean([r['labels_used'] for r in doc['per_run']]))}."]
     if doc.get("zero_error"):
         lines += ["", "## The bound against the error it bounds (mean over runs)", "",
-                  "J is the AMA objective (training error + sqrt(E_Q c_R^2) sqrt(E_Q W2^2), an upper bound of "
-                  "E_Q(G) when its Lipschitz constants hold; here they are sampled estimates); E_Q(G) = err^2 E_Q(0) "
-                  f"is measured on the test inputs; E_Q(0) = {doc['zero_error']:.4g}. A ratio J / E_Q(0) >= 1 "
-                  "means the bound is vacuous (no better than predicting 0).", "",
-                  "| iteration | J | E_Q(G) measured | J / E_Q(G) | J / E_Q(0) |", "|---|---|---|---|---|"]
-        for k, b in enumerate(bound_report(doc)):
-            lines.append(f"| {k} | {b['bound']:.4g} | {b['measured']:.4g} | {b['bound_over_measured']:.3g} | "
-                         f"{b['bound_over_zero']:.3g} |")
+                  *bound_table(bound_report(doc), doc["zero_error"])]
     if name == "burgers":
         lines += ["", "## Error vs N (mean ± 95% CI)", "", "| N | AMA | initial | QbC | CoreSet |", "|---|---|---|---|---|"]
         for i, n in enumerate(doc["sizes"]):

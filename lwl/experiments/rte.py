@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from lwl.design.particles import ParticleAMADesign
-from lwl.experiments.operators import relative_ood_error, t_interval
+from lwl.experiments.operators import bound_rows, bound_table, relative_ood_error, t_interval, zero_error
 from lwl.experiments.report import pyplot, write_tables
 from lwl.measures import KLEGaussian
 from lwl.models import DeepONetRegressor
@@ -70,6 +70,15 @@ def _factory(cfg, grid):
                                  validation_fraction=cfg["validation"], patience=cfg["epochs"],
                                  validation_every=10, seed=seed)
     return make
+
+
+def test_set(oracle, tq: TestMeasure, n_test: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_test`` labelled held-out samples of each member of Q (fixed seeds)."""
+    out = []
+    for k in range(len(tq.members)):
+        U = tq.sample(k, n_test, [Q_SEED, 7, k])
+        out.append((U, np.asarray(oracle.label(U))))
+    return out
 
 
 def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=None) -> dict[str, Any]:
@@ -160,11 +169,9 @@ def run(preset: str = "quick", *, runs: int | None = None, knudsen: list[str] | 
     for name in eps_list:
         oracle = make_oracle({"name": "rte", "params": {"knudsen": KNUDSEN[name], "grid": cfg["grid"],
                                                         "directions": 12}})
-        tests = []
-        for k in range(len(tq.members)):
-            U = tq.sample(k, cfg["n_test"], [Q_SEED, 7, k])
-            tests.append((U, np.asarray(oracle.label(U))))
+        tests = test_set(oracle, tq, cfg["n_test"])
         figures["examples"][name] = tests[2][0][0], tests[2][1][0]
+        doc.setdefault("zero_error", {})[name] = zero_error(tests, oracle.output_grid(cfg["grid"] ** 2)[1])
         doc["results"][name] = per_n = {}
         for N in cfg["sizes"]:
             trials = []
@@ -220,6 +227,11 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {name} | {n} | {r['initial']['mean']:.3e} | {r['optimized']['mean']:.3e} | "
                          f"{r['benchmark']['mean']:.3e} | {r['seconds']['mean']:.1f}"
                          + (f" ± {r['seconds']['ci95']:.1f} |" if r["seconds"]["ci95"] is not None else " |"))
+    for name, zero in doc.get("zero_error", {}).items():
+        trials = doc["results"].get(name, {}).get(N, {}).get("trials")
+        if trials:
+            lines += ["", f"## The bound against the error it bounds: eps = {name}, N = {N} (mean over "
+                      f"{len(trials)} trials)", "", *bound_table(bound_rows(trials, zero), zero)]
     return "\n".join(lines) + "\n"
 
 

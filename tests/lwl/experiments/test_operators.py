@@ -46,7 +46,16 @@ def test_tiny_rte_table_checkpoints_and_grows_by_trials(tmp_path, monkeypatch):
     row = doc["results"]["2"]["10"]
     assert row["optimized"]["mean"] < row["initial"]["mean"]
     assert row["optimized"]["ci95"] > 0
-    assert "| 2 |" in (tmp_path / "results.md").read_text()
+    md = (tmp_path / "results.md").read_text()
+    assert "| 2 |" in md
+    # E_Q(0) beside the bound: the mean squared L^2 norm of the held-out outputs, members weighted equally
+    oracle = rte.make_oracle({"name": "rte", "params": {"knudsen": 2.0, "grid": 11, "directions": 12}})
+    w = oracle.output_grid(11 * 11)[1]
+    tests = rte.test_set(oracle, rte.TestMeasure(11), rte.PRESETS["tiny"]["n_test"])
+    assert doc["zero_error"]["2"] == pytest.approx(np.mean([np.mean((Y**2 * w).sum(1)) for _, Y in tests]))
+    assert "## The bound against the error it bounds: eps = 2, N = 10 (mean over 2 trials)" in md
+    first_row = operators.bound_rows(trials, doc["zero_error"]["2"])[0]
+    assert first_row["measured"] == pytest.approx(np.mean([t["errors"][0] ** 2 for t in trials]) * doc["zero_error"]["2"])
     assert (tmp_path / "runtime.png").stat().st_size > 0
     # results written before the select setting existed were made with the paper's (bound) rule
     legacy = json.loads(json.dumps(previous))
