@@ -518,11 +518,20 @@ class BilevelSpec(StrictModel):
     starts: Literal["given", "moment_matched"] = Field(
         default="moment_matched",
         description="adaptive: also check Q's moment-matched Gaussian at iteration 0 and start from the better")
+    broaden: list[Annotated[float, Field(gt=1.0, le=100.0)]] = Field(
+        default_factory=lambda: [1.5, 2.0, 3.0, 4.0], max_length=8,
+        description="adaptive with starts=moment_matched: also check the first start point (Q's fit) with its "
+                    "covariance scaled by each factor at iteration 0 (regression learns Q best from a broader "
+                    "design); [] for none")
     significance: float = Field(
         default=2.0, ge=0.0, le=100.0,
         description="keep=best: the kept iterate must beat the given initial distribution by this many standard "
                     "errors of the paired validation difference, else the best check that does (or the initial "
                     "one) is returned (0: off)")
+    start_significance: float = Field(
+        default=1.645, ge=0.0, le=100.0,
+        description="keep=best: the same for the start points checked at iteration 0 (a few candidates fixed in "
+                    "advance, so a one-sided 5% test; never above significance)")
     patience: int = Field(default=2, ge=1, le=1000)
     max_halvings: int = Field(default=6, ge=0, le=60)
 

@@ -150,8 +150,16 @@ class BilevelDesign(StepperDefaults):
         when the lengthscale is to be selected, the family's fit to Q (for a Gaussian, Q's
         moment-matched Gaussian in the free parameters): a poor initial distribution then costs
         one check, not the run, and the lengthscale is chosen on samples that look like Q."""
-        wanted = (self.algo.optimizer == "adaptive" and self.algo.starts == "moment_matched") or self.selects_lengthscale
-        return self.family.start_points(wanted)
+        adaptive = self.algo.optimizer == "adaptive" and self.algo.starts == "moment_matched"
+        starts = self.family.start_points(adaptive or self.selects_lengthscale)
+        broaden = getattr(self.family, "broadened", None)
+        if adaptive and broaden is not None:
+            fit = starts[0][1]  # Q's fit: the moment-matched Gaussian, or the family's theta^0 fitted to Q
+            for factor in self.algo.broaden:
+                params = broaden(fit, factor)
+                if params is not None:
+                    starts.append((f"broadened_{factor:g}", params))
+        return starts
 
     def done(self, state: dict[str, Any]) -> bool:
         return state["phase"] == PHASE_DONE
@@ -200,7 +208,7 @@ class BilevelDesign(StepperDefaults):
             moved = not all(np.array_equal(kept[n], given[n]) for n in self.family.param_names)
             if moved and state.get("initial_sq") is not None and state.get("best_sq") is not None:
                 z = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
-                within_noise = z < self.algo.significance
+                within_noise = z < self.threshold(it)
             fallback = within_noise and self._has(state, "significant_")
             if within_noise:  # the best check's improvement is not distinguishable from validation noise
                 kept, it = given, 0
@@ -231,18 +239,22 @@ class BilevelDesign(StepperDefaults):
         if fallback:
             selected["rule"] = "best check that beats the initial distribution beyond noise"
             warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.algo.significance:g}): the best check that "
+                            f"noise ({z:.2f} standard errors < {self.threshold(state['best_iteration']):g}): the best check that "
                             f"beats it beyond noise is returned, the best checked iterate is best_distribution")
         elif within_noise:
             selected.update(rule="initial distribution: the best check was within noise of it", start="given")
             warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.algo.significance:g}), and so is every "
+                            f"noise ({z:.2f} standard errors < {self.threshold(state['best_iteration']):g}), and so is every "
                             f"other check's: the initial distribution is returned, the best checked iterate is "
                             f"best_distribution")
         if checks and it == 0 and self.algo.keep == "best" and state["iteration"] > 0 and not within_noise:
             if selected.get("start") == "moment_matched":
                 warnings.append("no iterate improved on Q's moment-matched Gaussian (which validated better than "
                                 "the given initial distribution); it is returned")
+            elif str(selected.get("start", "")).startswith("broadened"):
+                warnings.append(f"no iterate improved on the start point {selected['start']} (Q's fit with its "
+                                f"covariance scaled, which validated better than the given initial distribution); "
+                                f"it is returned")
             else:
                 warnings.append("no iterate improved on the initial distribution on the validation data; "
                                 "the initial distribution is returned")
@@ -316,6 +328,14 @@ class BilevelDesign(StepperDefaults):
         base = self.spec.model.lengthscale
         return {repr(f * base): self._checked(U, y, validation_labels, f * base)[0] for f in LENGTHSCALE_FACTORS}
 
+    def threshold(self, iteration: int) -> float:
+        """Standard errors a check at ``iteration`` must beat theta0 by: ``significance`` for the
+        iterates (the best of many checks on one validation set: a winner's curse to guard
+        against), the lower ``start_significance`` for the few start points fixed in advance."""
+        if iteration == 0:
+            return min(self.algo.start_significance, self.algo.significance)
+        return self.algo.significance
+
     def improvement_z(self, sq_new: np.ndarray, sq_old: np.ndarray, validation_labels: np.ndarray) -> float:
         """How many standard errors the check's Err^2 improved from ``sq_old`` to ``sq_new``.
 
@@ -349,7 +369,7 @@ class BilevelDesign(StepperDefaults):
         theta0 waits until theta0's residuals are known."""
         k = record["iteration"]
         given_start = k == 0 and self.start_points()[state["start_index"]][0] == "given"
-        if k == 0 and not given_start:
+        if k == 0 and not given_start and new.get("initial_sq") is None:  # checked before theta0
             new.update(**self._put(self._get(state), "pending_"), pending_err=err, pending_sq=sq)
             return new
         if given_start:
@@ -363,7 +383,7 @@ class BilevelDesign(StepperDefaults):
         for params, e, it, s, rec in candidates:
             z = self.improvement_z(s, new["initial_sq"], state["validation_labels"])
             rec["z"] = z if np.isfinite(z) else None
-            if z >= self.algo.significance and e < new.get("significant_err", float("inf")):
+            if z >= self.threshold(it) and e < new.get("significant_err", float("inf")):
                 new.update(**self._put(params, "significant_"), significant_err=e, significant_iteration=it)
         return new
 

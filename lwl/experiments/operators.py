@@ -88,9 +88,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                       sizes=[10] + list(range(50, 1001, 50)), branch=[1024, 512, 256, 128, 128],
                       trunk=[128, 128, 128, 128, 128], train_iters=10000, model_rounds=1, maxiter=100),
         # The mid size: n = 1024 (paper 8192) with the paper's network.
-        "paper-cpu": dict(grid=1024, members=8, runs=2, iterations=3, n_train=500, n_opt=200, n_test=200,
+        "paper-cpu": dict(grid=1024, members=8, runs=2, iterations=3, n_train=500, n_opt=64, n_test=200,
                           pool=2000, sizes=[10, 50, 100, 200, 400], branch=[1024, 512, 256, 128, 128],
-                          trunk=[128, 128, 128, 128, 128], train_iters=1000, model_rounds=1, maxiter=30),
+                          trunk=[128, 128, 128, 128, 128], train_iters=1000, model_rounds=1, maxiter=10),
     },
 }
 

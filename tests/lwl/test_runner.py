@@ -28,17 +28,17 @@ def test_result_document(small_spec):
 def test_progress_checkpoint_and_cancel(small_spec):
     seen, blobs = [], []
     run_job(small_spec, progress=seen.append, checkpoint=blobs.append, evaluate=False)
-    # validation labels, checks of Q's moment-matched Gaussian and of theta^0, 5 iterations,
-    # the check of the last iterate
-    assert [p["iteration"] for p in seen] == [0, 0, 0, 1, 2, 3, 4, 5, 5]
+    # validation labels, checks of Q's moment-matched Gaussian, of theta^0 and of the four
+    # broadened starts, 5 iterations, the check of the last iterate
+    assert [p["iteration"] for p in seen] == [0] * 7 + [1, 2, 3, 4, 5, 5]
     assert seen[-1]["total"] == 5
-    # resuming from the third checkpoint finishes with the uninterrupted distribution
+    # resuming from the checkpoint after iteration 2 finishes with the uninterrupted distribution
     full = run_job(small_spec, evaluate=False)
-    resumed = run_job(small_spec, state=blobs[4], evaluate=False)
+    resumed = run_job(small_spec, state=blobs[8], evaluate=False)
     assert resumed["distribution"] == full["distribution"]
     assert resumed["last_distribution"] == full["last_distribution"]
     assert resumed["selected"] == full["selected"]
-    calls = iter([False, False, False, False, True])
+    calls = iter([False] * 8 + [True])  # stop after the starts and the first iteration
     with pytest.raises(Interrupted) as exc:
         run_job(small_spec, should_stop=lambda: next(calls))
     assert exc.value.state["iteration"] == 1

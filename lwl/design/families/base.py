@@ -30,6 +30,9 @@ class BilevelFamily(Protocol):
     def start_points(self) -> list[tuple[str, Params]]:
         """Distributions checked at iteration 0, in order; the last is ``("given", theta^0)``."""
 
+    # optional: ``broadened(params, factor) -> Params | None``, the distribution with its
+    # covariance scaled by ``factor`` (extra start points, ``algorithm.broaden``)
+
     def measure(self, params: Params) -> Measure:
         """nu_theta as a sampler with a distribution spec (sampling must be reproducible)."""
 

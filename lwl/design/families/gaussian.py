@@ -34,6 +34,12 @@ class GaussianFamily:
             return [("given", given)]
         return [("moment_matched", {"mean": mean, "chol": chol}), ("given", given)]
 
+    def broadened(self, params: Params, factor: float) -> Params | None:
+        """N(m, factor * LL^T): the same mean, the covariance scaled (None when it is not free)."""
+        if "cov" not in self.spec.free:
+            return None
+        return {"mean": params["mean"], "chol": np.sqrt(factor) * params["chol"]}
+
     def measure(self, params: Params) -> Gaussian:
         return Gaussian.from_parameters(params["mean"], params["chol"])
 

@@ -87,6 +87,13 @@ class MixtureFamily:
     def start_points(self, moment_matched: bool = True) -> list[tuple[str, Params]]:
         return [("given", self.initial())]
 
+    def broadened(self, params: Params, factor: float) -> Params | None:
+        """Every component's covariance scaled by ``factor``, weights and means kept (None when the
+        covariances are not free)."""
+        if "covs" not in self.spec.free:
+            return None
+        return {**params, "chols": np.sqrt(factor) * params["chols"]}
+
     def weights(self, params: Params) -> np.ndarray:
         return softmax(params["logits"])
 

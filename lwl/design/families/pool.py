@@ -67,6 +67,16 @@ class PoolFamily:
     def start_points(self, moment_matched: bool = True) -> list[tuple[str, Params]]:
         return [("given", self.initial())]
 
+    def broadened(self, params: Params, factor: float) -> Params | None:
+        """The bandwidth that scales the pool's covariance by ``factor``: each kernel is h^2 Sigma_hat
+        around points of covariance ~Sigma_hat, so (1 + h'^2) = factor (1 + h^2) (None when the
+        bandwidth is not free)."""
+        if "bandwidth" not in self.spec.free:
+            return None
+        h2 = float(np.exp(2 * params["log_h"][0]))
+        h_new = np.sqrt(max(factor * (1.0 + h2) - 1.0, 1e-12))
+        return {**params, "log_h": np.array([np.clip(np.log(h_new), MIN_LOG_H, MAX_LOG_H)])}
+
     def weights(self, params: Params) -> np.ndarray:
         return softmax(params["logits"])
 

@@ -1,4 +1,5 @@
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from lwl.design import BilevelDesign, pack, unpack
 from lwl.design.schedules import cosine
 from lwl.oracles import make_oracle
 from lwl.spec import parse_job_spec
-from tests.conftest import devices
+from tests.conftest import ROOT, devices
 
 
 def _design(small_spec, **algo):
@@ -182,14 +183,14 @@ def test_an_improvement_within_validation_noise_returns_the_initial_distribution
     z = moved["selected"]["improvement_z"]
     assert np.isfinite(z)
     # demand more standard errors than any check has: the initial distribution comes back
-    small_spec["algorithm"]["significance"] = 100.0
+    small_spec["algorithm"].update(significance=100.0, start_significance=100.0)
     kept = run_job(small_spec)
     assert kept["distribution"]["mean"] == small_spec["family"]["mean"]
     assert kept["best_distribution"] == moved["best_distribution"]
     assert kept["selected"]["iteration"] == 0 and kept["selected"]["rule"].startswith("initial distribution")
     assert any("within noise" in w for w in kept["warnings"])
     # more than the best check has: the best of the checks that have enough, else the initial one
-    small_spec["algorithm"]["significance"] = z + 1e-9
+    small_spec["algorithm"].update(significance=z + 1e-9, start_significance=z + 1e-9)
     fallback = run_job(small_spec)
     eligible = [c for c in fallback["checks"] if c.get("z") is not None and c["z"] >= z + 1e-9]
     if eligible:
@@ -299,3 +300,60 @@ def test_a_given_lengthscale_is_kept(small_spec):
     res = run_job(small_spec)
     assert res["spec"]["model"]["lengthscale"] == 3.0 and "lengthscales" not in res["checks"][0]
     assert res["spec"]["derived"] == []
+
+
+def test_broadened_start_points_are_checked_and_the_run_starts_from_the_best(small_spec):
+    design, oracle = _adaptive(small_spec, iterations=4, check_every=2, broaden=[2.0, 4.0])
+    starts = design.start_points()
+    assert [n for n, _ in starts] == ["moment_matched", "given", "broadened_2", "broadened_4"]
+    fit = design.family.measure(starts[0][1])
+    for (_, params), factor in zip(starts[2:], (2.0, 4.0)):
+        broad = design.family.measure(params)
+        np.testing.assert_allclose(broad.mean, fit.mean)
+        np.testing.assert_allclose(broad.cov, factor * fit.cov, rtol=1e-12)
+    state, first_iterate = design.init(), None
+    while not design.done(state):
+        if state["phase"] == "iterate" and first_iterate is None:
+            first_iterate = {n: state[n].copy() for n in ("mean", "chol")}
+        state = design.step(state, oracle.label(design.queries(state)))
+    res = design.result(state)
+    at_start = [c for c in res["checks"] if c["iteration"] == 0]
+    assert [c["start"] for c in at_start] == [n for n, _ in starts]
+    best = min(range(len(at_start)), key=lambda i: at_start[i]["err"])
+    np.testing.assert_array_equal(first_iterate["chol"], starts[best][1]["chol"])  # the run starts from the best
+    # starts checked after theta0 are judged against it like any iterate
+    assert all(c.get("z") is not None for c in at_start[2:])
+    # a family whose covariance is fixed gets no broadened starts
+    small_spec["family"]["free"] = ["mean"]
+    fixed, _ = _adaptive(small_spec, broaden=[2.0])
+    assert [n for n, _ in fixed.start_points()] == ["moment_matched", "given"]
+    # the paper's plain schedule and starts: "given" check theta0 only
+    assert [n for n, _ in _adaptive(small_spec, broaden=[2.0], starts="given")[0].start_points()] == ["given"]
+
+
+def test_start_points_need_fewer_standard_errors_than_iterates(small_spec):
+    design, _ = _adaptive(small_spec)
+    assert design.threshold(0) == 1.645 and design.threshold(25) == 2.0
+    lax, _ = _adaptive(small_spec, significance=1.0)
+    assert lax.threshold(0) == 1.0 and lax.threshold(25) == 1.0  # never stricter for starts than for iterates
+    off, _ = _adaptive(small_spec, significance=0.0)
+    assert off.threshold(0) == 0.0
+
+
+def test_readme_job_with_the_mixture_family_keeps_a_broadened_start_beyond_noise():
+    """examples/friedman1.json with family mixture, seed 1: the paired differences are heavy-tailed
+    (five validation points carry over half of theta0's squared error), so the broadened starts
+    beat theta0 by 1.7 standard errors only: enough for a start point fixed in advance (1.645),
+    not for an iterate (2). The kept start beats the mixture baseline on held-out data."""
+    from lwl import run_job
+
+    spec = json.loads((ROOT / "examples" / "friedman1.json").read_text())
+    spec.update(seed=1, family={"name": "mixture"}, algorithm={"name": "bilevel", "iterations": 50})
+    res = run_job(spec)
+    starts = {c["start"]: c for c in res["checks"] if c["iteration"] == 0}
+    assert [s for s in starts if s.startswith("broadened")] == ["broadened_1.5", "broadened_2", "broadened_3",
+                                                                "broadened_4"]
+    assert all(1.645 <= starts[s]["z"] < 2 for s in ("broadened_1.5", "broadened_2")), starts
+    assert res["selected"]["start"].startswith("broadened") and res["selected"]["check_err"] < starts["given"]["err"]
+    v = res["verdict"]
+    assert v["err"] < v["baselines"]["mixture"] and v["err"] < v["initial_err"], v

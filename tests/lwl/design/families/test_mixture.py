@@ -166,3 +166,16 @@ def test_fixed_weights_do_not_move(small_spec):
     res = run_job(s)
     w0 = np.asarray(res["spec"]["family"]["weights"])
     np.testing.assert_allclose(res["last_distribution"]["weights"], w0 / w0.sum(), rtol=1e-12)
+
+
+def test_broadened_mixture_scales_every_component_covariance(small_spec):
+    design, _, state = _design(_mixture_spec(small_spec))
+    params = design.family.from_phi(state["phi"])
+    broad = design.family.measure(design.family.broadened(params, 3.0))
+    base = design.family.measure(params)
+    np.testing.assert_allclose(broad.weights, base.weights)
+    for b, c in zip(broad.components, base.components):
+        np.testing.assert_allclose(b.mean, c.mean)
+        np.testing.assert_allclose(b.cov, 3.0 * c.cov, rtol=1e-12)
+    fixed, _, _ = _design(_mixture_spec(small_spec, free=["weights", "means"]))
+    assert fixed.family.broadened(params, 3.0) is None

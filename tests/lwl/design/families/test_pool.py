@@ -93,3 +93,16 @@ def test_bad_pool_specs_name_the_field(small_spec):
         with pytest.raises(SpecError) as exc:
             parse_job_spec(_pool_spec(small_spec, **family))
         assert field in [loc for loc, _ in exc.value.errors], exc.value.errors
+
+
+def test_broadened_pool_scales_its_covariance_through_the_bandwidth(small_spec):
+    design, _, state = labelled_design(_pool_spec(small_spec))
+    fam = design.family
+    params = fam.from_phi(state["phi"])
+    h2 = np.exp(2 * params["log_h"][0])
+    h2_new = np.exp(2 * fam.broadened(params, 2.0)["log_h"][0])
+    # points of covariance ~Sigma_hat with kernels h^2 Sigma_hat: (1 + h'^2) = 2 (1 + h^2)
+    assert np.isclose(1 + h2_new, 2.0 * (1 + h2))
+    np.testing.assert_array_equal(fam.broadened(params, 2.0)["logits"], params["logits"])
+    fixed, _, _ = labelled_design(_pool_spec(small_spec, free=["weights"]))
+    assert fixed.family.broadened(params, 2.0) is None
