@@ -160,8 +160,9 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns"),
                knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
                sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N"),
-               resume: bool = typer.Option(False, help="rte: reuse the trials in OUT/results.json made with the "
-                                                       "same settings (grow a study by trials, or resume one)"),
+               resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers: reuse the trials (runs) in "
+                                                       "OUT/results.json made with the same settings (grow a study, "
+                                                       "or resume one)"),
                family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool)"),
                merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
                                                               "runs (one of them gaussian): write one table of all "
@@ -183,7 +184,7 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
     if name == "eit":
         return _eit_study(preset, out, cache)
     if name != "table1":
-        return _operator_study(name, preset, out, runs, select)
+        return _operator_study(name, preset, out, runs, select, resume)
     from lwl.experiments import table1
 
     if preset not in table1.PRESETS:
@@ -259,8 +260,10 @@ def _report(paths, out: Path) -> None:
     sys.stdout.write((out / "results.md").read_text())
 
 
-def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, select: str = "bound") -> None:
-    """AMA studies (lwl.experiments.operators): one progress tick per AMA iteration."""
+def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, select: str = "bound",
+                    resume: bool = False) -> None:
+    """AMA studies (lwl.experiments.operators): one progress tick per AMA iteration; OUT is
+    rewritten after every run, and ``resume`` reuses the runs of OUT/results.json."""
     from lwl.experiments import operators
 
     if preset not in operators.PRESETS[name]:
@@ -268,11 +271,15 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, 
         raise typer.Exit(2)
     cfg = operators.PRESETS[name][preset]
     out = out or Path("runs") / (f"{name}-{preset}" + ("" if select == "bound" else f"-{select}"))
+    previous = None
+    if resume and (out / "results.json").is_file():
+        previous = json.loads((out / "results.json").read_text())
     ticks = (runs or cfg["runs"]) * (cfg["iterations"] + 1 + (1 if name == "burgers" else 0))
     with _progress() as bar:
         task = bar.add_task(f"{name} ({preset})", total=ticks, info="")
         doc = operators.run(name, preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg),
-                            select=select)
+                            select=select, previous=previous,
+                            checkpoint=lambda partial: operators.write_outputs(partial, out))
     _report(operators.write_outputs(doc, out), out)
 
 

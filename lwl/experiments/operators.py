@@ -321,9 +321,22 @@ def _padded(rows: list) -> np.ndarray:
     return np.array([list(r) + [r[-1]] * (n - len(r)) for r in rows], dtype=np.float64)
 
 
+def reusable_runs(previous: dict | None, name: str, cfg: dict, select: str) -> dict[int, dict]:
+    """Runs of an earlier results.json (``previous``) keyed by seed, if it was made for the same
+    study with the same settings (everything but the number of runs) and selection rule; else
+    none. Lets a paper-size study grow by runs, or resume after an interruption."""
+    if not previous or previous.get("study") != name or previous.get("select", "bound") != select:
+        return {}
+    same = {k: v for k, v in previous.get("config", {}).items() if k != "runs"} == \
+        {k: v for k, v in cfg.items() if k != "runs"}
+    return {int(r["seed"]): r for r in previous.get("per_run", [])} if same else {}
+
+
 def run(name: str, preset: str = "quick", *, runs: int | None = None, progress=None,
-        select: str = "bound") -> dict[str, Any]:
-    """Run study ``name`` at ``preset``; returns the results document."""
+        select: str = "bound", previous: dict | None = None, checkpoint=None) -> dict[str, Any]:
+    """Run study ``name`` at ``preset``; returns the results document. Runs found in
+    ``previous`` (an earlier results.json, same settings) are reused; ``checkpoint(doc)`` is
+    called after every new run with the results so far."""
     if name not in STUDIES:
         raise ValueError(f"unknown study {name!r}; known: {', '.join(STUDIES)}")
     if preset not in PRESETS[name]:
@@ -331,28 +344,45 @@ def run(name: str, preset: str = "quick", *, runs: int | None = None, progress=N
     cfg = dict(PRESETS[name][preset])
     if runs is not None:
         cfg["runs"] = runs
+    reuse = reusable_runs(previous, name, cfg, select)
     study = STUDIES[name](cfg)
     t0 = time.perf_counter()
+    seconds = sum(float(r.get("seconds", 0.0)) for r in reuse.values())
     tests = test_set(study)
     watch = tests[0][0][0] if name == "darcy" else None
-    results, curves = [], []
+    results = []
     for r in range(cfg["runs"]):
+        if r in reuse:
+            results.append(reuse[r])
+            if progress:
+                for _ in reuse[r]["errors"]:
+                    progress(f"run {r}: reused from the earlier results")
+            continue
+        t_run = time.perf_counter()
         res = run_ama(study, r, tests, watch, progress, select=select)
         if name == "burgers":
             res["err_vs_n"] = burgers_err_vs_n(study, res, tests, r)
             if progress:
                 progress(f"run {r}: error vs N done")
+        res["seconds"] = time.perf_counter() - t_run
         results.append(res)
-        curves.append(res["errors"])
-    errs = _padded(curves)
+        if checkpoint and r + 1 < cfg["runs"]:
+            checkpoint(_document(name, preset, select, cfg, study, tests, watch, results,
+                                 seconds + time.perf_counter() - t0))
+    return _document(name, preset, select, cfg, study, tests, watch, results, seconds + time.perf_counter() - t0)
+
+
+def _document(name, preset, select, cfg, study, tests, watch, results, seconds) -> dict[str, Any]:
+    """The results document of the runs done so far (``runs`` says how many)."""
+    errs = _padded([r["errors"] for r in results])
     objs = _padded([_carried(r["objectives"]) / r["objectives"][0] for r in results])
     doc: dict[str, Any] = {
-        "study": name, "preset": preset, "select": select, "config": cfg, "runs": cfg["runs"],
+        "study": name, "preset": preset, "select": select, "config": cfg, "runs": len(results),
         "zero_error": zero_error(tests, study.output_weights),
         "returned_error": dict(zip(("mean", "ci95"), t_interval([r["final_error"] for r in results]))),
         "returned_mean_squared_ratio": dict(zip(("mean", "ci95"), t_interval(
             [r["final_mean_squared_ratio"] for r in results]))),
-        "seconds": time.perf_counter() - t0, "free": study.family.free,
+        "seconds": seconds, "free": study.family.free,
         "initial_theta": study.family.theta0().tolist(),
         "members": [m.to_spec() for m in study.members],
         "relative_ood_error": [dict(zip(("mean", "ci95"), t_interval(errs[:, k]))) for k in range(errs.shape[1])],
@@ -456,10 +486,10 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
         fig.savefig(out / "ntd_matrix.png", dpi=120)
         plt.close(fig)
         paths.append(out / "ntd_matrix.png")
-    if doc["study"] == "darcy":
+    watched = next((r["watched"] for r in results if r.get("watched")), None)  # reused runs have none
+    if doc["study"] == "darcy" and watched:
         M = doc["config"]["grid"]
         U, Y = tests[0]
-        watched = results[0]["watched"]
         picks = sorted({0, 1, 2, len(watched) - 1} & set(range(len(watched))))
         fig, ax = plt.subplots(1, 2 + len(picks), figsize=(3 * (2 + len(picks)), 3))
         ax[0].imshow(U[0].reshape(M, M), cmap="viridis")

@@ -29,6 +29,25 @@ def test_tiny_study_runs_and_the_ood_error_falls(tmp_path, name):
         assert (tmp_path / "error_fields.png").exists()
 
 
+def test_tiny_operator_study_checkpoints_and_grows_by_runs(tmp_path, monkeypatch):
+    written = []
+    operators.write_outputs(operators.run("ntd", "tiny", runs=1), tmp_path)
+    previous = json.loads((tmp_path / "results.json").read_text())
+    calls = []
+    real = operators.run_ama
+    monkeypatch.setattr(operators, "run_ama", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    doc = operators.run("ntd", "tiny", runs=3, previous=previous,
+                        checkpoint=lambda d: written.append(operators.write_outputs(d, tmp_path)))
+    assert calls == [1, 2] and len(written) == 1  # run 0 reused; a checkpoint after run 1, not after the last
+    assert doc["runs"] == 3 and doc["per_run"][0]["errors"] == previous["per_run"][0]["errors"]
+    assert json.loads((tmp_path / "results.json").read_text())["runs"] == 2  # the checkpoint had two runs
+    assert operators.reusable_runs(previous, "ntd", dict(operators.PRESETS["ntd"]["tiny"], runs=5), "bound")
+    # other settings, another study or another selection rule: nothing is reused
+    assert operators.reusable_runs(previous, "ntd", dict(operators.PRESETS["ntd"]["tiny"], grid=11), "bound") == {}
+    assert operators.reusable_runs(previous, "darcy", operators.PRESETS["ntd"]["tiny"], "bound") == {}
+    assert operators.reusable_runs(previous, "ntd", operators.PRESETS["ntd"]["tiny"], "validation") == {}
+
+
 def test_tiny_rte_table_checkpoints_and_grows_by_trials(tmp_path, monkeypatch):
     written = []
     first = rte.run("tiny", runs=1, checkpoint=lambda d: written.append(rte.write_outputs(d, tmp_path)))
