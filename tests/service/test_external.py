@@ -208,7 +208,8 @@ def test_webhook_announces_new_rounds_signed(server):
             assert received[0]["batch_ids"] == ["1.0", "1.1", "1.2", "1.3"]
             c.label_loop(job, FRIEDMAN.label, timeout=120)
         # one announcement per round: the validation round, the checks of Q's moment-matched
-        # Gaussian and of theta^0, the single iteration's round and the check of its result
-        assert [r["batch_ids"][0] for r in received] == ["1.0", "2.0", "3.0", "4.0", "5.0"]
+        # Gaussian, of theta^0 and of the four broadened starts, the single iteration's round and
+        # the check of its result
+        assert [r["batch_ids"][0] for r in received] == [f"{k}.0" for k in range(1, 10)]
     finally:
         httpd.shutdown()
