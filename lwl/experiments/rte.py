@@ -205,6 +205,9 @@ def markdown(doc: dict) -> str:
              f"wall {doc['seconds']:.0f} s on this machine. \"optimised\" is the model the run returns: "
              + ("the last iterate's (the paper's particle AMA)." if cfg.get("select", "bound") == "bound" else
                 "the best validated iterate's (validated particle AMA, `--select validation`)."), "",
+             "Metrics compared: the columns and the paper's Table 3 are the same rooted relative OOD error "
+             "(SM eqn app_ntd_rel_ood_error, members weighted equally); lwl measures it on fresh held-out "
+             "samples of each member, the paper on the N optimisation samples.", "",
              f"## Relative OOD error at N = {N} (mean ± 95% CI)", "",
              "| eps | trials | initial | optimised | benchmark (Q mixture) | reduction | paper (initial / optimised / "
              "benchmark) |",
