@@ -102,6 +102,7 @@ class BilevelDesign(StepperDefaults):
         self.family: BilevelFamily = build_bilevel_family(spec.family, self.coords, q)
         self.check_samples = self.algo.check_samples or min(spec.evaluation.train_size, 2048)
         self._queries_cache: tuple = (None, None)
+        self._start_points: list[tuple[str, Params]] | None = None
 
     @classmethod
     def from_spec(cls, spec: JobSpec, resolve: DatasetResolver = _no_datasets) -> "BilevelDesign":
@@ -149,7 +150,15 @@ class BilevelDesign(StepperDefaults):
         ``("given", theta^0)`` always; before it, with ``starts: "moment_matched"`` (adaptive) or
         when the lengthscale is to be selected, the family's fit to Q (for a Gaussian, Q's
         moment-matched Gaussian in the free parameters): a poor initial distribution then costs
-        one check, not the run, and the lengthscale is chosen on samples that look like Q."""
+        one check, not the run, and the lengthscale is chosen on samples that look like Q.
+
+        Built once per stepper (a family's fit to Q can cost a k-means); callers get copies."""
+        if self._start_points is None:
+            self._start_points = self._build_start_points()
+        return [(name, {n: v.copy() if isinstance(v, np.ndarray) else v for n, v in params.items()})
+                for name, params in self._start_points]
+
+    def _build_start_points(self) -> list[tuple[str, Params]]:
         adaptive = self.algo.optimizer == "adaptive" and self.algo.starts == "moment_matched"
         starts = self.family.start_points(adaptive or self.selects_lengthscale)
         broaden = getattr(self.family, "broadened", None)

@@ -331,6 +331,20 @@ def test_broadened_start_points_are_checked_and_the_run_starts_from_the_best(sma
     assert [n for n, _ in _adaptive(small_spec, broaden=[2.0], starts="given")[0].start_points()] == ["given"]
 
 
+def test_start_points_are_built_once_and_handed_out_as_copies(small_spec, monkeypatch):
+    design, oracle = _adaptive(small_spec, iterations=4, check_every=2, broaden=[2.0])
+    calls = []
+    fit = design.family.start_points
+    monkeypatch.setattr(design.family, "start_points", lambda *a: calls.append(a) or fit(*a))
+    state = design.init()
+    while not design.done(state):
+        state = design.step(state, oracle.label(design.queries(state)))
+    assert len(calls) == 1  # one fit to Q for init and every iteration-0 check
+    first = design.start_points()
+    first[0][1]["mean"][:] = 1e9  # a caller that writes into its copy ...
+    assert np.all(design.start_points()[0][1]["mean"] < 1e9)  # ... changes nobody else's
+
+
 def test_start_points_need_fewer_standard_errors_than_iterates(small_spec):
     design, _ = _adaptive(small_spec)
     assert design.threshold(0) == 1.645 and design.threshold(25) == 2.0
