@@ -167,6 +167,9 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
                                                               "runs (one of them gaussian): write one table of all "
                                                               "families to OUT instead of running"),
+               join: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of one family's "
+                                                             "runs over different --columns: write them as one table "
+                                                             "to OUT instead of running"),
                select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
                                                          "validation (validated AMA: Q's validation samples accept "
                                                          "steps and select the returned model)"),
@@ -199,6 +202,13 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
             raise typer.Exit(2)
         return _report(paths, out)
     out = out or Path("runs") / (f"{name}-{preset}" + ("" if family == "gaussian" else f"-{family}"))
+    if join:
+        try:
+            doc = table1.join([json.loads(Path(p).read_text()) for p in join.split(",")])
+        except (OSError, ValueError) as exc:
+            console.print(f"[red]join: {exc}")
+            raise typer.Exit(2)
+        return _report(table1.write_outputs(doc, out), out)
     cols = columns.split(",") if columns else None
     n_cols = len(cols) if cols else len(table1.COLUMNS)
     n_runs = runs or table1.PRESETS[preset]["runs"]

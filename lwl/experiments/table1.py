@@ -166,7 +166,10 @@ def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | 
                 "seed": r,
                 "err": res["evaluation"]["err"],
                 "err_vs_n": res["evaluation"]["err_vs_n"],
+                # per iteration: Err of the inner objective (KRR with the annealed nugget
+                # sigma_k^2 on the iteration's batch); per check: Err of the evaluation's model
                 "validation_err": [h["validation_err"] for h in res["history"]],
+                "checks": [[c["iteration"], c["err"]] for c in res["checks"]],
                 "distribution": res["distribution"],
                 "kept_iteration": res["selected"]["iteration"],
                 "design_seconds": res["timings"]["design_seconds"],
@@ -246,7 +249,9 @@ def markdown(doc: dict) -> str:
         lines += ["", f"Runtime ({f} family): bilevel design {np.mean([r['design_seconds'] for r in runs]):.2f} s "
                   f"per run on average (at most {doc['settings']['iterations']} iterations)."]
     if "wall_seconds" in doc:
-        lines += [f"{doc['wall_seconds']:.0f} s wall for the whole preset on this machine.", ""]
+        parts = doc.get("parts", 1)
+        side = f" ({parts} processes side by side over --columns, joined)" if parts > 1 else ""
+        lines += [f"{doc['wall_seconds']:.0f} s wall for the whole preset on this machine{side}.", ""]
     lines += ["Settings per column (lwl departs from the paper where marked):", "",
               "| column | oracle | d | paper l | spec lengthscale | m0 | step size t_0 |",
               "|---|---|---|---|---|---|---|"]
@@ -344,6 +349,29 @@ def merge(docs: list[dict]) -> dict:
     return out
 
 
+def join(docs: list[dict]) -> dict:
+    """One document from runs of the same family, preset and run count over different columns
+    (a preset split across processes with ``--columns``), columns in the table's order. The
+    wall time is the longest part's (the parts ran side by side)."""
+    first = docs[0]
+    for d in docs[1:]:
+        for key in ("preset", "runs", "settings"):
+            if d.get(key) != first.get(key):
+                raise ValueError(f"join: documents of different {key}")
+        if d.get("family", "gaussian") != first.get("family", "gaussian"):
+            raise ValueError("join: documents of different families (use merge)")
+    seen: dict[str, int] = {}
+    for i, d in enumerate(docs):
+        for k in d["columns"]:
+            if k in seen:
+                raise ValueError(f"join: column {k} is in documents {seen[k]} and {i}")
+            seen[k] = i
+    cols = {c.key: docs[seen[c.key]]["columns"][c.key] for c in COLUMNS if c.key in seen}
+    return {**{k: v for k, v in first.items() if k != "columns"}, "columns": cols,
+            "wall_seconds": max(d.get("wall_seconds", 0.0) for d in docs),
+            "parts": sum(d.get("parts", 1) for d in docs)}
+
+
 def design_figure(doc: dict, path) -> None:
     """The designed distribution of each column's first run against Q, in the two leading
     principal directions of Q: Q's samples (grey), the design's samples, and for a mixture its
@@ -400,16 +428,23 @@ def write_outputs(doc: dict, out_dir) -> list:
     keys = list(cols)
     paths = [out / "results.json", out / "results.md"]
 
-    # convergence of the validation Err over iterations (paper Fig. 2 left, Fig. 9 left)
+    # convergence of the validation Err over iterations (paper Fig. 2 left, Fig. 9 left): the
+    # inner objective at the annealed nugget (what the gradient descends; it falls with the
+    # nugget) and, where recorded, the checks (the evaluation's model: what the run keeps)
     fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3), squeeze=False)
     for ax, k in zip(axes[0], keys):
         # one curve per run: the adaptive optimiser stops runs at different iterations
-        for r in cols[k]["runs"]:
-            ax.plot(np.arange(len(r["validation_err"])), r["validation_err"], color="C0", lw=0.6, alpha=0.5)
+        for i, r in enumerate(cols[k]["runs"]):
+            ax.plot(np.arange(len(r["validation_err"])), r["validation_err"], color="C0", lw=0.6, alpha=0.5,
+                    label="inner objective (σ_k²)" if i == 0 else None)
+            checks = np.array([c for c in r.get("checks", []) if c[0] > 0], dtype=float).reshape(-1, 2)
+            ax.plot(checks[:, 0], checks[:, 1], color="C3", lw=0.8, alpha=0.7, marker=".", ms=2,
+                    label="checks" if i == 0 and len(checks) else None)
         ax.set_title(cols[k]["title"])
         ax.set_xlabel("iteration")
         ax.set_yscale("log")
     axes[0][0].set_ylabel("validation Err")
+    axes[0][0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "convergence.png", dpi=120)
     plt.close(fig)

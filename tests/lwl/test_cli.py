@@ -62,9 +62,15 @@ def test_dataset_member_resolved_next_to_the_spec(tmp_path, small_spec):
 
 @pytest.mark.slow
 def test_table1_quick_preset_orders_optimized_mixture_normal(tmp_path):
-    proc = lwl("experiment", "table1", "--preset", "quick", "--columns", "g1,g2_d5", "--out", str(tmp_path))
+    # the preset split over two runs (as two processes would run it side by side), then joined
+    for key in ("g2_d5", "g1"):
+        proc = lwl("experiment", "table1", "--preset", "quick", "--columns", key, "--out", str(tmp_path / key))
+        assert proc.returncode == 0, proc.stderr
+    parts = ",".join(str(tmp_path / key / "results.json") for key in ("g2_d5", "g1"))
+    proc = lwl("experiment", "table1", "--preset", "quick", "--join", parts, "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "results.json").read_text())
+    assert list(doc["columns"]) == ["g1", "g2_d5"] and doc["parts"] == 2
     for key in ("g1", "g2_d5"):
         s = doc["columns"][key]["summary"]
         assert s["optimized"]["mean"] < s["mixture"]["mean"] < s["normal"]["mean"], (key, s)

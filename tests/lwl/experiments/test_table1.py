@@ -76,3 +76,25 @@ def test_paper_schedule_refuses_other_families():
     with pytest.raises(ValueError, match="family: unknown family 'kde'"):
         table1.run("smoke", columns=["g1"], family="kde")
     assert np.isfinite(table1.COLUMNS[0].lengthscale)
+
+
+def test_join_puts_column_split_runs_into_one_table_in_column_order(docs, tmp_path):
+    other = table1.run("smoke", columns=["g2_d5"], family="gaussian")
+    joined = table1.join([other, docs["gaussian"]])
+    assert list(joined["columns"]) == ["g1", "g2_d5"]  # the table's order, not the arguments'
+    assert joined["columns"]["g2_d5"] == other["columns"]["g2_d5"]
+    assert joined["parts"] == 2 and joined["wall_seconds"] == max(other["wall_seconds"],
+                                                                  docs["gaussian"]["wall_seconds"])
+    table1.write_outputs(joined, tmp_path)
+    assert "2 processes side by side" in (tmp_path / "results.md").read_text()
+    with pytest.raises(ValueError, match="column g1 is in documents 0 and 1"):
+        table1.join([docs["gaussian"], docs["gaussian"]])
+    with pytest.raises(ValueError, match="different families"):
+        table1.join([other, docs["mixture"]])
+
+
+def test_runs_record_the_checks_beside_the_inner_objective(docs):
+    run = docs["gaussian"]["columns"]["g1"]["runs"][0]
+    its = [it for it, _ in run["checks"]]
+    assert its[0] == 0 and its == sorted(its) and its[-1] == len(run["validation_err"])
+    assert all(np.isfinite(err) for _, err in run["checks"])
