@@ -182,25 +182,70 @@ def test_an_improvement_within_validation_noise_returns_the_initial_distribution
     assert moved["selected"]["iteration"] > 0 and moved["distribution"] == moved["best_distribution"]
     z = moved["selected"]["improvement_z"]
     assert np.isfinite(z)
-    # demand more standard errors than any check has: the initial distribution comes back
+    # demand more standard errors than any check has: the start nearest Q of those that
+    # validate below theta0 comes back (Q's moment-matched Gaussian here) ...
     small_spec["algorithm"].update(significance=100.0, start_significance=100.0)
-    kept = run_job(small_spec)
+    near = run_job(small_spec)
+    assert near["selected"]["iteration"] == 0 and near["selected"]["start"] == "moment_matched"
+    assert near["selected"]["rule"].startswith("start point nearest Q")
+    starts = {c["start"]: c["err"] for c in near["checks"] if c["iteration"] == 0}
+    assert starts["moment_matched"] < starts["given"] == near["selected"]["initial_check_err"]
+    assert near["selected"]["check_err"] == starts["moment_matched"]
+    assert any("within noise" in w and "moment_matched is nearest Q" in w for w in near["warnings"])
+    # ... and with theta0 the only start point, theta0 itself
+    kept = run_job({**small_spec, "algorithm": {**small_spec["algorithm"], "starts": "given"}})
     assert kept["distribution"]["mean"] == small_spec["family"]["mean"]
-    assert kept["best_distribution"] == moved["best_distribution"]
     assert kept["selected"]["iteration"] == 0 and kept["selected"]["rule"].startswith("initial distribution")
     assert any("within noise" in w for w in kept["warnings"])
+    assert near["best_distribution"] == moved["best_distribution"]
     # more than the best check has: the best of the checks that have enough, else the initial one
     small_spec["algorithm"].update(significance=z + 1e-9, start_significance=z + 1e-9)
     fallback = run_job(small_spec)
     eligible = [c for c in fallback["checks"] if c.get("z") is not None and c["z"] >= z + 1e-9]
-    if eligible:
-        assert fallback["selected"]["check_err"] == min(c["err"] for c in eligible)
+    if eligible:  # the surest of them (largest z), not the lowest Err
+        surest = max(eligible, key=lambda c: c["z"])
+        assert fallback["selected"]["check_err"] == surest["err"]
+        assert fallback["selected"]["iteration"] == surest["iteration"]
         assert fallback["selected"]["rule"] == "best check that beats the initial distribution beyond noise"
     else:
         assert fallback["distribution"]["mean"] == small_spec["family"]["mean"]
     # every check after theta0's carries its z; the best check's is the selection's improvement_z
     zs = {c["iteration"]: c["z"] for c in moved["checks"] if c.get("z") is not None}
     assert np.isclose(zs[moved["selected"]["iteration"]], z)
+
+
+def test_nearest_start_is_the_one_with_the_smallest_transport_term(small_spec):
+    from scipy.linalg import sqrtm
+
+    design, _ = _adaptive(small_spec)
+    starts = dict(design.start_points())
+    assert {"given", "moment_matched", "broadened_2"} <= set(starts)
+
+    def w2_sq(params):  # sum_k w_k W2^2 by the Bures formula, against each member's sample moments
+        m, C = design.family.measure(params).mean_and_cov()
+        total = 0.0
+        for w, x in zip(design.q.weights, design.q.validation):
+            mk, Ck = x.mean(0), np.cov(x.T, bias=True)
+            r = sqrtm(Ck)
+            total += w * (np.sum((m - mk) ** 2) + np.trace(C + Ck - 2 * np.real(sqrtm(r @ C @ r))))
+        return total
+
+    far = {n: design.transport_to_q(p) for n, p in starts.items()}
+    for name in ("given", "moment_matched", "broadened_1.5", "broadened_2"):
+        assert np.isclose(far[name], w2_sq(starts[name]), rtol=1e-6)
+    # Q's moment-matched Gaussian is nearer Q than N(1/2, I) here; a broad one is not
+    assert far["moment_matched"] < far["broadened_1.5"] < far["given"] < far["broadened_2"]
+
+    def checks(errs):
+        return [{"iteration": 0, "start": n, "err": e} for n, e in errs.items()] + [{"iteration": 5, "err": 0.1}]
+
+    # the nearest of those that validate below theta0, whatever their Err
+    assert design.nearest_start(checks({"given": 0.5, "moment_matched": 0.49, "broadened_1.5": 0.3})) == "moment_matched"
+    assert design.nearest_start(checks({"given": 0.5, "moment_matched": 0.51, "broadened_1.5": 0.49,
+                                        "broadened_2": 0.2})) == "broadened_1.5"
+    # none below theta0 that is nearer Q than it: theta0 stays
+    assert design.nearest_start(checks({"given": 0.5, "moment_matched": 0.5, "broadened_2": 0.3})) is None
+    assert design.nearest_start(checks({"given": 0.5})) is None
 
 
 def test_improvement_z_is_the_paired_difference_over_its_standard_error(small_spec):
