@@ -251,10 +251,13 @@ class BilevelDesign(StepperDefaults):
         if starts and self.algo.keep == "best":
             selected["start"] = min(starts, key=lambda c: c["err"])["start"]
         if fallback:
-            selected["rule"] = "best check that beats the initial distribution beyond noise"
+            selected["rule"] = "surest check that beats the initial distribution beyond noise"
+            if it == 0 and state.get("significant_start"):
+                selected["start"] = state["significant_start"]  # the start point returned
             warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.threshold(state['best_iteration']):g}): the best check that "
-                            f"beats it beyond noise is returned, the best checked iterate is best_distribution")
+                            f"noise ({z:.2f} standard errors < {self.threshold(state['best_iteration']):g}): of the checks "
+                            f"that beat it beyond noise the surest (z {state['significant_z']:.2f}) is returned, the best "
+                            f"checked iterate is best_distribution")
         elif within_noise and nearest is not None:
             selected.update(rule="start point nearest Q of those that validate below the initial distribution "
                                  "(every check was within noise of it)", start=nearest)
@@ -420,23 +423,26 @@ class BilevelDesign(StepperDefaults):
 
     def _track_significant(self, state: dict[str, Any], new: dict[str, Any], record: dict, err: float,
                            sq: np.ndarray) -> dict[str, Any]:
-        """Remember the best check that beats the given theta0 by ``significance`` standard
+        """Remember the surest check (largest z) that beats the given theta0 by ``significance`` standard
         errors: what is returned when the overall best check does not. A start checked before
         theta0 waits until theta0's residuals are known."""
         k = record["iteration"]
         given_start = k == 0 and self.start_points()[state["start_index"]][0] == "given"
         if k == 0 and not given_start and new.get("initial_sq") is None:  # checked before theta0
-            new.update(**self._put(self._get(state), "pending_"), pending_err=err, pending_sq=sq)
+            new.update(**self._put(self._get(state), "pending_"), pending_err=err, pending_sq=sq,
+                       pending_start=self.start_points()[state["start_index"]][0])
             return new
         if given_start:
             new["initial_sq"] = sq  # what a kept iterate must beat beyond noise
         if new.get("initial_sq") is None:
             return new
-        candidates = [(self._get(state), err, k, sq, record)]
+        name = self.start_points()[state["start_index"]][0] if k == 0 else None
+        candidates = [(self._get(state), err, k, sq, record, name)]
         if given_start and state.get("pending_sq") is not None:
             candidates.append((self._get(state, "pending_"), state["pending_err"], 0,
-                               state["pending_sq"], new["checks"][-1] if new["checks"] else {}))
-        for params, e, it, s, rec in candidates:
+                               state["pending_sq"], new["checks"][-1] if new["checks"] else {},
+                               state.get("pending_start")))
+        for params, e, it, s, rec, start in candidates:
             z = self.improvement_z(s, new["initial_sq"], state["validation_labels"])
             rec["z"] = z if np.isfinite(z) else None
             # the surest of the checks that clear the bar, not the lowest: with heavy-tailed labels
@@ -444,7 +450,7 @@ class BilevelDesign(StepperDefaults):
             # its z then falls while its held-out Err rises (docs/method.md, "Sobol G at d >= 7")
             if z >= self.threshold(it) and z > new.get("significant_z", -float("inf")):
                 new.update(**self._put(params, "significant_"), significant_err=e, significant_iteration=it,
-                           significant_z=z)
+                           significant_z=z, significant_start=start)
         return new
 
     def _check(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:

@@ -206,7 +206,9 @@ def test_an_improvement_within_validation_noise_returns_the_initial_distribution
         surest = max(eligible, key=lambda c: c["z"])
         assert fallback["selected"]["check_err"] == surest["err"]
         assert fallback["selected"]["iteration"] == surest["iteration"]
-        assert fallback["selected"]["rule"] == "best check that beats the initial distribution beyond noise"
+        assert fallback["selected"]["rule"] == "surest check that beats the initial distribution beyond noise"
+        if surest["iteration"] == 0:  # a start point: selected names it
+            assert fallback["selected"]["start"] == surest["start"]
     else:
         assert fallback["distribution"]["mean"] == small_spec["family"]["mean"]
     # every check after theta0's carries its z; the best check's is the selection's improvement_z
