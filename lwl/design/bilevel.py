@@ -421,28 +421,34 @@ class BilevelDesign(StepperDefaults):
         name = min(better, key=far.get)
         return name if far[name] < far["given"] else None
 
+    def _start_name(self, index: int) -> str:
+        """The name of start point ``index`` (without copying every start's parameters)."""
+        if self._start_points is None:
+            self._start_points = self._build_start_points()
+        return self._start_points[index][0]
+
     def _track_significant(self, state: dict[str, Any], new: dict[str, Any], record: dict, err: float,
                            sq: np.ndarray) -> dict[str, Any]:
         """Remember the surest check (largest z) that beats the given theta0 by ``significance`` standard
         errors: what is returned when the overall best check does not. A start checked before
         theta0 waits until theta0's residuals are known."""
         k = record["iteration"]
-        given_start = k == 0 and self.start_points()[state["start_index"]][0] == "given"
+        start = self._start_name(state["start_index"]) if k == 0 else None  # None for an iterate
+        given_start = start == "given"
         if k == 0 and not given_start and new.get("initial_sq") is None:  # checked before theta0
             new.update(**self._put(self._get(state), "pending_"), pending_err=err, pending_sq=sq,
-                       pending_start=self.start_points()[state["start_index"]][0])
+                       pending_start=start)
             return new
         if given_start:
             new["initial_sq"] = sq  # what a kept iterate must beat beyond noise
         if new.get("initial_sq") is None:
             return new
-        name = self.start_points()[state["start_index"]][0] if k == 0 else None
-        candidates = [(self._get(state), err, k, sq, record, name)]
+        candidates = [(self._get(state), err, k, sq, record, start)]
         if given_start and state.get("pending_sq") is not None:
             candidates.append((self._get(state, "pending_"), state["pending_err"], 0,
                                state["pending_sq"], new["checks"][-1] if new["checks"] else {},
                                state.get("pending_start")))
-        for params, e, it, s, rec, start in candidates:
+        for params, e, it, s, rec, name in candidates:
             z = self.improvement_z(s, new["initial_sq"], state["validation_labels"])
             rec["z"] = z if np.isfinite(z) else None
             # the surest of the checks that clear the bar, not the lowest: with heavy-tailed labels
@@ -450,7 +456,7 @@ class BilevelDesign(StepperDefaults):
             # its z then falls while its held-out Err rises (docs/method.md, "Sobol G at d >= 7")
             if z >= self.threshold(it) and z > new.get("significant_z", -float("inf")):
                 new.update(**self._put(params, "significant_"), significant_err=e, significant_iteration=it,
-                           significant_z=z, significant_start=start)
+                           significant_z=z, significant_start=name)
         return new
 
     def _check(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:
