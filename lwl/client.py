@@ -201,6 +201,6 @@ def _print_verdict(console, doc: dict) -> None:
     if v and v.get("best_baseline"):
         word = "better than" if v["beats_best_baseline"] else "NOT better than"
         console.print(f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {v['best_baseline']} "
-                      f"(Err {v['baselines'][v['best_baseline']]:.4f}; ratio {v['ratio']:.3f})", highlight=False)
+                      f"(Err {v.get('best_baseline_err', v['baselines'][v['best_baseline']]):.4f}; ratio {v['ratio']:.3f})", highlight=False)
     for w in doc.get("warnings") or []:
         console.print(f"warning: {w}", highlight=False)

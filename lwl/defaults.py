@@ -3,7 +3,9 @@
 - ``family.mean`` / ``family.cov``: Q's moment-matched Gaussian, i.e. the weighted mean and
   covariance of Q's validation samples (each member weighted by w_k, its points equally);
 - ``model.lengthscale``: the median distance between Q's validation samples (the median
-  heuristic), computed on at most 2000 of them drawn with the job's seed;
+  heuristic), computed on at most 2000 of them drawn with the job's seed; a bilevel job then
+  selects the lengthscale with the design from this value times LENGTHSCALE_FACTORS
+  (:meth:`lwl.design.bilevel.BilevelDesign.lengthscale_grid`);
 - a mixture family's ``weights`` / ``means`` / ``covs``: one moment-matched Gaussian per member
   of Q or per k-means cluster of Q's validation samples
   (:func:`lwl.design.families.mixture.initial_components`).
@@ -22,6 +24,8 @@ from lwl.streams import STREAM_KMEANS, STREAM_MEDIAN
 from lwl.spec import JobSpec
 
 MEDIAN_POINTS = 2000
+# candidates of the lengthscale selection, times the median distance between Q's samples
+LENGTHSCALE_FACTORS = (4.0, 2.0, 1.0, 0.5, 0.25, 0.125)
 
 
 def median_distance(points: np.ndarray, seed) -> float:
@@ -33,6 +37,11 @@ def median_distance(points: np.ndarray, seed) -> float:
     d = np.sqrt(d2[np.triu_indices(len(x), 1)])
     d = d[d > 0]
     return float(np.median(d)) if len(d) else 1.0
+
+
+def median_lengthscale(q: MetaTestSamples, seed: int) -> float:
+    """The median distance between Q's validation samples (the job's seed picks the subsample)."""
+    return median_distance(np.concatenate(q.validation), [seed, STREAM_MEDIAN])
 
 
 def fill_from_data(spec: JobSpec, q: MetaTestSamples) -> JobSpec:
@@ -52,7 +61,7 @@ def fill_from_data(spec: JobSpec, q: MetaTestSamples) -> JobSpec:
         family, filled = fill(family, q, spec.seed)
         derived += [f"family.{f}" for f in filled]
     if model.name == "krr" and model.lengthscale is None:
-        model.lengthscale = median_distance(np.concatenate(q.validation), [spec.seed, STREAM_MEDIAN])
+        model.lengthscale = median_lengthscale(q, spec.seed)
         derived.append("model.lengthscale")
     out = spec.model_copy(update={"family": family, "model": model})
     out.derived = [*spec.derived, *derived]

@@ -38,6 +38,7 @@ import torch
 
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient, moment_matched, regularised_cholesky
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
+from lwl.defaults import LENGTHSCALE_FACTORS
 from lwl.design.schedules import cosine
 from lwl.design.stepper import StepperDefaults
 from lwl.device import DTYPE, resolve_device
@@ -52,8 +53,6 @@ PHASE_CHECK = "check"
 PHASE_ITERATE = "iterate"
 PHASE_DONE = "done"
 
-# candidates of the lengthscale selection, times the median distance between Q's samples
-LENGTHSCALE_FACTORS = (2.0, 1.0, 0.5, 0.25, 0.125)
 
 
 def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tensor,
@@ -127,7 +126,8 @@ class BilevelDesign(StepperDefaults):
                 "checks": [], "phi": phi, "phi0": phi.copy(), "adam_m1": np.zeros_like(phi),
                 "adam_m2": np.zeros_like(phi), "adam_t": 0, "grad_ms": 0.0, "step_scale": 1.0, "halvings": 0,
                 **self._put(given, "best_"), "best_err": float("inf"), "best_iteration": 0,
-                "stale_checks": 0, "start_index": 0, "lengthscale": self.spec.model.lengthscale}
+                "stale_checks": 0, "start_index": 0, "lengthscale": self.spec.model.lengthscale,
+                "best_lengthscale": self.spec.model.lengthscale}
 
     # the family's parameters live in the state under their own names, with a prefix for the
     # best / significant / pending copies ("best_mean", "best_chol", ...)
@@ -241,7 +241,7 @@ class BilevelDesign(StepperDefaults):
         selected = {"iteration": it, "rule": f"{self.algo.keep} validation check",
                     "improvement_z": z if z is None or np.isfinite(z) else None,
                     "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
-                    "initial_check_err": initial, "lengthscale": state["lengthscale"],
+                    "initial_check_err": initial, "lengthscale": self.returned_lengthscale(state),
                     "last_check_err": checks[-1]["err"] if checks else None}
         warnings = []
         if initial is not None and selected["check_err"] is not None and selected["check_err"] > initial:
@@ -348,10 +348,23 @@ class BilevelDesign(StepperDefaults):
         err = float(np.sqrt((a @ sq) / (a @ validation_labels**2)))
         return (err, sq) if np.isfinite(err) else (float("inf"), None)
 
-    def select_lengthscale(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray) -> dict[str, float]:
-        """Check Err for the median distance times each of LENGTHSCALE_FACTORS (on one batch)."""
-        base = self.spec.model.lengthscale
-        return {repr(f * base): self._checked(U, y, validation_labels, f * base)[0] for f in LENGTHSCALE_FACTORS}
+    def lengthscale_grid(self, state: dict[str, Any], iteration: int) -> list[float]:
+        """Lengthscales a check tries when the spec left it to lwl: the median distance times
+        every factor of LENGTHSCALE_FACTORS for a start point, the current one and its two grid
+        neighbours for an iterate. The lengthscale is chosen with the design, not once for Q: a
+        design broader than Q wants a shorter one (docs/method.md, "Lengthscale chosen with the
+        design")."""
+        grid = [f * self.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
+        if iteration == 0:
+            return grid
+        i = int(np.argmin([abs(np.log(g / state["lengthscale"])) for g in grid]))
+        return grid[max(i - 1, 0):i + 2]
+
+    def select_lengthscale(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
+                           grid: list[float]) -> dict[float, tuple[float, np.ndarray | None]]:
+        """(check Err, squared residuals) of the batch (U, y) for each lengthscale of ``grid``;
+        the labels are the check's, so trying several costs no oracle call."""
+        return {ell: self._checked(U, y, validation_labels, ell) for ell in grid}
 
     def threshold(self, iteration: int) -> float:
         """Standard errors a check at ``iteration`` must beat theta0 by: ``significance`` for the
@@ -382,10 +395,34 @@ class BilevelDesign(StepperDefaults):
 
     def resolved_spec(self, state: dict[str, Any]) -> JobSpec:
         """The spec with the lengthscale the run selected (the one its evaluation must use)."""
-        if state.get("lengthscale") == self.spec.model.lengthscale:
+        lengthscale = self.returned_lengthscale(state)
+        if lengthscale == self.spec.model.lengthscale:
             return self.spec
         return self.spec.model_copy(update={"model": self.spec.model.model_copy(
-            update={"lengthscale": state["lengthscale"]})})
+            update={"lengthscale": lengthscale})})
+
+    def returned_lengthscale(self, state: dict[str, Any]) -> float:
+        """The lengthscale that goes with the returned distribution: the one its check selected
+        (:meth:`lengthscale_grid`), the spec's when the spec gave one."""
+        if not self.selects_lengthscale or not state["checks"]:
+            return state["lengthscale"]
+        checks = state["checks"]
+        if self.algo.keep != "best":
+            return checks[-1].get("lengthscale", state["lengthscale"])
+        given = self.family.initial()
+        kept = self._get(state, "best_")
+        moved = not all(np.array_equal(kept[n], given[n]) for n in self.family.param_names)
+        best = state.get("best_lengthscale", state["lengthscale"])
+        if not (moved and state.get("initial_sq") is not None and state.get("best_sq") is not None):
+            return best
+        z = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
+        if z >= self.threshold(state["best_iteration"]):
+            return best
+        if self._has(state, "significant_"):
+            return state.get("significant_lengthscale", best)
+        start = self.nearest_start(checks) or "given"
+        return next((c.get("lengthscale", best) for c in checks
+                     if c["iteration"] == 0 and c.get("start") == start), best)
 
     def transport_to_q(self, params: Params) -> float:
         """sum_k w_k W2^2(N(m, C), N(m_k, C_k)): the transport term of the paper's bound
@@ -435,20 +472,21 @@ class BilevelDesign(StepperDefaults):
         k = record["iteration"]
         start = self._start_name(state["start_index"]) if k == 0 else None  # None for an iterate
         given_start = start == "given"
+        lengthscale = record.get("lengthscale", state["lengthscale"])
         if k == 0 and not given_start and new.get("initial_sq") is None:  # checked before theta0
             new.update(**self._put(self._get(state), "pending_"), pending_err=err, pending_sq=sq,
-                       pending_start=start)
+                       pending_start=start, pending_lengthscale=lengthscale)
             return new
         if given_start:
             new["initial_sq"] = sq  # what a kept iterate must beat beyond noise
         if new.get("initial_sq") is None:
             return new
-        candidates = [(self._get(state), err, k, sq, record, start)]
+        candidates = [(self._get(state), err, k, sq, record, start, lengthscale)]
         if given_start and state.get("pending_sq") is not None:
             candidates.append((self._get(state, "pending_"), state["pending_err"], 0,
                                state["pending_sq"], new["checks"][-1] if new["checks"] else {},
-                               state.get("pending_start")))
-        for params, e, it, s, rec, name in candidates:
+                               state.get("pending_start"), state.get("pending_lengthscale", lengthscale)))
+        for params, e, it, s, rec, name, ell in candidates:
             z = self.improvement_z(s, new["initial_sq"], state["validation_labels"])
             rec["z"] = z if np.isfinite(z) else None
             # the surest of the checks that clear the bar, not the lowest: with heavy-tailed labels
@@ -456,7 +494,7 @@ class BilevelDesign(StepperDefaults):
             # its z then falls while its held-out Err rises (docs/method.md, "Sobol G at d >= 7")
             if z >= self.threshold(it) and z > new.get("significant_z", -float("inf")):
                 new.update(**self._put(params, "significant_"), significant_err=e, significant_iteration=it,
-                           significant_z=z, significant_start=name)
+                           significant_z=z, significant_start=name, significant_lengthscale=ell)
         return new
 
     def _check(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:
@@ -465,15 +503,19 @@ class BilevelDesign(StepperDefaults):
         new = dict(state)
         U = self.queries(state)
         record = {"iteration": k}
-        if k == 0 and not state["checks"] and self.selects_lengthscale:
-            errs = self.select_lengthscale(U, y, state["validation_labels"])
-            new["lengthscale"] = float(min(errs, key=errs.get))
-            record["lengthscales"] = errs
-        err, sq = self._checked(U, y, state["validation_labels"], new["lengthscale"])
+        lengthscale = state["lengthscale"]
+        if self.selects_lengthscale:  # the pair (theta_k, lengthscale) with the lowest check Err
+            tried = self.select_lengthscale(U, y, state["validation_labels"], self.lengthscale_grid(state, k))
+            lengthscale = float(min(tried, key=lambda ell: tried[ell][0]))
+            err, sq = tried[lengthscale]
+            record.update(lengthscales={repr(ell): e for ell, (e, _) in tried.items()}, lengthscale=lengthscale)
+        else:
+            err, sq = self._checked(U, y, state["validation_labels"], lengthscale)
         record.update(err=err, best=err < state["best_err"], action=None)
         if record["best"]:
+            # the gradient steps go on with the lengthscale of the best pair
             new.update(**self._put(self._get(state), "best_"), best_err=err, best_iteration=k,
-                       stale_checks=0, best_sq=sq)
+                       stale_checks=0, best_sq=sq, best_lengthscale=lengthscale, lengthscale=lengthscale)
         elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
             new["stale_checks"] = state["stale_checks"] + 1
             if new["stale_checks"] >= self.algo.patience:

@@ -273,7 +273,7 @@ function evaluationPanel(result) {
     if (v && v.best_baseline) {
       box.append(el("p", { class: v.beats_best_baseline ? "verdict good" : "verdict bad", id: "verdict" },
         `The design's held-out Err ${Plots.fmt(v.err)} is ${v.beats_best_baseline ? "better" : "NOT better"} than the best baseline, `,
-        `${v.best_baseline} (${Plots.fmt(v.baselines[v.best_baseline])}; ratio ${Plots.fmt(v.ratio)}).`));
+        `${v.best_baseline} (${Plots.fmt(v.best_baseline_err ?? v.baselines[v.best_baseline])}; ratio ${Plots.fmt(v.ratio)}).`));
     }
   } else if (typeof ev.relative_ood_error === "number") {
     box.append(el("p", { id: "verdict" }, `Relative OOD error of the final model: ${Plots.fmt(ev.relative_ood_error)}`));

@@ -86,3 +86,52 @@ def test_err_interval_covers_a_known_error_at_its_nominal_rate():
     # a wrong interval would fail: the point estimate alone covers nothing
     lo, hi = relative_error_interval(0.8 * y + 0.3 * x[:, 1], y, [300, 200], w, level=1e-9)
     assert hi - lo < 1e-9
+
+
+def test_verdict_counts_a_baseline_at_its_own_lengthscale_when_that_is_better():
+    ev = {"err": {"optimized": 0.2, "normal": 0.5, "barycenter": 0.3, "mixture": 0.25},
+          "err_own_lengthscale": {"mixture": {"err": 0.18, "lengthscale": 2.0},
+                                  "normal": {"err": 0.19, "lengthscale": 1.0},
+                                  "barycenter": {"err": 0.4, "lengthscale": 8.0}}}
+    v = verdict(ev)
+    assert v["best_baseline"] == "mixture" and v["best_baseline_err"] == 0.18 and not v["beats_best_baseline"]
+    assert np.isclose(v["ratio"], 0.2 / 0.18) and v["initial_err"] == 0.19 and not v["beats_initial"]
+    assert any("not mixture with the lengthscale selected for it" in w for w in v["warnings"])
+    assert v["baselines"]["mixture"] == 0.25 and v["baselines_own_lengthscale"]["barycenter"] == 0.4
+
+
+def _dense_krr(X, y, Xt, ell, ridge):
+    K = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1) / ell**2)
+    Kt = np.exp(-((Xt[:, None] - X[None]) ** 2).sum(-1) / ell**2)
+    return Kt @ np.linalg.solve(K + ridge * np.eye(len(X)), y)
+
+
+def test_baselines_at_own_lengthscale_pick_the_lengthscale_that_validates_best(small_spec):
+    from lwl.defaults import LENGTHSCALE_FACTORS, median_lengthscale
+    from lwl.evaluation import baselines_at_own_lengthscale
+    from lwl.q_samples import MetaTestSamples
+    from lwl.spec import parse_job_spec
+
+    spec = parse_job_spec(small_spec)
+    rng = np.random.default_rng(3)
+    f = lambda x: np.sin(2 * x[:, 0]) + x[:, 1] ** 2  # noqa: E731
+    q = MetaTestSamples([rng.standard_normal((60, 5)), 2 + rng.standard_normal((60, 5))], np.array([0.3, 0.7]), 40)
+    val = np.concatenate(q.validation)
+    test = np.concatenate(q.heldout)
+    a_val = q.point_weights(q.validation, q.weights)
+    a_test = q.point_weights(q.heldout, q.weights)
+    drawn = {name: (x, f(x)) for name, x in (("optimized", rng.standard_normal((50, 5))),
+                                              ("mixture", 0.5 + 1.5 * rng.standard_normal((50, 5))))}
+    got = baselines_at_own_lengthscale(spec, q, drawn, f(val), test, f(test), a_test, {})
+    assert set(got) == {"mixture"}  # the design is not a baseline
+
+    def err(pred, truth, a):
+        return np.sqrt(a @ (pred - truth) ** 2 / (a @ truth**2))
+
+    x, y = drawn["mixture"]
+    ridge = spec.evaluation.ridge
+    grid = [c * median_lengthscale(q, spec.seed) for c in LENGTHSCALE_FACTORS]
+    scores = [err(_dense_krr(x, y, val, ell, ridge), f(val), a_val) for ell in grid]
+    best = grid[int(np.argmin(scores))]
+    assert np.isclose(got["mixture"]["lengthscale"], best)
+    assert np.isclose(got["mixture"]["err"], err(_dense_krr(x, y, test, best, ridge), f(test), a_test), rtol=1e-8)

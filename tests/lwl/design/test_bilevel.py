@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lwl.design import BilevelDesign, pack, unpack
+from lwl.design.bilevel import LENGTHSCALE_FACTORS
 from lwl.design.schedules import cosine
 from lwl.oracles import make_oracle
 from lwl.spec import parse_job_spec
@@ -332,13 +333,37 @@ def test_spec_without_mean_cov_or_lengthscale_gets_data_derived_values(small_spe
     mean, cov = moment_matched(pts, q.point_weights(q.validation, q.weights))
     np.testing.assert_allclose(spec["family"]["mean"], mean, rtol=1e-12)
     np.testing.assert_allclose(spec["family"]["cov"], cov, rtol=1e-6, atol=1e-9)
-    # the lengthscale is the median distance times the factor that validated best at the start
+    # every check tries the median distance times factors of the grid (a start point all of
+    # them, an iterate its current lengthscale and the two neighbours) and keeps the best pair
     med = median_distance(pts, [small_spec["seed"], 5])
-    tried = res["checks"][0]["lengthscales"]
-    assert set(map(float, tried)) == {f * med for f in (2.0, 1.0, 0.5, 0.25, 0.125)}
-    assert spec["model"]["lengthscale"] == float(min(tried, key=tried.get))
-    assert res["selected"]["lengthscale"] == spec["model"]["lengthscale"]
+    grid = [f * med for f in LENGTHSCALE_FACTORS]
+    assert set(map(float, res["checks"][0]["lengthscales"])) == set(grid)
+    for c in res["checks"]:
+        tried = {float(k): v for k, v in c["lengthscales"].items()}
+        assert set(tried) <= set(grid) and (c["iteration"] == 0 or len(tried) <= 3)
+        assert c["lengthscale"] == min(tried, key=tried.get) and c["err"] == min(tried.values())
+    # the returned lengthscale is the one of the returned check, and the evaluation used it
+    sel = res["selected"]
+    kept = [c for c in res["checks"] if c["iteration"] == sel["iteration"]
+            and (sel["iteration"] > 0 or c["start"] == sel["start"])]
+    assert len(kept) == 1 and spec["model"]["lengthscale"] == kept[0]["lengthscale"] == sel["lengthscale"]
     assert set(res["evaluation"]["err"]) == {"optimized", "normal", "barycenter", "mixture"}
+    # the baselines also stand at the lengthscale that validates best for them
+    own = res["evaluation"]["err_own_lengthscale"]
+    assert set(own) == {"normal", "barycenter", "mixture"} and {o["lengthscale"] for o in own.values()} <= set(grid)
+    assert res["verdict"]["best_baseline_err"] == min(min(res["verdict"]["baselines"].values()),
+                                                      min(o["err"] for o in own.values()))
+
+
+def test_iterate_checks_try_the_current_lengthscale_and_its_grid_neighbours(small_spec):
+    del small_spec["model"]
+    design, _, _ = _design(small_spec)
+    grid = [f * design.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
+    state = {"lengthscale": grid[2]}
+    assert design.lengthscale_grid(state, 0) == grid
+    assert design.lengthscale_grid(state, 5) == grid[1:4]
+    assert design.lengthscale_grid({"lengthscale": grid[0]}, 5) == grid[:2]
+    assert design.lengthscale_grid({"lengthscale": grid[-1] * 1.01}, 5) == grid[-2:]
 
 
 def test_a_given_lengthscale_is_kept(small_spec):
@@ -346,6 +371,7 @@ def test_a_given_lengthscale_is_kept(small_spec):
 
     res = run_job(small_spec)
     assert res["spec"]["model"]["lengthscale"] == 3.0 and "lengthscales" not in res["checks"][0]
+    assert "err_own_lengthscale" not in res["evaluation"] and "baselines_own_lengthscale" not in res["verdict"]
     assert res["spec"]["derived"] == []
 
 

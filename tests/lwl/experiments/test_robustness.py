@@ -48,3 +48,17 @@ def test_divergence_means_runaway_parameters_or_blown_up_predictions():
     assert robustness.diverged(0.5, 1.0, {**sane, "cov_ratio_max": 1e15})  # the old default's runaway
     assert robustness.diverged(0.5, 1.0, {**sane, "mean_offset": 1e7})
     assert robustness.diverged(0.5, 1.0, {**sane, "cov_ratio_min": 0.0})
+
+
+def test_summary_counts_a_baseline_at_its_better_lengthscale():
+    row = {"key": "p", "start": "default", "scale": 1.0, "err": 0.2, "initial_err": 0.5, "diverged": False,
+           "baselines": {"normal": 0.5, "barycenter": 0.3, "mixture": 0.25},
+           "baselines_own_lengthscale": {"mixture": 0.15, "barycenter": 0.4},
+           "best_of_mixture_barycenter": 0.15, "iterations_run": 10, "selected_iteration": 5, "seconds": 1.0}
+    s = robustness.summary([row, {**row, "baselines_own_lengthscale": {}, "best_of_mixture_barycenter": 0.25}])
+    assert s["win_rate"]["mixture"] == 0.5 and s["win_rate"]["barycenter"] == 1.0
+    assert s["win_rate"]["better_of_mixture_barycenter"] == 0.5
+    doc = {"preset": "full-selected", "settings": {"lengthscale_factor": None}, "problems": [row], "summary": s,
+           "wall_seconds": 1.0}
+    md = robustness.markdown(doc)
+    assert "| 0.250 / 0.150 | loss |" in md and "design's / own" in md
