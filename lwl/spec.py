@@ -478,7 +478,8 @@ class KRRSpec(StrictModel):
     name: Literal["krr"] = "krr"
     kernel: Literal["squared_exponential", "laplace"] = "squared_exponential"
     lengthscale: float | None = Field(
-        default=None, gt=0, description="default: the median distance between Q's validation samples")
+        default=None, gt=0, description="default: selected by validation from the median distance between Q's "
+                                          "validation samples (a bilevel job chooses it with the design)")
 
 
 class BilevelSpec(StrictModel):
