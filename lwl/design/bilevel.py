@@ -211,25 +211,9 @@ class BilevelDesign(StepperDefaults):
         last iterate, the history, the checks and which iterate was selected and why."""
         last = self.distribution(state)
         checks = state["checks"]
-        z, within_noise, fallback, nearest = None, False, False, None
-        if self.algo.keep == "best" and checks:
-            kept, it = self._get(state, "best_"), state["best_iteration"]
-            given = self.family.initial()
-            moved = not all(np.array_equal(kept[n], given[n]) for n in self.family.param_names)
-            if moved and state.get("initial_sq") is not None and state.get("best_sq") is not None:
-                z = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
-                within_noise = z < self.threshold(it)
-            fallback = within_noise and self._has(state, "significant_")
-            if within_noise:  # the best check's improvement is not distinguishable from validation noise
-                kept, it = given, 0
-            if fallback:  # ... but another check's is: the surest of those
-                kept, it = self._get(state, "significant_"), state["significant_iteration"]
-            elif within_noise:  # ... nor any other's: the start nearest Q that validates below theta0
-                nearest = self.nearest_start(checks)
-                if nearest is not None:
-                    kept = dict(self.start_points())[nearest]
-        else:
-            kept, it = self._get(state), state["iteration"]
+        sel = self._selection(state)
+        kept, it, z, within_noise, fallback, nearest = (sel[k] for k in ("kept", "iteration", "z", "within_noise",
+                                                                         "fallback", "nearest"))
         history = [dict(h) for h in state["history"]]
         for h in history:
             h["selected"] = h["iteration"] == it
@@ -241,7 +225,7 @@ class BilevelDesign(StepperDefaults):
         selected = {"iteration": it, "rule": f"{self.algo.keep} validation check",
                     "improvement_z": z if z is None or np.isfinite(z) else None,
                     "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
-                    "initial_check_err": initial, "lengthscale": self.returned_lengthscale(state),
+                    "initial_check_err": initial, "lengthscale": sel["lengthscale"],
                     "last_check_err": checks[-1]["err"] if checks else None}
         warnings = []
         if initial is not None and selected["check_err"] is not None and selected["check_err"] > initial:
@@ -404,25 +388,44 @@ class BilevelDesign(StepperDefaults):
     def returned_lengthscale(self, state: dict[str, Any]) -> float:
         """The lengthscale that goes with the returned distribution: the one its check selected
         (:meth:`lengthscale_grid`), the spec's when the spec gave one."""
-        if not self.selects_lengthscale or not state["checks"]:
-            return state["lengthscale"]
+        return self._selection(state)["lengthscale"]
+
+    def _selection(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Which check is returned and why: ``kept`` (its parameters), ``iteration``, ``z`` (the
+        best check's improvement over theta0 in standard errors), ``within_noise`` (z below the
+        bar), ``fallback`` (the surest significant check is returned instead), ``nearest`` (the
+        start point returned when no check is significant) and its ``lengthscale``."""
         checks = state["checks"]
-        if self.algo.keep != "best":
-            return checks[-1].get("lengthscale", state["lengthscale"])
+        out = {"z": None, "within_noise": False, "fallback": False, "nearest": None,
+               "lengthscale": state["lengthscale"]}
+        if self.algo.keep != "best" or not checks:
+            out.update(kept=self._get(state), iteration=state["iteration"])
+            if checks and self.selects_lengthscale:
+                out["lengthscale"] = checks[-1].get("lengthscale", state["lengthscale"])
+            return out
+        kept, it = self._get(state, "best_"), state["best_iteration"]
+        lengthscale = state.get("best_lengthscale", state["lengthscale"])
         given = self.family.initial()
-        kept = self._get(state, "best_")
         moved = not all(np.array_equal(kept[n], given[n]) for n in self.family.param_names)
-        best = state.get("best_lengthscale", state["lengthscale"])
-        if not (moved and state.get("initial_sq") is not None and state.get("best_sq") is not None):
-            return best
-        z = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
-        if z >= self.threshold(state["best_iteration"]):
-            return best
-        if self._has(state, "significant_"):
-            return state.get("significant_lengthscale", best)
-        start = self.nearest_start(checks) or "given"
-        return next((c.get("lengthscale", best) for c in checks
-                     if c["iteration"] == 0 and c.get("start") == start), best)
+        if moved and state.get("initial_sq") is not None and state.get("best_sq") is not None:
+            out["z"] = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
+            out["within_noise"] = out["z"] < self.threshold(it)
+        out["fallback"] = out["within_noise"] and self._has(state, "significant_")
+        if out["fallback"]:  # the best check's improvement is within validation noise, another's is not
+            kept, it = self._get(state, "significant_"), state["significant_iteration"]
+            lengthscale = state.get("significant_lengthscale", lengthscale)
+        elif out["within_noise"]:  # ... nor any other's: the start nearest Q that validates below theta0
+            kept, it = given, 0
+            out["nearest"] = self.nearest_start(checks)
+            if out["nearest"] is not None:
+                kept = dict(self.start_points())[out["nearest"]]
+            start = out["nearest"] or "given"
+            lengthscale = next((c.get("lengthscale", lengthscale) for c in checks
+                                if c["iteration"] == 0 and c.get("start") == start), lengthscale)
+        if not self.selects_lengthscale:
+            lengthscale = state["lengthscale"]
+        out.update(kept=kept, iteration=it, lengthscale=lengthscale)
+        return out
 
     def transport_to_q(self, params: Params) -> float:
         """sum_k w_k W2^2(N(m, C), N(m_k, C_k)): the transport term of the paper's bound

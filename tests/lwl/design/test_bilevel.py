@@ -101,8 +101,13 @@ def test_steps_follow_the_schedules_and_fixed_parameters_stay(small_spec):
     assert all(np.isfinite(h["objective"]) and 0 < h["validation_err"] for h in hist)
 
 
-def test_checkpoint_resume_equals_uninterrupted_run(small_spec):
-    design, oracle, state = _design(small_spec, iterations=6)
+@pytest.mark.parametrize("lengthscale", ["given", "selected"])
+def test_checkpoint_resume_equals_uninterrupted_run(small_spec, lengthscale):
+    if lengthscale == "selected":  # the lengthscale moves with the checks, and must resume too
+        del small_spec["model"]
+        design, oracle, state = _design(small_spec, iterations=6, optimizer="adaptive", check_every=2)
+    else:
+        design, oracle, state = _design(small_spec, iterations=6)
     full = state
     while not design.done(full):
         full = design.step(full, oracle.label(design.queries(full)))
@@ -116,6 +121,8 @@ def test_checkpoint_resume_equals_uninterrupted_run(small_spec):
         resumed = again.step(resumed, oracle.label(again.queries(resumed)))
     assert np.array_equal(resumed["mean"], full["mean"]) and np.array_equal(resumed["chol"], full["chol"])
     assert [h["objective"] for h in resumed["history"]] == [h["objective"] for h in full["history"]]
+    assert again.result(resumed)["selected"] == design.result(full)["selected"]
+    assert again.resolved_spec(resumed) == design.resolved_spec(full)
 
 
 def test_bad_labels_are_refused(small_spec):
@@ -444,3 +451,26 @@ def test_readme_job_with_the_mixture_family_keeps_a_broadened_start_beyond_noise
     assert res["selected"]["start"].startswith("broadened") and res["selected"]["check_err"] < starts["given"]["err"]
     v = res["verdict"]
     assert v["err"] < v["baselines"]["mixture"] and v["err"] < v["initial_err"], v
+
+
+def test_the_returned_lengthscale_is_the_one_of_the_returned_check(small_spec, monkeypatch):
+    del small_spec["model"]
+    design, _, state = _design(small_spec, optimizer="adaptive")
+    given = design.family.initial()
+    moved = {n: v + 1.0 for n, v in given.items()}
+    checks = [{"iteration": 0, "start": "moment_matched", "err": 0.5, "lengthscale": 1.0},
+              {"iteration": 0, "start": "given", "err": 0.6, "lengthscale": 2.0},
+              {"iteration": 25, "err": 0.4, "lengthscale": 4.0}]
+    state = {**state, "checks": checks, **design._put(moved, "best_"), "best_iteration": 25, "best_lengthscale": 4.0,
+             "best_sq": np.zeros(3), "initial_sq": np.ones(3), "lengthscale": 4.0}
+    monkeypatch.setattr(design, "improvement_z", lambda *a: 3.0)
+    assert design.returned_lengthscale(state) == 4.0  # the best check beats theta0 beyond noise
+    monkeypatch.setattr(design, "improvement_z", lambda *a: 0.5)
+    with_significant = {**state, **design._put(given, "significant_"), "significant_lengthscale": 1.0,
+                        "significant_iteration": 0}
+    assert design.returned_lengthscale(with_significant) == 1.0  # the surest significant check's
+    monkeypatch.setattr(design, "nearest_start", lambda checks: "moment_matched")
+    assert design.returned_lengthscale(state) == 1.0  # the nearest start's check
+    monkeypatch.setattr(design, "nearest_start", lambda checks: None)
+    assert design.returned_lengthscale(state) == 2.0  # theta0's check
+    assert design.resolved_spec(state).model.lengthscale == 2.0
