@@ -129,9 +129,9 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
         console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
     v = result.get("verdict")
     if v and v.get("best_baseline"):
-        word = "better than" if v["beats_best_baseline"] else "NOT better than"
-        console.print(f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {v['best_baseline']} "
-                      f"(Err {v.get('best_baseline_err', v['baselines'][v['best_baseline']]):.4f}; ratio {v['ratio']:.3f})", highlight=False)
+        from lwl.evaluation import verdict_sentence
+
+        console.print(verdict_sentence(v), highlight=False)
     ci = (result.get("evaluation", {}).get("err_interval") or {}).get("optimized")
     if ci:
         console.print(f"95% interval of the design's Err from the held-out points: {ci[0]:.4f}-{ci[1]:.4f}")

@@ -199,8 +199,8 @@ def _print_verdict(console, doc: dict) -> None:
     """The finished job's held-out verdict and warnings, under its progress bar."""
     v = doc.get("verdict")
     if v and v.get("best_baseline"):
-        word = "better than" if v["beats_best_baseline"] else "NOT better than"
-        console.print(f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {v['best_baseline']} "
-                      f"(Err {v.get('best_baseline_err', v['baselines'][v['best_baseline']]):.4f}; ratio {v['ratio']:.3f})", highlight=False)
+        from lwl.evaluation import verdict_sentence
+
+        console.print(verdict_sentence(v), highlight=False)
     for w in doc.get("warnings") or []:
         console.print(f"warning: {w}", highlight=False)

@@ -249,3 +249,15 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
             out["warnings"].append(f"on held-out data the design (Err {design:.4g}) is not better than the "
                                    f"initial distribution (Err {initial:.4g})")
     return out
+
+
+def verdict_sentence(v: dict) -> str | None:
+    """The verdict in one line, as ``lwl run`` and the client print it (None without baselines)."""
+    best = v.get("best_baseline")
+    if not best:
+        return None
+    word = "better than" if v["beats_best_baseline"] else "NOT better than"
+    err = v.get("best_baseline_err", v["baselines"][best])
+    where = " at its own lengthscale" if err != v["baselines"][best] else ""
+    return (f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {best} "
+            f"(Err {err:.4f}{where}; ratio {v['ratio']:.3f})")

@@ -135,3 +135,16 @@ def test_baselines_at_own_lengthscale_pick_the_lengthscale_that_validates_best(s
     best = grid[int(np.argmin(scores))]
     assert np.isclose(got["mixture"]["lengthscale"], best)
     assert np.isclose(got["mixture"]["err"], err(_dense_krr(x, y, test, best, ridge), f(test), a_test), rtol=1e-8)
+
+
+def test_verdict_sentence_says_when_the_best_baseline_used_its_own_lengthscale():
+    from lwl.evaluation import verdict_sentence
+
+    plain = verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25}})
+    assert verdict_sentence(plain) == ("verdict: the design (Err 0.2000) is better than the best baseline, mixture "
+                                       "(Err 0.2500; ratio 0.800)")
+    own = verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25},
+                   "err_own_lengthscale": {"mixture": {"err": 0.1, "lengthscale": 1.0}}})
+    assert "NOT better than the best baseline, mixture (Err 0.1000 at its own lengthscale; ratio 2.000)" in \
+        verdict_sentence(own)
+    assert verdict_sentence(verdict({"err": {"optimized": 0.2}})) is None
