@@ -224,9 +224,10 @@ def markdown(doc: dict) -> str:
              f"- median Err ratio design / better of mixture and barycenter: "
              f"{s['median_ratio_to_best_of_mixture_barycenter']:.3f}",
              f"- {s['seconds_per_problem']:.1f} s per problem on average; {doc['wall_seconds']:.0f} s in all", "",
-             *(["With the lengthscale selected with the design, each baseline and the initial distribution "
-                "count with the better of the design's lengthscale and the one that validates best for "
-                "them (baselines shown as design's / own).", ""] if not doc["settings"].get("lengthscale_factor") else []),
+             *(["With the lengthscale selected with the design, each baseline counts with the better of "
+                "the design's lengthscale and the one that validates best for it (shown as design's / own); "
+                "the initial distribution, checked at every lengthscale by the design's selection, with "
+                "the design's.", ""] if not doc["settings"].get("lengthscale_factor") else []),
              "| problem | start | scale | design | initial | barycenter | mixture | verdict | iterations (kept) | s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
 

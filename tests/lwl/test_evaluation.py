@@ -95,7 +95,10 @@ def test_verdict_counts_a_baseline_at_its_own_lengthscale_when_that_is_better():
                                   "barycenter": {"err": 0.4, "lengthscale": 8.0}}}
     v = verdict(ev)
     assert v["best_baseline"] == "mixture" and v["best_baseline_err"] == 0.18 and not v["beats_best_baseline"]
-    assert np.isclose(v["ratio"], 0.2 / 0.18) and v["initial_err"] == 0.19 and not v["beats_initial"]
+    # theta0 is judged at the design's lengthscale, and warned about at its own
+    assert np.isclose(v["ratio"], 0.2 / 0.18) and v["initial_err"] == 0.5 and v["beats_initial"]
+    assert any("initial distribution trained with the lengthscale that validates best for it (Err 0.19)" in w
+               for w in v["warnings"])
     assert any("not mixture with the lengthscale selected for it" in w for w in v["warnings"])
     assert v["baselines"]["mixture"] == 0.25 and v["baselines_own_lengthscale"]["barycenter"] == 0.4
 
