@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient, moment_matched, regularised_cholesky
-from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.defaults import LENGTHSCALE_FACTORS
+from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
 from lwl.design.stepper import StepperDefaults
 from lwl.device import DTYPE, resolve_device
@@ -52,7 +52,6 @@ PHASE_VALIDATION = "label_validation"
 PHASE_CHECK = "check"
 PHASE_ITERATE = "iterate"
 PHASE_DONE = "done"
-
 
 
 def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tensor,
@@ -400,7 +399,7 @@ class BilevelDesign(StepperDefaults):
                "lengthscale": state["lengthscale"]}
         if self.algo.keep != "best" or not checks:
             out.update(kept=self._get(state), iteration=state["iteration"])
-            if checks and self.selects_lengthscale:
+            if checks:  # checks record a lengthscale only when they select one
                 out["lengthscale"] = checks[-1].get("lengthscale", state["lengthscale"])
             return out
         kept, it = self._get(state, "best_"), state["best_iteration"]
@@ -422,8 +421,6 @@ class BilevelDesign(StepperDefaults):
             start = out["nearest"] or "given"
             lengthscale = next((c.get("lengthscale", lengthscale) for c in checks
                                 if c["iteration"] == 0 and c.get("start") == start), lengthscale)
-        if not self.selects_lengthscale:
-            lengthscale = state["lengthscale"]
         out.update(kept=kept, iteration=it, lengthscale=lengthscale)
         return out
 

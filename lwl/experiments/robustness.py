@@ -125,12 +125,9 @@ def run(preset: str = "quick", *, count: int | None = None, progress=None) -> di
         seconds = time.perf_counter() - t0
         v = res["verdict"]
         size = runaway_measures(res)
-        own = v.get("baselines_own_lengthscale", {})
-        rows.append({**asdict(p), "err": v["err"], "baselines": v["baselines"], "initial_err": v["initial_err"],
-                     "baselines_own_lengthscale": own,
-                     # a baseline at its own lengthscale too, when lwl selected the design's
-                     "best_of_mixture_barycenter": min(v["baselines"]["mixture"], v["baselines"]["barycenter"],
-                                                       *(own[k] for k in ("mixture", "barycenter") if k in own)),
+        row = {"baselines": v["baselines"], "baselines_own_lengthscale": v.get("baselines_own_lengthscale", {})}
+        rows.append({**asdict(p), "err": v["err"], "initial_err": v["initial_err"], **row,
+                     "best_of_mixture_barycenter": min(_strongest(row, "mixture"), _strongest(row, "barycenter")),
                      **size, "diverged": diverged(v["err"], v["initial_err"], size),
                      "selected_iteration": res["selected"]["iteration"], "iterations_run": len(res["history"]),
                      "events": res["events"], "warnings": res["warnings"], "seconds": seconds,
@@ -240,8 +237,7 @@ def markdown(doc: dict) -> str:
         ok = "win" if r["err"] < r["best_of_mixture_barycenter"] else "loss"
         if r["diverged"]:
             ok = "DIVERGED"
-        lines.append(f"| {r['key']} | {r['start']} | {r['scale']:g} | {r['err']:.3f} | "
-                     f"{_initial(r):.3f} | "
+        lines.append(f"| {r['key']} | {r['start']} | {r['scale']:g} | {r['err']:.3f} | {_initial(r):.3f} | "
                      f"{cell(r, 'barycenter', b['barycenter'])} | {cell(r, 'mixture', b['mixture'])} | {ok} | {r['iterations_run']} "
                      f"({r['selected_iteration']}) | {r['seconds']:.1f} |")
     return "\n".join(lines) + "\n"
