@@ -214,7 +214,8 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     baseline's Err at the lengthscale that validates best for it, and a baseline counts with
     the better of its two Errs (the initial distribution with the design's lengthscale). ``normal`` is the initial
     distribution of a Gaussian family (a mixture family's is ``initial``, not a baseline); a
-    design that is not better than its initial distribution on held-out data gets a warning.
+    design that is not better than its initial distribution on held-out data gets a warning, and
+    a Gaussian design that Q's own mixture beats one that names the mixture family.
     """
     err = evaluation["err"]
     design = err["optimized"]
@@ -255,6 +256,11 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
             out["warnings"].append(f"on held-out data the initial distribution trained with the lengthscale that "
                                    f"validates best for it (Err {own_initial['err']:.4g}) is not worse than the "
                                    f"design (Err {design:.4g})")
+    if key == "normal" and out["best_baseline"] == "mixture" and not out["beats_best_baseline"]:
+        # one Gaussian cannot put its samples where Q's members are; the mixture family starts there
+        out["warnings"].append(f"on held-out data Q's own mixture (Err {out['best_baseline_err']:.4g}) is better "
+                               f"than this one-Gaussian design (Err {design:.4g}): try family "
+                               f"{{\"name\": \"mixture\"}}, which starts from Q's members and moves them")
     return out
 
 

@@ -56,6 +56,17 @@ def test_rank_deficient_q_member_still_gets_its_baselines():
         assert np.all(np.isfinite(x)) and np.all(np.linalg.eigvalsh(measure.mean_and_cov()[1]) > 0)
 
 
+def test_verdict_points_a_gaussian_design_that_loses_to_q_mixture_at_the_mixture_family():
+    v = verdict({"err": {"optimized": 0.3, "normal": 0.5, "barycenter": 0.4, "mixture": 0.25}})
+    assert not v["beats_best_baseline"] and v["beats_initial"]
+    assert len(v["warnings"]) == 1 and "Q's own mixture (Err 0.25)" in v["warnings"][0]
+    assert '{"name": "mixture"}' in v["warnings"][0]
+    # not when the design wins, when another baseline is the best, or for a mixture family's design
+    assert verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25}})["warnings"] == []
+    assert verdict({"err": {"optimized": 0.3, "normal": 0.5, "barycenter": 0.2, "mixture": 0.25}})["warnings"] == []
+    assert verdict({"err": {"optimized": 0.3, "initial": 0.5, "mixture": 0.25}})["warnings"] == []
+
+
 def test_verdict_reports_a_failed_baseline():
     v = verdict({"err": {"optimized": 0.2, "normal": 0.5}, "failed": {"barycenter": "boom"}})
     assert v["best_baseline"] == "normal" and any("barycenter could not be evaluated: boom" in w
