@@ -212,10 +212,11 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     "beats_best_baseline": bool, "beats_initial": bool | None, "warnings": [...]}``. When lwl
     selected the lengthscale with the design, ``baselines_own_lengthscale`` holds each
     baseline's Err at the lengthscale that validates best for it, and a baseline counts with
-    the better of its two Errs (the initial distribution with the design's lengthscale). ``normal`` is the initial
-    distribution of a Gaussian family (a mixture family's is ``initial``, not a baseline); a
-    design that is not better than its initial distribution on held-out data gets a warning, and
-    a Gaussian design that Q's own mixture beats one that names the mixture family.
+    the better of its two Errs (the initial distribution with the design's lengthscale).
+    ``normal`` is the initial distribution of a Gaussian family (a mixture family's is
+    ``initial``, not a baseline); a design that is not better than its initial distribution on
+    held-out data gets a warning, and a Gaussian design that Q's own mixture beats one that
+    names the mixture family.
     """
     err = evaluation["err"]
     design = err["optimized"]
