@@ -1,0 +1,179 @@
+"""Held-out comparisons over several training draws: Err with an interval, and better / tie / worse.
+
+A trained model's held-out error has two sources of randomness: the training draw (which N
+points the distribution happened to give) and the held-out points (which Q samples it is
+scored on). A verdict from one training draw, with an interval over the held-out points only,
+says "better" on a lucky draw. Here every candidate is trained on R draws and scored on the
+same n held-out points, giving squared errors e[r, i]; the quantity of interest is
+
+    Err^2 = E_draw E_Q |G_hat - G*|^2 / E_Q |G*|^2,
+
+estimated by sum_i a_i mean_r e[r, i] / sum_i a_i y_i^2 (a_i = w_k / n_k for point i of member
+k, the paper's weighting, :mod:`lwl.evaluation`).
+
+**Variance** (a two-way crossed design: draws x points, points stratified by Q's members). For
+a per-cell statistic t[r, i] (a squared error, or the difference of two candidates' squared
+errors on the same point), write t = mu + alpha_r + beta_i + gamma_ri. The weighted grand mean
+has variance
+
+    Var = s_alpha^2 / R + sum_k w_k^2 (s_beta,k^2 + s_gamma,k^2 / R) / n_k,
+
+estimated without bias by the ANOVA moments: the spread of the R draw means (each over all
+points) gives s_alpha^2 + (point-noise of the interaction)/n, the stratified spread of the n
+point means (each over all draws) gives s_beta^2 + s_gamma^2 / R, and the residual mean square
+gives s_gamma^2, whose share counted twice is subtracted once. The interval uses Student's t
+with Satterthwaite's degrees of freedom: with R = 5 draws the draw term has only 4, and a
+normal quantile would cover ~88% instead of 95%.
+
+Two candidates are compared on the difference of their squared errors, point by point, so the
+held-out points' own difficulty cancels; with common random numbers (the same draw index from
+the same seed, :mod:`lwl.streams`) so does much of the training draw's. Distributions that
+cannot share draws are compared the same way: pairing independent draws by index leaves the
+estimator unbiased, only wider.
+
+The outcome is ``better`` when the interval of Err_a^2 - Err_b^2 lies below 0, ``worse`` when
+above, ``tie`` otherwise (identical candidates give a zero-width interval at 0: a tie).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+LEVEL = 0.95
+
+
+class Outcome(str, enum.Enum):
+    """The three-valued verdict of a comparison of held-out Err."""
+
+    BETTER = "better"
+    TIE = "tie"
+    WORSE = "worse"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Candidate a against candidate b on the same held-out points (Err of each over the draws).
+
+    ``ratio`` = Err_a / Err_b and its interval (from the interval of Err_a^2 - Err_b^2 with Err_b
+    held at its estimate); ``outcome`` from the interval of the difference."""
+
+    outcome: Outcome
+    err: float
+    other_err: float
+    ratio: float | None
+    ratio_interval: tuple[float, float] | None
+    diff_sq: float
+    diff_sq_interval: tuple[float, float]
+    draws: int
+    level: float = LEVEL
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["outcome"] = self.outcome.value
+        return out
+
+
+def _strata(sizes) -> list[slice]:
+    bounds = np.cumsum([0, *sizes])
+    return [slice(int(bounds[k]), int(bounds[k + 1])) for k in range(len(sizes))]
+
+
+def two_way_variance(t: np.ndarray, sizes, weights) -> tuple[float, float]:
+    """(variance, degrees of freedom) of mean_weighted(t) for t of shape (R, n): draws x held-out
+    points, the points in strata of ``sizes`` (Q's members, in order) weighted ``weights``
+    (normalised here); the weighted mean is sum_k w_k mean_{r, i in k} t[r, i]. See the module
+    docstring for the estimator."""
+    t = np.asarray(t, dtype=np.float64)
+    if t.ndim == 1:
+        t = t[None, :]
+    R, n = t.shape
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+    parts = _strata(sizes)
+    if parts[-1].stop != n:
+        raise ValueError(f"strata sizes sum to {parts[-1].stop}, but t has {n} points")
+    # draw term: the weighted mean of each draw over all points, spread across draws
+    row = sum(wk * t[:, p].mean(1) for wk, p in zip(w, parts))
+    var_row = float(row.var(ddof=1)) / R if R > 1 else 0.0
+    # point term, per stratum: each point's mean over draws; residual: the interaction
+    var_col, resid_overlap, df_col_terms = 0.0, 0.0, 0.0
+    col_means = t.mean(0)
+    for wk, p in zip(w, parts):
+        nk = p.stop - p.start
+        if nk < 2:
+            continue
+        vk = wk**2 * float(col_means[p].var(ddof=1)) / nk
+        var_col += vk
+        df_col_terms += vk**2 / (nk - 1)
+        if R > 1:
+            block = t[:, p]
+            resid = block - block.mean(1, keepdims=True) - block.mean(0, keepdims=True) + block.mean()
+            s2_gamma = float((resid**2).sum()) / ((R - 1) * (nk - 1))
+            resid_overlap += wk**2 * s2_gamma / (R * nk)
+    var = var_row + var_col - resid_overlap
+    # the subtraction can undershoot in small samples; never below either main term alone
+    var = max(var, var_row, var_col - resid_overlap, 0.0)
+    terms = (var_row**2 / (R - 1) if R > 1 else 0.0) + df_col_terms
+    df = var**2 / terms if terms > 0 else float("inf")
+    return var, max(df, 1.0)
+
+
+def _quantile(df: float, level: float) -> float:
+    return float(stats.t.ppf(0.5 + level / 2, df)) if np.isfinite(df) else float(stats.norm.ppf(0.5 + level / 2))
+
+
+def err_squared(sq: np.ndarray, y2: np.ndarray, sizes, weights) -> float:
+    """Err^2 = sum_k w_k mean_{r, i in k} e[r, i] / sum_k w_k mean_{i in k} y_i^2."""
+    sq = np.atleast_2d(np.asarray(sq, dtype=np.float64))
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+    parts = _strata(sizes)
+    num = sum(wk * sq[:, p].mean() for wk, p in zip(w, parts))
+    den = sum(wk * np.asarray(y2)[p].mean() for wk, p in zip(w, parts))
+    return float(num / den)
+
+
+def error_interval(sq: np.ndarray, y2: np.ndarray, sizes, weights, level: float = LEVEL) -> tuple[float, float]:
+    """Interval of Err over training draws and held-out points together (rows of ``sq`` are
+    draws). The delta method on log Err^2 with the influence z = (e - Err^2 y^2) / den, whose
+    variance is :func:`two_way_variance`; Err = sqrt(R exp(-/+ q se / R))."""
+    sq = np.atleast_2d(np.asarray(sq, dtype=np.float64))
+    y2 = np.asarray(y2, dtype=np.float64)
+    r2 = err_squared(sq, y2, sizes, weights)
+    if r2 <= 0:
+        return 0.0, 0.0
+    w = np.asarray(weights, dtype=np.float64)
+    den = sum(wk * y2[p].mean() for wk, p in zip(w / w.sum(), _strata(sizes)))
+    var, df = two_way_variance((sq - r2 * y2[None, :]) / den, sizes, weights)
+    half = _quantile(df, level) * np.sqrt(var) / r2
+    return float(np.sqrt(r2 * np.exp(-half))), float(np.sqrt(r2 * np.exp(half)))
+
+
+def compare(sq_a: np.ndarray, sq_b: np.ndarray, y2: np.ndarray, sizes, weights,
+            level: float = LEVEL) -> Comparison:
+    """Candidate a against b: per-point squared errors (draws x points) on the same held-out
+    points, draw r of a paired with draw r of b (the fewer draws of the two are used)."""
+    sq_a = np.atleast_2d(np.asarray(sq_a, dtype=np.float64))
+    sq_b = np.atleast_2d(np.asarray(sq_b, dtype=np.float64))
+    R = min(len(sq_a), len(sq_b))
+    sq_a, sq_b = sq_a[:R], sq_b[:R]
+    y2 = np.asarray(y2, dtype=np.float64)
+    ea, eb = err_squared(sq_a, y2, sizes, weights), err_squared(sq_b, y2, sizes, weights)
+    w = np.asarray(weights, dtype=np.float64)
+    den = sum(wk * y2[p].mean() for wk, p in zip(w / w.sum(), _strata(sizes)))
+    diff = ea - eb
+    var, df = two_way_variance((sq_a - sq_b) / den, sizes, weights)
+    half = _quantile(df, level) * np.sqrt(var)
+    lo, hi = diff - half, diff + half
+    outcome = Outcome.BETTER if hi < 0 else Outcome.WORSE if lo > 0 else Outcome.TIE
+    ratio = ratio_interval = None
+    if eb > 0:
+        ratio = float(np.sqrt(ea / eb))
+        ratio_interval = (float(np.sqrt(max(eb + lo, 0.0) / eb)), float(np.sqrt(max(eb + hi, 0.0) / eb)))
+    return Comparison(outcome=outcome, err=float(np.sqrt(ea)), other_err=float(np.sqrt(eb)), ratio=ratio,
+                      ratio_interval=ratio_interval, diff_sq=float(diff), diff_sq_interval=(float(lo), float(hi)),
+                      draws=R, level=level)
