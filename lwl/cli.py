@@ -126,7 +126,10 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
     if result.get("selected"):
         sel = result["selected"]
         check = f" (validation check Err {sel['check_err']:.4f})" if sel.get("check_err") is not None else ""
-        console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
+        if sel.get("summary"):
+            console.print(f"{sel['summary']}{check}; stopped {sel.get('stopped', '')}", highlight=False)
+        else:
+            console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
     v = result.get("verdict")
     if v and v.get("best_baseline"):
         from lwl.evaluation import verdict_sentence
@@ -134,9 +137,11 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
         console.print(verdict_sentence(v), highlight=False)
     ci = (result.get("evaluation", {}).get("err_interval") or {}).get("optimized")
     if ci:
-        console.print(f"95% interval of the design's Err from the held-out points: {ci[0]:.4f}-{ci[1]:.4f}")
+        draws = result.get("evaluation", {}).get("draws", 1)
+        console.print(f"95% interval of the design's Err over {draws} training draw(s) and the held-out points: "
+                      f"{ci[0]:.4f}-{ci[1]:.4f}")
     bound = result.get("evaluation", {}).get("bound")
-    if bound:
+    if bound and "err_bound" in bound and not bound.get("vacuous"):  # a vacuous (or failed) bound stays in result.json, out of the headline
         kind = "rigorous" if bound["rigorous"] else "estimated constants"
         note = ", vacuous" if bound["vacuous"] else ""
         console.print(f"OOD bound (Prop. 3.1, {kind}{note}): Err <= {bound['err_bound']:.4g}", highlight=False)
@@ -173,6 +178,7 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
                                                          "validation (validated AMA: Q's validation samples accept "
                                                          "steps and select the returned model)"),
+               workers: int = typer.Option(1, min=1, help="robustness: problems run in this many processes"),
                cache: Path = typer.Option(Path.home() / ".cache" / "lwl", "--cache",
                                           help="eit: where the generated data are kept (npz) and reused")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
@@ -183,7 +189,7 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
         return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
                           [int(n) for n in sizes.split(",")] if sizes else None, resume, select)
     if name == "robustness":
-        return _robustness_study(preset, out)
+        return _robustness_study(preset, out, workers)
     if name == "eit":
         return _eit_study(preset, out, cache)
     if name != "table1":
@@ -226,7 +232,7 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
     _report(table1.write_outputs(doc, out), out)
 
 
-def _robustness_study(preset: str, out: Path | None) -> None:
+def _robustness_study(preset: str, out: Path | None, workers: int = 1) -> None:
     """Default bilevel jobs over many problems (lwl.experiments.robustness): one tick a problem."""
     from lwl.experiments import robustness
 
@@ -240,7 +246,7 @@ def _robustness_study(preset: str, out: Path | None) -> None:
         def progress(key, row):
             bar.update(task, advance=1, info=f"{key}: Err {row['err']:.3f} vs mixture {row['baselines']['mixture']:.3f}")
 
-        doc = robustness.run(preset, progress=progress)
+        doc = robustness.run(preset, progress=progress, workers=workers)
     _report(robustness.write_outputs(doc, out), out)
 
 

@@ -26,6 +26,40 @@ from lwl.spec import JobSpec
 MEDIAN_POINTS = 2000
 # candidates of the lengthscale selection, times the median distance between Q's samples
 LENGTHSCALE_FACTORS = (4.0, 2.0, 1.0, 0.5, 0.25, 0.125)
+# when the best candidate sits at an edge of that grid, the grid is widened by doublings (or
+# halvings) up to this many steps beyond it; a choice still at the edge then is warned about
+LENGTHSCALE_WIDEN = 4
+LENGTHSCALE_LIMITS = (min(LENGTHSCALE_FACTORS) / 2**LENGTHSCALE_WIDEN, max(LENGTHSCALE_FACTORS) * 2**LENGTHSCALE_WIDEN)
+
+
+def select_widening(score, grid: list[float], low: float, high: float) -> tuple[float, dict[float, float]]:
+    """The argmin of ``score(ell)`` over ``grid``, widened by factors of 2 while the best value
+    sits at an edge of what was tried and the next value stays within [low, high] (an error
+    still falling at the edge means the optimum lies beyond it). Returns (best, {ell: score})."""
+    scores = {float(ell): score(float(ell)) for ell in grid}
+    while True:
+        best = min(scores, key=scores.get)
+        lo, hi = min(scores), max(scores)
+        if best == hi and hi * 2 <= high * (1 + 1e-9):
+            scores[hi * 2] = score(hi * 2)
+        elif best == lo and lo / 2 >= low * (1 - 1e-9):
+            scores[lo / 2] = score(lo / 2)
+        else:
+            return best, scores
+
+
+def edge_note(best: float, median: float) -> str | None:
+    """A warning when a lengthscale chosen by :func:`select_widening` sits at the widened limit."""
+    low, high = (f * median for f in LENGTHSCALE_LIMITS)
+    if best >= high * (1 - 1e-9):
+        return (f"the selected KRR lengthscale {best:.4g} is the largest lwl tries ({LENGTHSCALE_LIMITS[1]:g} x the "
+                f"median distance between Q's samples) and the validation error was still falling there: give "
+                f"model.lengthscale to try larger ones")
+    if best <= low * (1 + 1e-9):
+        return (f"the selected KRR lengthscale {best:.4g} is the smallest lwl tries ({LENGTHSCALE_LIMITS[0]:g} x the "
+                f"median distance between Q's samples) and the validation error was still falling there: give "
+                f"model.lengthscale to try smaller ones")
+    return None
 
 
 def median_distance(points: np.ndarray, seed) -> float:
@@ -93,6 +127,24 @@ def fill_mixture(family, q: MetaTestSamples, seed: int):
 
     family = family.model_copy(update=initial_components(q, family.components, family.init, [seed, STREAM_KMEANS]))
     family.components = len(family.means)
+    return family, ["weights", "means", "covs"]
+
+
+def fill_auto(family, q: MetaTestSamples, seed: int):
+    """The auto family's theta^0: Q's mixture exactly as the ``mixture`` baseline builds it (one
+    Gaussian fitted to all samples of each member, Q's weights), so that a job returning it
+    ties with that baseline draw for draw; with more than 16 members, k-means components."""
+    if family.means is not None:
+        return family, []
+    K = len(q.members)
+    if (family.components or min(K, 16)) != K or family.init == "kmeans":
+        return fill_mixture(family, q, seed)
+    from lwl.design.baselines import fitted_gaussians
+
+    fits = fitted_gaussians(q)
+    family = family.model_copy(update={"weights": [float(w) for w in q.weights],
+                                       "means": [g.mean.tolist() for g in fits], "covs": [g.cov.tolist() for g in fits],
+                                       "components": K})
     return family, ["weights", "means", "covs"]
 
 

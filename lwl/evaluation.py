@@ -86,26 +86,44 @@ def krr_error(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test
     return relative_ood_error(pred, test_y, point_weights)
 
 
+def _sq_errors(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Per held-out point squared error |G_hat - G*|^2 (summed over output components)."""
+    truth = np.asarray(truth, dtype=np.float64)
+    diff = truth.reshape(len(truth), -1) - np.asarray(pred, dtype=np.float64).reshape(len(truth), -1)
+    return (diff**2).sum(1)
+
+
 def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray | None = None,
                     *, initial=None, progress=None) -> dict:
     """Err of KRR models trained on ``train_size`` (and ``sizes``) samples from the optimised
     distribution and from each requested baseline, on Q's held-out samples; ``initial`` (the
     design's theta^0, for families whose theta^0 is not the ``normal`` baseline) as ``initial``.
 
-    Returns ``{"train_size": N, "sizes": [...], "err": {name: Err at N},
-    "err_vs_n": {name: [Err at each size]}, "held_out": count}``.
+    Every distribution candidate is trained on ``evaluation.draws`` training sets (draw r from
+    the seed (seed, STREAM_EVAL, r), draw 0 from (seed, STREAM_EVAL) as before: Gaussians share
+    their standard-normal draws, common random numbers); its Err is that of the squared error
+    averaged over the draws, and the design is compared with each candidate point by point and
+    draw by draw (:func:`lwl.comparison.compare`). Err-vs-N uses draw 0.
+
+    Returns ``{"train_size": N, "sizes": [...], "draws": R, "err": {name: Err at N},
+    "err_draws": {name: [Err of each draw]}, "err_vs_n": {name: [Err at each size]},
+    "comparisons": {name: design against it}, "held_out": count, ...}``.
     """
+    from lwl.comparison import compare, error_interval
     from lwl.design import baselines as _  # noqa: F401  (registers the baselines)
     from lwl.registry import BASELINES
     from lwl.streams import STREAM_EVAL
     from lwl.oracles import as_numpy
 
     ev = spec.evaluation
+    draws = getattr(ev, "draws", 1)
     sizes = sorted({*ev.sizes, ev.train_size})
     n_max = sizes[-1]
     test_x = np.concatenate(q.heldout)
     test_y = as_numpy(oracle.label(test_x))
     a = q.point_weights(q.heldout, q.weights)
+    strata = [len(h) for h in q.heldout]
+    y2 = (np.asarray(test_y, dtype=np.float64).reshape(len(test_x), -1) ** 2).sum(1)
     kw = dict(kernel=spec.model.kernel, lengthscale=spec.model.lengthscale, ridge=ev.ridge,
               device=spec.device)
 
@@ -124,55 +142,83 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     pool = np.concatenate(q.validation)
     pool_y = validation_labels if validation_labels is not None else None
     err_vs_n: dict[str, list[float]] = {}
-    drawn: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # each candidate's training set at train_size
-    interval, bound = None, None
+    sq: dict[str, np.ndarray] = {}  # (draws, held-out points) squared errors at train_size
+    drawn: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # each candidate's training sets at train_size
+    bound = None
+    labels_used = len(test_x)
     for name, measure in candidates.items():
-        # one seed for every candidate: Gaussians then share their standard-normal draws
-        # (common random numbers), so equal distributions get equal Err and differences are
-        # not sampling noise
-        x = measure.sample(n_max, [spec.seed, STREAM_EVAL])
-        y = as_numpy(oracle.label(x))
-        drawn[name] = (x[:ev.train_size], y[:ev.train_size])
         try:
-            kept: dict = {}
-            err_vs_n[name] = [krr_error(x[:n], y[:n], test_x, test_y, a, **kw,
-                                        keep=kept if n == ev.train_size else None) for n in sizes]
-            if name == "optimized":
-                interval = relative_error_interval(kept["pred"], test_y, [len(h) for h in q.heldout], q.weights)
-                if ev.bound:
+            rows, sets = [], []
+            for r in range(draws):
+                # one seed per draw index for every candidate: common random numbers
+                x = measure.sample(n_max if r == 0 else ev.train_size,
+                                   [spec.seed, STREAM_EVAL] if r == 0 else [spec.seed, STREAM_EVAL, r])
+                y = as_numpy(oracle.label(x))
+                labels_used += len(x)
+                sets.append((x[:ev.train_size], y[:ev.train_size]))
+                kept: dict = {}
+                if r == 0:
+                    err_vs_n[name] = [krr_error(x[:n], y[:n], test_x, test_y, a, **kw,
+                                                keep=kept if n == ev.train_size else None) for n in sizes]
+                else:
+                    krr_error(x, y, test_x, test_y, a, **kw, keep=kept)
+                rows.append(_sq_errors(kept["pred"], test_y))
+                if r == 0 and name == "optimized" and ev.bound:
                     from lwl.bound import bilevel_bound
 
                     e_q = float(a @ ((kept["pred"] - test_y) ** 2).reshape(len(a), -1).sum(1))
                     zero_q = float(a @ (test_y**2).reshape(len(a), -1).sum(1))
-                    bound = bilevel_bound(spec, q, measure, oracle, kept["model"], e_q, zero_q)
+                    try:
+                        bound = bilevel_bound(spec, q, measure, oracle, kept["model"], e_q, zero_q)
+                    except (ValueError, np.linalg.LinAlgError) as exc:  # e.g. a runaway covariance
+                        bound = {"error": f"{type(exc).__name__}: {exc}"}
+            sq[name] = np.stack(rows)
+            drawn[name] = sets
         except (ValueError, np.linalg.LinAlgError) as exc:
             if name == "optimized":
                 raise
             failed[name] = str(exc)
         if progress:
             progress(name)
-    own = {}
+    own: dict = {}
     if "model.lengthscale" in spec.derived and validation_labels is not None:
         own = baselines_at_own_lengthscale(spec, q, drawn, validation_labels, test_x, test_y, a, failed)
     for idx, name in enumerate(pool_baselines):
         if pool_y is None:
             pool_y = as_numpy(oracle.label(pool))
+            labels_used += len(pool)
         order = BASELINES.get(name).build(pool, pool_y, n_max, kernel=kw["kernel"], lengthscale=kw["lengthscale"],
                                           ridge=ev.ridge, seed=[spec.seed, STREAM_EVAL, 100 + idx])
-        err_vs_n[name] = [krr_error(pool[order[:n]], pool_y[order[:n]], test_x, test_y, a, **kw)
-                          for n in sizes]
+        kept = {}
+        err_vs_n[name] = [krr_error(pool[order[:n]], pool_y[order[:n]], test_x, test_y, a, **kw,
+                                    keep=kept if n == ev.train_size else None) for n in sizes]
+        sq[name] = _sq_errors(kept["pred"], test_y)[None, :]  # a deterministic selection: one draw
         if progress:
             progress(name)
-    return {"train_size": ev.train_size, "sizes": sizes, "held_out": int(len(test_x)),
-            "err": {k: v[sizes.index(ev.train_size)] for k, v in err_vs_n.items()},
-            "err_vs_n": err_vs_n, "failed": failed,
+    err = {k: float(np.sqrt(_err_sq(v, y2, strata, q.weights))) for k, v in sq.items()}
+    comparisons = {k: compare(sq["optimized"], v, y2, strata, q.weights).to_json()
+                   for k, v in sq.items() if k != "optimized"}
+    for k, v in own.items():
+        v["comparison"] = compare(sq["optimized"], v.pop("sq"), y2, strata, q.weights).to_json()
+    interval = error_interval(sq["optimized"], y2, strata, q.weights)
+    return {"train_size": ev.train_size, "sizes": sizes, "held_out": int(len(test_x)), "draws": draws,
+            "err": err, "err_draws": {k: [float(np.sqrt(_err_sq(row[None], y2, strata, q.weights))) for row in v]
+                                      for k, v in sq.items()},
+            "err_vs_n": err_vs_n, "failed": failed, "comparisons": comparisons,
             # with a lengthscale lwl selected for the design: each baseline at the lengthscale
             # that validates best for it (baselines_at_own_lengthscale)
             **({"err_own_lengthscale": own} if own else {}),
-            # 95% interval of the design's Err from the held-out points (relative_error_interval)
-            "err_interval": {"level": 0.95, "optimized": list(interval) if interval else None},
+            # 95% interval of the design's Err over the training draws and the held-out points
+            "err_interval": {"level": 0.95, "optimized": list(interval)},
+            "labels_used": labels_used,
             # the paper's Prop. 3.1 / Cor. 3.2 bound of the design's model (lwl.bound)
             "bound": bound}
+
+
+def _err_sq(sq: np.ndarray, y2: np.ndarray, strata, weights) -> float:
+    from lwl.comparison import err_squared
+
+    return err_squared(sq, y2, strata, weights)
 
 
 def baselines_at_own_lengthscale(spec, q, drawn: dict, validation_labels: np.ndarray,
@@ -184,39 +230,66 @@ def baselines_at_own_lengthscale(spec, q, drawn: dict, validation_labels: np.nda
     with the design, the baselines trained with the design's lengthscale are the paper's
     comparison (one model, different training data); this is the stricter one a user would
     make by tuning the baseline too. ``{name: {"err": held-out Err, "lengthscale": chosen}}``."""
-    from lwl.defaults import LENGTHSCALE_FACTORS, median_lengthscale
+    from lwl.defaults import LENGTHSCALE_FACTORS, LENGTHSCALE_LIMITS, median_lengthscale, select_widening
 
     grid = [f * median_lengthscale(q, spec.seed) for f in LENGTHSCALE_FACTORS]
     val_x = np.concatenate(q.validation)
     val_a = q.point_weights(q.validation, q.weights)
     kw = dict(kernel=spec.model.kernel, ridge=spec.evaluation.ridge, device=spec.device)
     out = {}
-    for name, (x, y) in drawn.items():
+    median = grid[LENGTHSCALE_FACTORS.index(1.0)]
+    limits = [f * median for f in LENGTHSCALE_LIMITS]
+    strata = [len(h) for h in q.heldout]
+    y2 = (np.asarray(test_y, dtype=np.float64).reshape(len(test_x), -1) ** 2).sum(1)
+    for name, sets in drawn.items():
         if name == "optimized" or name in failed:
             continue
+        x, y = sets[0]  # chosen on draw 0's validation Err, as the design's on its check batch
         try:
-            scores = {ell: krr_error(x, y, val_x, validation_labels, val_a, lengthscale=ell, **kw) for ell in grid}
-            ell = min(scores, key=scores.get)
-            out[name] = {"err": krr_error(x, y, test_x, test_y, a, lengthscale=ell, **kw), "lengthscale": ell}
+            ell, _ = select_widening(lambda ell: krr_error(x, y, val_x, validation_labels, val_a, lengthscale=ell,
+                                                           **kw), grid, *limits)
+            rows = []
+            for xs, ys in sets:
+                kept: dict = {}
+                krr_error(xs, ys, test_x, test_y, a, lengthscale=ell, keep=kept, **kw)
+                rows.append(_sq_errors(kept["pred"], test_y))
+            sq = np.stack(rows)
+            out[name] = {"err": float(np.sqrt(_err_sq(sq, y2, strata, q.weights))), "lengthscale": ell, "sq": sq}
         except (ValueError, np.linalg.LinAlgError):
             continue  # the baseline at the design's lengthscale still stands
     return out
 
 
-def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
-    """The design against its baselines on Q's held-out samples.
+def _outcome(evaluation: dict, name: str, design: float, other: float, own: bool = False) -> dict:
+    """The design against candidate ``name``: its comparison over the training draws when the
+    evaluation has one (:mod:`lwl.comparison`), else the two numbers alone."""
+    if own:
+        comp = ((evaluation.get("err_own_lengthscale") or {}).get(name) or {}).get("comparison")
+    else:
+        comp = (evaluation.get("comparisons") or {}).get(name)
+    if comp is not None:
+        return comp
+    outcome = "better" if design < other else "worse" if design > other else "tie"
+    return {"outcome": outcome, "err": design, "other_err": other, "ratio": design / other if other > 0 else None,
+            "ratio_interval": None, "draws": 1}
 
-    ``{"err": Err of the design, "err_interval_95": [lo, hi] of the trained model's Err on Q
-    (relative_error_interval), "baselines": {name: Err}, "best_baseline": name,
-    "best_baseline_err": its Err, "ratio": Err / Err of the best baseline,
-    "beats_best_baseline": bool, "beats_initial": bool | None, "warnings": [...]}``. When lwl
-    selected the lengthscale with the design, ``baselines_own_lengthscale`` holds each
-    baseline's Err at the lengthscale that validates best for it, and a baseline counts with
-    the better of its two Errs (the initial distribution with the design's lengthscale).
-    ``normal`` is the initial distribution of a Gaussian family (a mixture family's is
-    ``initial``, not a baseline); a design that is not better than its initial distribution on
-    held-out data gets a warning, and a Gaussian design that Q's own mixture beats one that
-    names the mixture family.
+
+def verdict(evaluation: dict, warnings: list[str] = (), *, returned_initial: bool = False,
+            initial_label: str = "the initial distribution") -> dict:
+    """The design against its baselines and its initial distribution on Q's held-out samples.
+
+    ``{"err": Err of the design (over the evaluation's training draws), "err_interval_95": its
+    interval over the draws and the held-out points, "baselines": {name: Err}, "best_baseline":
+    name, "best_baseline_err": its Err, "ratio": Err / Err of the best baseline,
+    "ratio_interval_95", "outcome": "better" | "tie" | "worse" against the best baseline,
+    "initial_outcome": the same against the initial distribution, "beats_best_baseline": outcome
+    is better, "beats_initial": initial_outcome is better, "draws": training sets per candidate,
+    "warnings": [...]}``. A baseline counts with the better of its Err at the design's
+    lengthscale and (when lwl selected the lengthscale) at the one that validates best for it
+    (``baselines_own_lengthscale``). ``normal`` is the initial distribution of a Gaussian family
+    (other families' is ``initial``). ``returned_initial``: the design is its initial
+    distribution (nothing beat it beyond noise), which the verdict says instead of a ratio
+    of 1 against itself.
     """
     err = evaluation["err"]
     design = err["optimized"]
@@ -226,43 +299,58 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     strongest = {k: min(v, own.get(k, v)) for k, v in baselines.items()}
     interval = (evaluation.get("err_interval") or {}).get("optimized")
     out = {"err": design, "err_interval_95": interval, "baselines": baselines, "best_baseline": None, "ratio": None,
-           "beats_best_baseline": None, "beats_initial": None, "warnings": list(warnings)}
+           "ratio_interval_95": None, "outcome": None, "initial_outcome": None, "beats_best_baseline": None,
+           "beats_initial": None, "draws": evaluation.get("draws", 1), "returned_initial": returned_initial,
+           "initial_label": initial_label, "warnings": list(warnings)}
     for name, why in evaluation.get("failed", {}).items():
         out["warnings"].append(f"baseline {name} could not be evaluated: {why}")
     if own:
         out["baselines_own_lengthscale"] = own
     if baselines:
         best = min(strongest, key=strongest.get)
-        out.update(best_baseline=best, best_baseline_err=strongest[best],
-                   ratio=design / strongest[best] if strongest[best] > 0 else None,
-                   beats_best_baseline=design < strongest[best])
-        if design < baselines[best] and not design < strongest[best]:
+        at_own = best in own and own[best] < baselines[best]
+        comp = _outcome(evaluation, best, design, strongest[best], own=at_own)
+        out.update(best_baseline=best, best_baseline_err=strongest[best], ratio=comp["ratio"],
+                   ratio_interval_95=comp["ratio_interval"], outcome=comp["outcome"],
+                   beats_best_baseline=comp["outcome"] == "better")
+        if at_own and _outcome(evaluation, best, design, baselines[best])["outcome"] == "better" \
+                and comp["outcome"] != "better":
             out["warnings"].append(f"the design beats baseline {best} trained with the design's lengthscale "
                                    f"(Err {baselines[best]:.4g}) but not {best} with the lengthscale selected for it "
                                    f"(Err {own[best]:.4g})")
+        if comp["outcome"] == "worse" and comp.get("ratio_interval") is not None:  # over the draws
+            out["warnings"].append(f"on held-out data the design (Err {design:.4g}) is worse than baseline {best} "
+                                   f"(Err {strongest[best]:.4g}) beyond noise over {out['draws']} training draws")
     # "initial" for families other than the Gaussian, judged at the design's lengthscale (the
     # paper's comparison: one model); at its own lengthscale it only warns, because theta0 was a
-    # candidate of the design's selection at every lengthscale, and the better of two held-out
-    # Errs would count a design that is theta0 as worse than itself
+    # candidate of the design's selection at every lengthscale
     key = "initial" if "initial" in err else "normal"
     initial = err.get(key)
     if initial is not None:
-        out["initial_err"] = initial
-        out["beats_initial"] = design < initial
-        if not out["beats_initial"]:
-            out["warnings"].append(f"on held-out data the design (Err {design:.4g}) is not better than the "
-                                   f"initial distribution (Err {initial:.4g})")
+        comp = _outcome(evaluation, key, design, initial)
+        out.update(initial_err=initial, initial_outcome=comp["outcome"], beats_initial=comp["outcome"] == "better")
+        if returned_initial:
+            pass  # said by the headline: nothing beat it on validation, it was returned
+        elif comp["outcome"] == "worse":
+            out["warnings"].append(f"on held-out data the design (Err {design:.4g}) is worse than {initial_label} "
+                                   f"(Err {initial:.4g}) beyond noise")
+        elif comp["outcome"] == "tie":
+            out["warnings"].append(f"on held-out data the design (Err {design:.4g}) is within noise of "
+                                   f"{initial_label} (Err {initial:.4g})")
         own_initial = (evaluation.get("err_own_lengthscale") or {}).get(key)
-        if own_initial and out["beats_initial"] and not design < own_initial["err"]:
+        if own_initial and comp["outcome"] == "better" and not design < own_initial["err"]:
             out["warnings"].append(f"on held-out data the initial distribution trained with the lengthscale that "
                                    f"validates best for it (Err {own_initial['err']:.4g}) is not worse than the "
                                    f"design (Err {design:.4g})")
-    if key == "normal" and out["best_baseline"] == "mixture" and not out["beats_best_baseline"]:
-        # one Gaussian cannot put its samples where Q's members are; the mixture family starts there
+    if key == "normal" and out["best_baseline"] == "mixture" and out["outcome"] == "worse":
+        # one Gaussian cannot put its samples where Q's members are; the default family starts there
         out["warnings"].append(f"on held-out data Q's own mixture (Err {out['best_baseline_err']:.4g}) is better "
-                               f"than this one-Gaussian design (Err {design:.4g}): try family "
-                               f"{{\"name\": \"mixture\"}}, which starts from Q's members and moves them")
+                               f"than this one-Gaussian design (Err {design:.4g}): leave the family out (auto) or "
+                               f"name {{\"name\": \"mixture\"}}, which start from Q's members")
     return out
+
+
+OUTCOME_WORDS = {"better": "better than", "tie": "within noise of", "worse": "WORSE than"}
 
 
 def verdict_sentence(v: dict) -> str | None:
@@ -270,8 +358,17 @@ def verdict_sentence(v: dict) -> str | None:
     best = v.get("best_baseline")
     if not best:
         return None
-    word = "better than" if v["beats_best_baseline"] else "NOT better than"
+    outcome = v.get("outcome") or ("better" if v.get("beats_best_baseline") else "worse")
     err = v.get("best_baseline_err", v["baselines"][best])
     where = " at its own lengthscale" if err != v["baselines"][best] else ""
-    return (f"verdict: the design (Err {v['err']:.4f}) is {word} the best baseline, {best} "
-            f"(Err {err:.4f}{where}; ratio {v['ratio']:.3f})")
+    ratio = f"ratio {v['ratio']:.3f}" if v.get("ratio") is not None else "ratio -"
+    if v.get("ratio_interval_95"):
+        lo, hi = v["ratio_interval_95"]
+        ratio += f", 95% {lo:.3f}-{hi:.3f}"
+    draws = v.get("draws", 1)
+    over = f", {draws} training draws" if draws and draws > 1 else ""
+    head = "verdict: the design"
+    if v.get("returned_initial"):
+        head = f"verdict: nothing beat {v.get('initial_label', 'the initial distribution')} on validation and it was returned; it"
+    return (f"{head} (Err {v['err']:.4f}) is {OUTCOME_WORDS[outcome]} the best baseline, {best} "
+            f"(Err {err:.4f}{where}; {ratio}{over})")

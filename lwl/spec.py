@@ -344,6 +344,20 @@ class MixtureFamilySpec(StrictModel):
         return len(self.means[0]) if self.means else None
 
 
+class AutoFamilySpec(MixtureFamilySpec):
+    """The default when a spec names no family: the Gaussian family and the mixture family
+    compete on Q's validation samples, with Q's own mixture as a candidate.
+
+    theta^0 is Q's mixture (one Gaussian per member of Q, or ``components`` k-means clusters,
+    as for ``mixture``); the start points checked at iteration 0 are Q's mixture, Q's
+    moment-matched Gaussian and both broadened by ``algorithm.broaden``; the descent goes on
+    from the best, and a result that does not beat Q's mixture beyond noise on validation is
+    Q's mixture itself (lwl.design.families.auto). The result's ``selected.family`` says which
+    won. Name ``gaussian`` or ``mixture`` to keep one family."""
+
+    name: Literal["auto"] = "auto"
+
+
 class PoolFamilySpec(StrictModel):
     """nu_theta = sum_p w_p N(x_p, h^2 C_Q) over a pool {x_p} of Q's validation points (all of
     them, or ``pool_size`` drawn with probabilities w_k / M_k), C_Q Q's covariance; the bilevel
@@ -616,6 +630,10 @@ class EvaluationSpec(StrictModel):
     baselines: list[Literal[BASELINES]] | None = Field(
         default=None, description="default: normal, barycenter and mixture for bilevel jobs, none otherwise")
     sizes: list[int] = Field(default_factory=list, description="extra N for an Err-vs-N curve")
+    draws: int = Field(default=5, ge=1, le=100,
+                       description="training sets drawn per candidate: the verdict compares held-out Err over "
+                                   "all of them (paired by draw index, common random numbers), with an interval "
+                                   "that covers the training draw and the held-out points (lwl.comparison)")
     bound: bool = Field(default=True, description="bilevel: also report the paper's OOD upper bound (Prop. 3.1 / "
                                                   "Cor. 3.2) of the design's model, with which constants are exact "
                                                   "(lwl.bound); costs about 2,500 oracle labels")
@@ -637,7 +655,7 @@ class JobSpec(StrictModel):
 
     oracle: OracleSpec
     test_distributions: TestDistributionsSpec
-    family: GaussianFamilySpec = Field(default_factory=GaussianFamilySpec, discriminator="name")
+    family: AutoFamilySpec = Field(default_factory=AutoFamilySpec, discriminator="name")
     model: KRRSpec = Field(default_factory=KRRSpec, discriminator="name")
     algorithm: BilevelSpec = Field(default_factory=BilevelSpec, discriminator="name")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
@@ -649,7 +667,8 @@ class JobSpec(StrictModel):
     @classmethod
     def _family_name(cls, v):
         if isinstance(v, dict) and "name" not in v:
-            v = {**v, "name": "gaussian"}  # the bilevel default family
+            # a block with a Gaussian's parameters is a Gaussian family; none at all: auto
+            v = {**v, "name": "gaussian" if {"mean", "cov", "free"} & set(v) else "auto"}
         return v
 
     @field_validator("family")
@@ -841,6 +860,8 @@ def _register_builtins() -> None:
                       fill="lwl.defaults:fill_gaussian", paper_optimizer=True)
     FAMILIES.register("mixture", MixtureFamilySpec, bilevel="lwl.design.families.mixture:build",
                       fill="lwl.defaults:fill_mixture")
+    FAMILIES.register("auto", AutoFamilySpec, bilevel="lwl.design.families.auto:build",
+                      fill="lwl.defaults:fill_auto")
     FAMILIES.register("pool", PoolFamilySpec, bilevel="lwl.design.families.pool:build",
                       fill="lwl.defaults:fill_pool")
     FAMILIES.register("kle", KLEFamilySpec, moved_by="ama")

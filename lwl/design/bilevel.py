@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient, moment_matched, regularised_cholesky
-from lwl.defaults import LENGTHSCALE_FACTORS
+from lwl.defaults import LENGTHSCALE_FACTORS, LENGTHSCALE_LIMITS, edge_note, select_widening
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
 from lwl.design.stepper import StepperDefaults
@@ -163,12 +163,27 @@ class BilevelDesign(StepperDefaults):
         starts = self.family.start_points(adaptive or self.selects_lengthscale)
         broaden = getattr(self.family, "broadened", None)
         if adaptive and broaden is not None:
-            fit = starts[0][1]  # Q's fit: the moment-matched Gaussian, or the family's theta^0 fitted to Q
-            for factor in self.algo.broaden:
-                params = broaden(fit, factor)
-                if params is not None:
-                    starts.append((f"broadened_{factor:g}", params))
+            # by default Q's fit (the first start: the moment-matched Gaussian, or the family's
+            # theta^0 fitted to Q); a family may name several (auto: Q's mixture and Gaussian)
+            bases = getattr(self.family, "broaden_bases", lambda: [starts[0][0]])()
+            named = dict(starts)
+            for i, base in enumerate(bases):
+                for factor in self.algo.broaden:
+                    params = broaden(named[base], factor)
+                    if params is not None:
+                        starts.append((f"broadened_{factor:g}" if i == 0 else f"{base}_broadened_{factor:g}", params))
         return starts
+
+    def start_label(self, name: str | None) -> str:
+        """A start point's name as a person reads it ("Q's fit broadened x1.5")."""
+        if name is None:
+            return "an iterate"
+        label = getattr(self.family, "start_label", None)
+        if label is not None:
+            return label(name)
+        if name.startswith("broadened_"):
+            return f"Q's fit broadened x{name.removeprefix('broadened_')}"
+        return {"given": "the initial distribution", "moment_matched": "Q's moment-matched Gaussian"}.get(name, name)
 
     def done(self, state: dict[str, Any]) -> bool:
         return state["phase"] == PHASE_DONE
@@ -266,6 +281,11 @@ class BilevelDesign(StepperDefaults):
             else:
                 warnings.append("no iterate improved on the initial distribution on the validation data; "
                                 "the initial distribution is returned")
+        selected.update(self._headline(state, selected, kept))
+        if self.selects_lengthscale:
+            note = edge_note(selected["lengthscale"], self.spec.model.lengthscale)
+            if note:
+                warnings.append(note)
         events = [h.get("event") for h in history] + [c.get("action") for c in checks]
         labels_used = (len(self._v) + len(history) * self.algo.samples_per_iteration
                        + len(checks) * self.check_samples)
@@ -278,6 +298,39 @@ class BilevelDesign(StepperDefaults):
         if facts:
             warnings.extend(facts.pop("warnings", []))
             out["family_diagnostics"] = facts
+        return out
+
+    def _headline(self, state: dict[str, Any], selected: dict[str, Any], kept: Params) -> dict[str, Any]:
+        """What a person reads first: which distribution was kept and why, and why the run
+        stopped (``summary``, ``stopped``), the kept start's readable ``start_label`` and, for
+        families that choose between kinds (auto), the ``family`` that won."""
+        out: dict[str, Any] = {}
+        kind = getattr(self.family, "kind", None)
+        if kind is not None:
+            out["family"] = kind(kept)
+        start = selected.get("start") if selected["iteration"] == 0 else None
+        if selected["iteration"] == 0 and start is None:
+            start = "given"
+        label = self.start_label(start) if selected["iteration"] == 0 else None
+        if label is not None:
+            out["start_label"] = label
+        given_label = self.start_label("given")
+        if selected["iteration"] == 0 and start == "given":
+            out["summary"] = (f"nothing beat {given_label} beyond noise on Q's validation samples: "
+                              f"{given_label} is returned")
+        elif selected["iteration"] == 0:
+            out["summary"] = f"kept {label}, at iteration 0 (no gradient step improved on it)"
+        else:
+            # selected["start"] is the best start point: the one the descent began from
+            origin = self.start_label(selected["start"]) if selected.get("start") else None
+            out["summary"] = f"kept iteration {selected['iteration']}" + (f" (from {origin})" if origin else "")
+        checks = state["checks"]
+        last = checks[-1] if checks else {}
+        if last.get("action") == "stopped":
+            out["stopped"] = (f"early, at iteration {last['iteration']} of {self.algo.iterations}: no check improved "
+                              f"after the step was halved {self.algo.max_halvings} times (converged)")
+        else:
+            out["stopped"] = f"at the last iteration ({state['iteration']} of {self.algo.iterations})"
         return out
 
     # -- pieces of Alg. 3 ----------------------------------------------------------------------
@@ -340,14 +393,24 @@ class BilevelDesign(StepperDefaults):
         grid = [f * self.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
         if iteration == 0:
             return grid
-        i = int(np.argmin([abs(np.log(g / state["lengthscale"])) for g in grid]))
-        return grid[max(i - 1, 0):i + 2]
+        current = state["lengthscale"]  # may lie beyond the grid after a widening
+        return [current * 2, current, current / 2]
 
     def select_lengthscale(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
                            grid: list[float]) -> dict[float, tuple[float, np.ndarray | None]]:
-        """(check Err, squared residuals) of the batch (U, y) for each lengthscale of ``grid``;
-        the labels are the check's, so trying several costs no oracle call."""
-        return {ell: self._checked(U, y, validation_labels, ell) for ell in grid}
+        """(check Err, squared residuals) of the batch (U, y) for each lengthscale of ``grid``,
+        widened while the best sits at its edge (:func:`lwl.defaults.select_widening`, within
+        LENGTHSCALE_LIMITS times the median distance); the labels are the check's, so trying
+        several costs no oracle call."""
+        tried: dict[float, tuple[float, np.ndarray | None]] = {}
+
+        def score(ell: float) -> float:
+            tried[ell] = self._checked(U, y, validation_labels, ell)
+            return tried[ell][0]
+
+        median = self.spec.model.lengthscale
+        select_widening(score, grid, *(f * median for f in LENGTHSCALE_LIMITS))
+        return tried
 
     def threshold(self, iteration: int) -> float:
         """Standard errors a check at ``iteration`` must beat theta0 by: ``significance`` for the
@@ -415,7 +478,8 @@ class BilevelDesign(StepperDefaults):
             lengthscale = state.get("significant_lengthscale", lengthscale)
         elif out["within_noise"]:  # ... nor any other's: the start nearest Q that validates below theta0
             kept, it = given, 0
-            out["nearest"] = self.nearest_start(checks)
+            # (a theta0 that is Q's own mixture is nearest Q already: it is returned)
+            out["nearest"] = None if getattr(self.family, "initial_is_q", False) else self.nearest_start(checks)
             if out["nearest"] is not None:
                 kept = dict(self.start_points())[out["nearest"]]
             start = out["nearest"] or "given"
@@ -508,6 +572,7 @@ class BilevelDesign(StepperDefaults):
             tried = self.select_lengthscale(U, y, state["validation_labels"], self.lengthscale_grid(state, k))
             lengthscale = float(min(tried, key=lambda ell: tried[ell][0]))
             err, sq = tried[lengthscale]
+            record["lengthscale_edge"] = edge_note(lengthscale, self.spec.model.lengthscale) is not None
             record.update(lengthscales={repr(ell): e for ell, (e, _) in tried.items()}, lengthscale=lengthscale)
         else:
             err, sq = self._checked(U, y, state["validation_labels"], lengthscale)
@@ -610,5 +675,8 @@ def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracl
     initial = family.measure(family.initial()) if spec.family.name != "gaussian" else None
     evaluation = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle,
                                  np.asarray(state.get("validation_labels")), initial=initial)
-    v = verdict(evaluation, out.get("warnings", []))
+    sel = out.get("selected", {})
+    returned_initial = sel.get("iteration") == 0 and sel.get("start", "given") == "given"
+    v = verdict(evaluation, out.get("warnings", []), returned_initial=returned_initial,
+                initial_label=stepper.start_label("given"))
     return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

@@ -78,7 +78,9 @@ def problem_spec(p: Problem, *, size: int, validation: int, iterations: int | No
                           "cov": (0.1 * np.eye(d)).tolist()}
     elif p.start == "near":
         spec["family"] = {"mean": (centre + 0.3 * rng.standard_normal(d)).tolist(), "cov": np.eye(d).tolist()}
-    if family != "gaussian":
+    if family == "auto":  # lwl's default family: no family block at all
+        spec.pop("family", None)
+    elif family != "gaussian":
         spec["family"] = {"name": family}
     if iterations is not None:
         spec["algorithm"] = {"name": "bilevel", "iterations": iterations}
@@ -90,11 +92,17 @@ def problem_spec(p: Problem, *, size: int, validation: int, iterations: int | No
 
 
 PRESETS = {
-    # every job on lwl's defaults (1000 iterations with early stopping, N_k = 1024); the KRR
-    # lengthscale is given as Table 1 gives it (half the RMS distance between Q's samples)
-    "full": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=0.5),
+    # every job on lwl's defaults (no family block: auto; 1000 iterations with early stopping,
+    # N_k = 1024); the KRR lengthscale is given as Table 1 gives it (half the RMS distance
+    # between Q's samples)
+    "full": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=0.5, family="auto"),
     # the same with the lengthscale left to lwl (selected by validation at the start)
-    "full-selected": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=None),
+    "full-selected": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=None,
+                          family="auto"),
+    # the two above as they ran before auto became the default: a Gaussian family from the
+    # problem's start (none: Q's moment-matched Gaussian)
+    "full-gaussian": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=0.5),
+    "full-selected-gaussian": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=None),
     # the same two with a Gaussian-mixture family fitted to Q (issue "Beyond one Gaussian")
     "full-mixture": dict(count=32, size=5000, validation=500, iterations=None, lengthscale_factor=0.5,
                          family="mixture"),
@@ -110,32 +118,76 @@ PRESETS = {
 }
 
 
-def run(preset: str = "quick", *, count: int | None = None, progress=None) -> dict:
+def _outcome_against(res: dict, key: str) -> str:
+    """The design against baseline ``key`` over the evaluation's training draws
+    (:mod:`lwl.comparison`), at whichever of the design's and its own lengthscale is better."""
+    ev = res["evaluation"]
+    own = (ev.get("err_own_lengthscale") or {}).get(key)
+    if own is not None and own["err"] < ev["err"][key]:
+        return own["comparison"]["outcome"]
+    return ev["comparisons"][key]["outcome"]
+
+
+def run_problem(p: Problem, cfg: dict) -> dict:
+    """One problem's row (a job on lwl's defaults, judged on held-out data)."""
     from lwl.runner import run_job
 
+    spec = problem_spec(p, **cfg)
+    t0 = time.perf_counter()
+    res = run_job(spec)
+    seconds = time.perf_counter() - t0
+    v = res["verdict"]
+    size = runaway_measures(res)
+    row = {"baselines": v["baselines"], "baselines_own_lengthscale": v.get("baselines_own_lengthscale", {})}
+    mix, bary = _strongest(row, "mixture"), _strongest(row, "barycenter")
+    return {**asdict(p), "err": v["err"], "err_interval_95": v["err_interval_95"], "initial_err": v["initial_err"],
+            **row, "best_of_mixture_barycenter": min(mix, bary),
+            "outcome": {"mixture": _outcome_against(res, "mixture"), "barycenter": _outcome_against(res, "barycenter"),
+                        "better_of_mixture_barycenter": _outcome_against(res, "mixture" if mix <= bary else "barycenter"),
+                        "initial": v["initial_outcome"], "best_baseline": v["outcome"]},
+            "family": res["selected"].get("family", res["spec"]["family"]["name"]),
+            "summary_line": res["selected"].get("summary"),
+            **size, "diverged": diverged(v["err"], v["initial_err"], size),
+            "selected_iteration": res["selected"]["iteration"], "iterations_run": len(res["history"]),
+            "events": res["events"], "warnings": res["warnings"], "seconds": seconds,
+            "labels_used": res.get("labels_used"), "lengthscale": res["spec"]["model"]["lengthscale"]}
+
+
+def _run_one(args) -> dict:
+    """A worker process: one thread of BLAS / torch, like the 2-core runs."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        return run_problem(*args)
+
+
+def run(preset: str = "quick", *, count: int | None = None, progress=None, workers: int = 1) -> dict:
+    """Every problem of the preset; ``workers`` > 1 runs problems in that many processes (each
+    job is deterministic from its spec, so the rows are the same as in one process)."""
     cfg = dict(PRESETS[preset])
     n = count or cfg.pop("count")
     cfg.pop("count", None)
     rows = []
     t_all = time.perf_counter()
-    for p in problems(max(n, 1))[:n]:
-        spec = problem_spec(p, **cfg)
-        t0 = time.perf_counter()
-        res = run_job(spec)
-        seconds = time.perf_counter() - t0
-        v = res["verdict"]
-        size = runaway_measures(res)
-        row = {"baselines": v["baselines"], "baselines_own_lengthscale": v.get("baselines_own_lengthscale", {})}
-        rows.append({**asdict(p), "err": v["err"], "initial_err": v["initial_err"], **row,
-                     "best_of_mixture_barycenter": min(_strongest(row, "mixture"), _strongest(row, "barycenter")),
-                     **size, "diverged": diverged(v["err"], v["initial_err"], size),
-                     "selected_iteration": res["selected"]["iteration"], "iterations_run": len(res["history"]),
-                     "events": res["events"], "warnings": res["warnings"], "seconds": seconds,
-                     "lengthscale": res["spec"]["model"]["lengthscale"]})
-        if progress:
-            progress(p.key, rows[-1])
+    todo = problems(max(n, 1))[:n]
+    if workers > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            for p, row in zip(todo, pool.map(_run_one, [(p, cfg) for p in todo])):
+                rows.append(row)
+                if progress:
+                    progress(p.key, row)
+    else:
+        for p in todo:
+            rows.append(run_problem(p, cfg))
+            if progress:
+                progress(p.key, rows[-1])
     out = {"experiment": "robustness", "preset": preset, "settings": cfg, "problems": rows,
-           "summary": summary(rows), "wall_seconds": time.perf_counter() - t_all}
+           "summary": summary(rows), "wall_seconds": time.perf_counter() - t_all, "workers": workers}
     return out
 
 
@@ -198,7 +250,12 @@ def summary(rows: list[dict]) -> dict:
                                                              for r in rows) / n},
             "median_ratio_to_best_of_mixture_barycenter": float(np.median(
                 [r["err"] / r["best_of_mixture_barycenter"] for r in rows])),
-            "seconds_per_problem": float(np.mean([r["seconds"] for r in rows]))}
+            "seconds_per_problem": float(np.mean([r["seconds"] for r in rows])),
+            # over the evaluation's training draws: better / tie / worse beyond noise (lwl.comparison)
+            "outcomes": {key: {o: sum(r.get("outcome", {}).get(key) == o for r in rows)
+                               for o in ("better", "tie", "worse")}
+                         for key in ("mixture", "barycenter", "better_of_mixture_barycenter", "initial",
+                                     "best_baseline")} if all("outcome" in r for r in rows) else None}
 
 
 def markdown(doc: dict) -> str:
@@ -220,7 +277,14 @@ def markdown(doc: dict) -> str:
              f"the better of the two: {w['better_of_mixture_barycenter']:.0%}",
              f"- median Err ratio design / better of mixture and barycenter: "
              f"{s['median_ratio_to_best_of_mixture_barycenter']:.3f}",
-             f"- {s['seconds_per_problem']:.1f} s per problem on average; {doc['wall_seconds']:.0f} s in all", "",
+             *([f"- over the evaluation's training draws per candidate (better / tie / worse beyond "
+                f"noise): against the mixture {_counts(s['outcomes']['mixture'])}; the better of mixture and "
+                f"barycenter {_counts(s['outcomes']['better_of_mixture_barycenter'])} "
+                f"({s['outcomes']['better_of_mixture_barycenter']['better'] / s['problems']:.0%} better); the initial "
+                f"distribution {_counts(s['outcomes']['initial'])}; the best baseline "
+                f"{_counts(s['outcomes']['best_baseline'])}"] if s.get("outcomes") else []),
+             f"- {s['seconds_per_problem']:.1f} s per problem on average; {doc['wall_seconds']:.0f} s in all"
+             + (f" ({doc['workers']} processes)" if doc.get("workers", 1) > 1 else ""), "",
              *(["With the lengthscale selected with the design, each baseline counts with the better of "
                 "the design's lengthscale and the one that validates best for it (shown as design's / own); "
                 "the initial distribution, checked at every lengthscale by the design's selection, with "
@@ -235,12 +299,18 @@ def markdown(doc: dict) -> str:
     for r in doc["problems"]:
         b = r["baselines"]
         ok = "win" if r["err"] < r["best_of_mixture_barycenter"] else "loss"
+        if "outcome" in r:
+            ok = r["outcome"]["better_of_mixture_barycenter"] + (f" ({r['family']})" if r.get("family") else "")
         if r["diverged"]:
             ok = "DIVERGED"
         lines.append(f"| {r['key']} | {r['start']} | {r['scale']:g} | {r['err']:.3f} | {_initial(r):.3f} | "
                      f"{cell(r, 'barycenter', b['barycenter'])} | {cell(r, 'mixture', b['mixture'])} | {ok} | {r['iterations_run']} "
                      f"({r['selected_iteration']}) | {r['seconds']:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def _counts(c: dict) -> str:
+    return f"{c['better']} / {c['tie']} / {c['worse']}"
 
 
 def write_outputs(doc: dict, out_dir) -> list:

@@ -109,7 +109,8 @@ function progressBar(p) {
 
 function verdictText(v) {
   if (!v || !v.best_baseline) return "";
-  return `${v.beats_best_baseline ? "✓" : "✗"} ${Plots.fmt(v.ratio)}× ${v.best_baseline}`;
+  const mark = { better: "✓", tie: "=", worse: "✗" }[v.outcome || (v.beats_best_baseline ? "better" : "worse")];
+  return `${mark} ${v.outcome || ""} ${Plots.fmt(v.ratio)}× ${v.best_baseline}`;
 }
 
 // -- the header: API key once per browser session --------------------------------------------
@@ -271,9 +272,18 @@ function evaluationPanel(result) {
     }
     const v = result.verdict;
     if (v && v.best_baseline) {
-      box.append(el("p", { class: v.beats_best_baseline ? "verdict good" : "verdict bad", id: "verdict" },
-        `The design's held-out Err ${Plots.fmt(v.err)} is ${v.beats_best_baseline ? "better" : "NOT better"} than the best baseline, `,
-        `${v.best_baseline} (${Plots.fmt(v.best_baseline_err ?? v.baselines[v.best_baseline])}; ratio ${Plots.fmt(v.ratio)}).`));
+      const outcome = v.outcome || (v.beats_best_baseline ? "better" : "worse");
+      const words = { better: "better than", tie: "within noise of", worse: "WORSE than" }[outcome];
+      const ci = v.ratio_interval_95 ? `, 95% ${Plots.fmt(v.ratio_interval_95[0])}–${Plots.fmt(v.ratio_interval_95[1])}` : "";
+      const head = v.returned_initial ? `Nothing beat ${v.initial_label} on validation, so it was returned; its` : "The design's";
+      box.append(el("p", { class: { better: "verdict good", tie: "verdict tie", worse: "verdict bad" }[outcome], id: "verdict" },
+        `${head} held-out Err ${Plots.fmt(v.err)} is ${words} the best baseline, `,
+        `${v.best_baseline} (${Plots.fmt(v.best_baseline_err ?? v.baselines[v.best_baseline])}; ratio ${Plots.fmt(v.ratio)}${ci}; `,
+        `${v.draws || 1} training draw(s)).`));
+      if (v.initial_err !== undefined && !v.returned_initial) {
+        box.append(el("p", { class: "muted", id: "verdict-initial" },
+          `Against ${v.initial_label || "the initial distribution"} (Err ${Plots.fmt(v.initial_err)}): ${v.initial_outcome}.`));
+      }
     }
   } else if (typeof ev.relative_ood_error === "number") {
     box.append(el("p", { id: "verdict" }, `Relative OOD error of the final model: ${Plots.fmt(ev.relative_ood_error)}`));

@@ -36,7 +36,8 @@ def test_verdict_names_the_best_baseline_and_warns_when_the_start_was_better():
     assert v["beats_best_baseline"] and v["beats_initial"] and v["warnings"] == []
     v = verdict({"err": {"optimized": 0.6, "normal": 0.5, "mixture": 0.25}}, ["earlier"])
     assert not v["beats_best_baseline"] and not v["beats_initial"]
-    assert v["warnings"][0] == "earlier" and "not better than the initial" in v["warnings"][1]
+    assert v["warnings"][0] == "earlier" and "worse than the initial distribution" in v["warnings"][1]
+    assert v["outcome"] == "worse" and v["initial_outcome"] == "worse"
 
 
 def test_rank_deficient_q_member_still_gets_its_baselines():
@@ -64,7 +65,8 @@ def test_verdict_points_a_gaussian_design_that_loses_to_q_mixture_at_the_mixture
     # not when the design wins, when another baseline is the best, or for a mixture family's design
     assert verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25}})["warnings"] == []
     assert verdict({"err": {"optimized": 0.3, "normal": 0.5, "barycenter": 0.2, "mixture": 0.25}})["warnings"] == []
-    assert verdict({"err": {"optimized": 0.3, "initial": 0.5, "mixture": 0.25}})["warnings"] == []
+    assert not any("Q's own mixture" in w for w in
+                   verdict({"err": {"optimized": 0.3, "initial": 0.5, "mixture": 0.25}})["warnings"])
 
 
 def test_verdict_reports_a_failed_baseline():
@@ -134,7 +136,7 @@ def test_baselines_at_own_lengthscale_pick_the_lengthscale_that_validates_best(s
     test = np.concatenate(q.heldout)
     a_val = q.point_weights(q.validation, q.weights)
     a_test = q.point_weights(q.heldout, q.weights)
-    drawn = {name: (x, f(x)) for name, x in (("optimized", rng.standard_normal((50, 5))),
+    drawn = {name: [(x, f(x))] for name, x in (("optimized", rng.standard_normal((50, 5))),
                                               ("mixture", 0.5 + 1.5 * rng.standard_normal((50, 5))))}
     got = baselines_at_own_lengthscale(spec, q, drawn, f(val), test, f(test), a_test, {})
     assert set(got) == {"mixture"}  # the design is not a baseline
@@ -142,7 +144,7 @@ def test_baselines_at_own_lengthscale_pick_the_lengthscale_that_validates_best(s
     def err(pred, truth, a):
         return np.sqrt(a @ (pred - truth) ** 2 / (a @ truth**2))
 
-    x, y = drawn["mixture"]
+    x, y = drawn["mixture"][0]
     ridge = spec.evaluation.ridge
     grid = [c * median_lengthscale(q, spec.seed) for c in LENGTHSCALE_FACTORS]
     scores = [err(_dense_krr(x, y, val, ell, ridge), f(val), a_val) for ell in grid]
@@ -159,6 +161,48 @@ def test_verdict_sentence_says_when_the_best_baseline_used_its_own_lengthscale()
                                        "(Err 0.2500; ratio 0.800)")
     own = verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25},
                    "err_own_lengthscale": {"mixture": {"err": 0.1, "lengthscale": 1.0}}})
-    assert "NOT better than the best baseline, mixture (Err 0.1000 at its own lengthscale; ratio 2.000)" in \
+    assert "WORSE than the best baseline, mixture (Err 0.1000 at its own lengthscale; ratio 2.000)" in \
         verdict_sentence(own)
     assert verdict_sentence(verdict({"err": {"optimized": 0.2}})) is None
+
+
+def test_select_widening_finds_an_interior_optimum_beyond_the_grid():
+    from lwl.defaults import edge_note, select_widening
+
+    grid = [4.0, 2.0, 1.0, 0.5, 0.25, 0.125]
+    best, scores = select_widening(lambda ell: (np.log(ell) - np.log(20.0)) ** 2, grid, 1 / 128, 64.0)
+    assert best == 16.0 and 32.0 in scores and 64.0 not in scores  # stopped once the error rose again
+    assert edge_note(best, 1.0) is None
+    # still falling at the limit: the limit is returned and named
+    best, _ = select_widening(lambda ell: -ell, grid, 1 / 128, 64.0)
+    assert best == 64.0 and "largest" in edge_note(best, 1.0)
+    best, _ = select_widening(lambda ell: ell, grid, 1 / 128, 64.0)
+    assert best == 1 / 128 and "smallest" in edge_note(best, 1.0)
+
+
+def test_evaluate_design_over_draws_ties_a_distribution_with_itself(small_spec):
+    """The design evaluated against the same distribution (common random numbers): a tie with a
+    zero-width interval; against a far worse one: better; Err is the mean over the draws."""
+    from lwl.design import baselines as _  # noqa: F401
+    from lwl.evaluation import evaluate_design
+    from lwl.measures import Gaussian
+    from lwl.q_samples import MetaTestSamples
+    from lwl.registry import BASELINES
+    from lwl.spec import parse_job_spec
+
+    small_spec["evaluation"].update(draws=4, bound=False, baselines=["normal", "uniform"])
+    spec = parse_job_spec(small_spec)
+    q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed)
+    oracle = spec.oracle.build()
+    same = BASELINES.get("normal").build(spec, q)
+    ev = evaluate_design(spec, q, Gaussian(same.mean, cov=same.cov), oracle)
+    assert ev["draws"] == 4 and len(ev["err_draws"]["optimized"]) == 4
+    assert ev["comparisons"]["normal"]["outcome"] == "tie"
+    assert ev["comparisons"]["normal"]["diff_sq_interval"] == [0.0, 0.0] or \
+        tuple(ev["comparisons"]["normal"]["diff_sq_interval"]) == (0.0, 0.0)
+    assert ev["comparisons"]["uniform"]["outcome"] == "better"
+    lo, hi = ev["err_interval"]["optimized"]
+    assert lo < ev["err"]["optimized"] < hi
+    assert min(ev["err_draws"]["optimized"]) <= ev["err"]["optimized"] <= max(ev["err_draws"]["optimized"])
+    v = verdict(ev)
+    assert v["outcome"] == "tie" and not v["beats_best_baseline"] and v["best_baseline"] == "normal"

@@ -139,7 +139,7 @@ def test_rte_particles_example_is_valid_with_the_papers_defaults():
 def test_minimal_spec_names_only_oracle_and_q(issue_spec):
     doc = {"oracle": issue_spec["oracle"], "test_distributions": issue_spec["test_distributions"]}
     spec = parse_job_spec(doc)
-    assert spec.family.name == "gaussian" and spec.family.mean is None and spec.family.cov is None
+    assert spec.family.name == "auto" and spec.family.means is None  # lwl.design.families.auto
     assert spec.model.lengthscale is None
     assert spec.evaluation.baselines == ["normal", "barycenter", "mixture"]
     doc["family"] = {"mean": [0.0] * 3}

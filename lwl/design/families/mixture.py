@@ -97,9 +97,12 @@ class MixtureFamily:
     def weights(self, params: Params) -> np.ndarray:
         return softmax(params["logits"])
 
-    def measure(self, params: Params) -> Mixture:
+    def mixture(self, params: Params) -> Mixture:
         comps = [Gaussian.from_parameters(m, L) for m, L in zip(params["means"], params["chols"])]
         return Mixture(comps, self.weights(params))
+
+    def measure(self, params: Params) -> Mixture:
+        return self.mixture(params)
 
     def to_phi(self, params: Params) -> np.ndarray:
         blocks = [self.coords.to_phi(m, L) for m, L in zip(params["means"], params["chols"])]
@@ -129,7 +132,7 @@ class MixtureFamily:
         from scipy.special import logsumexp
 
         w = self.weights(params)
-        components = self.measure(params).components
+        components = self.mixture(params).components
         with np.errstate(divide="ignore"):
             log_joint = np.stack([np.log(w[k]) + components[k].log_prob(x) for k in range(self.C)], axis=1)
         log_p = logsumexp(log_joint, axis=1)
@@ -140,7 +143,7 @@ class MixtureFamily:
         component k with weights c_i r_ik (:meth:`lwl.measures.Gaussian.score`)."""
         _, r = self.responsibilities(params, x)
         g_logits = c @ r - c.sum() * self.weights(params)
-        comps = self.measure(params).components
+        comps = self.mixture(params).components
         parts = [comps[k].score(x, weights=c * r[:, k]) for k in range(self.C)]
         return g_logits, np.stack([g for g, _ in parts]), np.stack([g for _, g in parts])
 

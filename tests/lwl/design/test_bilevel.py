@@ -329,7 +329,7 @@ def test_spec_without_mean_cov_or_lengthscale_gets_data_derived_values(small_spe
     from lwl.design.adaptive import moment_matched
     from lwl.q_samples import MetaTestSamples
 
-    del small_spec["family"]
+    small_spec["family"] = {"name": "gaussian"}  # no parameters (no family at all is auto: test_auto.py)
     del small_spec["model"]
     del small_spec["evaluation"]["baselines"]
     res = run_job(small_spec)
@@ -344,10 +344,14 @@ def test_spec_without_mean_cov_or_lengthscale_gets_data_derived_values(small_spe
     # them, an iterate its current lengthscale and the two neighbours) and keeps the best pair
     med = median_distance(pts, [small_spec["seed"], 5])
     grid = [f * med for f in LENGTHSCALE_FACTORS]
-    assert set(map(float, res["checks"][0]["lengthscales"])) == set(grid)
+    # widened by doublings / halvings while the best sits at an edge (within LENGTHSCALE_LIMITS)
+    wide = [med * 2.0**k for k in range(-8, 7)]
+    assert set(grid) <= set(map(float, res["checks"][0]["lengthscales"])) <= set(wide)
     for c in res["checks"]:
         tried = {float(k): v for k, v in c["lengthscales"].items()}
-        assert set(tried) <= set(grid) and (c["iteration"] == 0 or len(tried) <= 3)
+        assert set(tried) <= set(wide)
+        if c["iteration"] > 0:  # the current lengthscale and its neighbours, widened only at an edge
+            assert len(tried) == 3 or min(tried, key=tried.get) in (min(tried), max(tried))
         assert c["lengthscale"] == min(tried, key=tried.get) and c["err"] == min(tried.values())
     # the returned lengthscale is the one of the returned check, and the evaluation used it
     sel = res["selected"]
@@ -357,7 +361,7 @@ def test_spec_without_mean_cov_or_lengthscale_gets_data_derived_values(small_spe
     assert set(res["evaluation"]["err"]) == {"optimized", "normal", "barycenter", "mixture"}
     # the baselines also stand at the lengthscale that validates best for them
     own = res["evaluation"]["err_own_lengthscale"]
-    assert set(own) == {"normal", "barycenter", "mixture"} and {o["lengthscale"] for o in own.values()} <= set(grid)
+    assert set(own) == {"normal", "barycenter", "mixture"} and {o["lengthscale"] for o in own.values()} <= set(wide)
     assert res["verdict"]["best_baseline_err"] == min(min(res["verdict"]["baselines"].values()),
                                                       min(o["err"] for o in own.values()))
 
@@ -369,8 +373,10 @@ def test_iterate_checks_try_the_current_lengthscale_and_its_grid_neighbours(smal
     state = {"lengthscale": grid[2]}
     assert design.lengthscale_grid(state, 0) == grid
     assert design.lengthscale_grid(state, 5) == grid[1:4]
-    assert design.lengthscale_grid({"lengthscale": grid[0]}, 5) == grid[:2]
-    assert design.lengthscale_grid({"lengthscale": grid[-1] * 1.01}, 5) == grid[-2:]
+    # an iterate tries its current lengthscale and both neighbours, also beyond the start grid
+    # (the selection widens while the best sits at an edge: lwl.defaults.select_widening)
+    assert design.lengthscale_grid({"lengthscale": grid[0]}, 5) == [2 * grid[0], *grid[:2]]
+    assert design.lengthscale_grid({"lengthscale": grid[-1]}, 5) == [*grid[-2:], grid[-1] / 2]
 
 
 def test_a_given_lengthscale_is_kept(small_spec):

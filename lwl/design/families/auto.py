@@ -1,0 +1,79 @@
+"""``family: auto``, the default: the Gaussian and the mixture family compete on validation.
+
+One Gaussian cannot put its samples where Q's members are, and a mixture fitted to Q is Q's
+own mixture, the baseline a design must beat. ``auto`` moves a mixture of C Gaussians
+(C = min(K, 16), one per member of Q or k-means clusters) whose start points are both:
+
+- ``given``: Q's mixture (theta^0, and the distribution returned when nothing beats it beyond
+  noise on Q's validation samples: :attr:`AutoFamily.initial_is_q`);
+- ``gaussian``: Q's moment-matched Gaussian, written as a mixture of C equal components;
+- each broadened by ``algorithm.broaden`` (covariances scaled).
+
+A mixture of equal components is that Gaussian, and stays one under the bilevel gradient (every
+component gets the same responsibility, so the same step): a descent from a Gaussian start is
+the Gaussian family's descent, one from a mixture start the mixture family's. The checks at
+iteration 0 therefore choose the family and its start on validation, at the cost of the checks
+alone (no second run), and the returned distribution is written as a Gaussian when its
+components are equal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lwl.design.families.base import Params
+from lwl.design.families.mixture import MixtureFamily
+from lwl.measures import Gaussian, Measure
+
+
+class AutoFamily(MixtureFamily):
+    """A mixture family whose start points include Q's moment-matched Gaussian (see module)."""
+
+    name = "auto"
+    initial_is_q = True  # theta^0 is Q's mixture: within noise of it, it is what is returned
+
+    def start_points(self, moment_matched: bool = True) -> list[tuple[str, Params]]:
+        given = self.initial()
+        C = self.C
+        gaussian = {"logits": np.zeros(C), "means": np.tile(self.coords.centre, (C, 1)),
+                    "chols": np.tile(self.coords.S, (C, 1, 1))}
+        return [("given", given), ("gaussian", gaussian)]
+
+    def broaden_bases(self) -> list[str]:
+        """The start points that are also checked broadened (``algorithm.broaden``)."""
+        return ["given", "gaussian"]
+
+    @staticmethod
+    def collapsed(params: Params) -> bool:
+        """True when every component equals the first: the mixture is one Gaussian."""
+        return bool(np.allclose(params["means"], params["means"][:1], rtol=1e-12, atol=0)
+                    and np.allclose(params["chols"], params["chols"][:1], rtol=1e-12, atol=0))
+
+    def measure(self, params: Params) -> Measure:
+        if self.collapsed(params):
+            return Gaussian.from_parameters(params["means"][0], params["chols"][0])
+        return self.mixture(params)
+
+    def kind(self, params: Params) -> str:
+        """Which candidate ``params`` is: ``q_mixture`` (theta^0), ``gaussian`` or ``mixture``."""
+        given = self.initial()
+        if all(np.array_equal(params[n], given[n]) for n in self.param_names):
+            return "q_mixture"
+        return "gaussian" if self.collapsed(params) else "mixture"
+
+    def start_label(self, name: str) -> str:
+        base, _, factor = name.partition("_broadened_")
+        if name.startswith("broadened_"):
+            base, factor = "given", name.removeprefix("broadened_")
+        what = {"given": "Q's mixture", "gaussian": "Q's moment-matched Gaussian"}.get(base, base)
+        return f"{what} broadened x{factor}" if factor else what
+
+    def diagnostics(self, params: Params) -> dict:
+        if self.collapsed(params):
+            return {"family": "gaussian"}
+        return {"family": "mixture", **super().diagnostics(params)}
+
+
+def build(spec, coords, q) -> AutoFamily:
+    """The bilevel builder registered for ``auto`` (:mod:`lwl.spec`)."""
+    return AutoFamily(spec, coords)
