@@ -63,7 +63,8 @@ class OracleSpec(StrictModel):
     Built-in functions (``sobol_g``, ``friedman1``, ``friedman2``, ``kernel_expansion``) take
     ``params``. ``external`` is ask/tell through the service (``batch_size`` inputs per batch,
     optional ``webhook_url`` announcing new queries); ``http`` posts batches to a lab's ``url``
-    (``batch_size``, ``timeout_s``, ``attempts``: the job's budget of failed calls).
+    (``batch_size``; ``timeout_s``: the deadline of one call, the whole exchange, at most 600;
+    ``attempts``: the job's budget of failed calls, at most 100).
     """
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra=_oracle_names)
@@ -72,8 +73,8 @@ class OracleSpec(StrictModel):
     params: dict[str, Any] = Field(default_factory=dict)
     batch_size: int | None = Field(default=None, ge=1, le=1_000_000)
     url: str | None = Field(default=None, max_length=2000)
-    timeout_s: float = Field(default=30.0, gt=0, le=3600)
-    attempts: int = Field(default=8, ge=1, le=10_000)
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    attempts: int = Field(default=8, ge=1, le=100)
     webhook_url: str | None = Field(default=None, max_length=2000)
     _built: Any = PrivateAttr(default=None)
 

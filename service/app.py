@@ -20,6 +20,7 @@ from lwl.registry import load_plugins
 from service import problems
 from service.core.settings import Settings, get_settings
 from service.core.store import Store
+from service.guard import GuardMiddleware
 from service.metrics import Metrics
 from service.routers import asktell, datasets, jobs, ops, ui, workers
 
@@ -58,6 +59,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
     metrics = Metrics(app.state.store)
     app.state.metrics = metrics
     problems.install(app)
+    # the guard runs inside the metrics (refusals are counted) and before every route
+    app.add_middleware(GuardMiddleware, settings=settings, keys=app.state.keys)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     for router in (ops.router, ops.metrics_router(settings.metrics_public), jobs.router, asktell.router,
                    datasets.router, workers.router, ui.router):

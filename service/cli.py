@@ -51,7 +51,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
     # event loop and the embedded worker on a small machine
     threadpool_limits(1, "blas")
     settings = Settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not settings.owners_by_key() and host not in ("127.0.0.1", "localhost", "::1"):
         console.print(f"[yellow]no LWL_API_KEYS set: binding to 127.0.0.1 instead of {host} "
                       "(set LWL_API_KEYS='owner:key,...' to serve other hosts)")
@@ -76,7 +76,10 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
                   f"{settings.resolved_broker_url().split(':')[0]}; API on http://{host}:{port}"
                   + ("" if no_worker else f" with {workers} embedded worker(s)"))
     try:
-        uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False)
+        from service.httpserver import server_options
+
+        # h11 with header-size, head/keep-alive timeout limits (docs/service.md "Security")
+        uvicorn.run(app_, host=host, port=port, log_level="warning", access_log=False, **server_options(settings))
     finally:
         stop_reaper.set()
         if supervisor is not None:

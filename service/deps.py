@@ -13,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.core.settings import Settings
 from service.core.store import Store
+from service.guard import UNAUTHORIZED, owner_for_key
 from service.problems import Problem
 
 def store_dep(request: Request) -> Store:
@@ -33,9 +34,9 @@ def owner_dep(request: Request,
     keys = request.app.state.keys
     if not keys:
         return "local"
-    owner = keys.get(credentials.credentials.strip()) if credentials is not None else None
-    if owner is None:
-        raise Problem(401, "Unauthorized", "send Authorization: Bearer <api key>",
+    owner = owner_for_key(keys, credentials.credentials.strip()) if credentials is not None else None
+    if owner is None:  # service.guard refused it already; kept for apps built without the guard
+        raise Problem(401, "Unauthorized", UNAUTHORIZED,
                       headers={"WWW-Authenticate": "Bearer"})
     return owner
 
@@ -98,6 +99,8 @@ def parse_json(raw: bytes) -> Any:
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise Problem(400, "Malformed JSON", str(exc)) from None
+    except ValueError as exc:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise Problem(400, "Malformed JSON", f"a number the parser refuses: {exc}") from None
     except RecursionError:
         raise Problem(400, "JSON nested too deeply", f"at most {MAX_JSON_DEPTH} levels of arrays and objects") from None
     if json_depth(doc) > MAX_JSON_DEPTH:

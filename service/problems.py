@@ -102,7 +102,8 @@ class ProblemDocument(BaseModel):
 
 _WHY = {400: "Malformed request (JSON syntax, nesting, an unreadable array, a bad cursor)",
         401: "Missing or wrong bearer key", 404: "No such resource for this owner",
-        409: "Conflict with the resource's state", 413: "Request body too large",
+        409: "Conflict with the resource's state", 413: "Request body (or a dataset's uncompressed array) too large",
+        415: "Unsupported Content-Type for this route",
         422: "Invalid content; `field` / `errors` name what is wrong", 503: "A dependency is unavailable"}
 
 

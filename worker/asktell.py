@@ -11,14 +11,13 @@ import hashlib
 import io
 import json
 import logging
+import http.client
 import os
-import urllib.request
 
 import numpy as np
 
-from lwl import webhooks
+from lwl import outbound, webhooks
 from lwl.oracles import Oracle
-from lwl.oracles.http import URLNotAllowed, check_url
 from service.core.store import Store
 
 log = logging.getLogger("lwl.asktell")
@@ -53,16 +52,27 @@ class StoreOracle(Oracle):
         raise AwaitLabels(ids, new_round=True)
 
 
+WEBHOOK_TIMEOUT_S = 10.0  # deadline of one announcement, the whole exchange
+
+
 def announce(webhook_url: str | None, job_id: str, batch_ids: list[str]) -> None:
-    """POST a signed ``lwl.queries`` event (best effort: a lab can always poll)."""
+    """POST a signed ``lwl.queries`` event (best effort: a lab can always poll), through
+    :mod:`lwl.outbound`: the allow-list checked on the address connected to, no redirects
+    followed, a deadline of :data:`WEBHOOK_TIMEOUT_S` for the whole exchange."""
     if not webhook_url:
         return
     body = json.dumps({"type": "lwl.queries", "job_id": job_id, "batch_ids": batch_ids,
                        "queries_url": f"/v1/jobs/{job_id}/queries"}).encode()
     try:
-        check_url(webhook_url)
-        req = urllib.request.Request(webhook_url, data=body, method="POST", headers={
-            "Content-Type": "application/json", **webhooks.headers(os.environ.get("LWL_WEBHOOK_SECRET"), body)})
-        urllib.request.urlopen(req, timeout=10).close()
-    except (URLNotAllowed, OSError) as exc:
+        answer = outbound.post(webhook_url, body, {
+            "Content-Type": "application/json", **webhooks.headers(os.environ.get("LWL_WEBHOOK_SECRET"), body)},
+            timeout_s=WEBHOOK_TIMEOUT_S, max_bytes=64 * 1024)
+    except (outbound.URLNotAllowed, outbound.AnswerTooLarge, outbound.Cancelled, OSError,
+            http.client.HTTPException) as exc:
         log.warning("job %s: webhook to %s failed: %s", job_id, webhook_url, exc)
+        return
+    if 300 <= answer.status < 400:
+        log.warning("job %s: webhook to %s answered HTTP %d, a redirect: not followed", job_id, webhook_url,
+                    answer.status)
+    elif not 200 <= answer.status < 300:
+        log.warning("job %s: webhook to %s answered HTTP %d", job_id, webhook_url, answer.status)

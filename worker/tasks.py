@@ -19,6 +19,7 @@ import traceback
 import uuid
 from typing import Callable
 
+from lwl import outbound
 from lwl.oracles.http import OracleCallError
 from lwl.runner import Interrupted, run_job
 from lwl.spec import SpecError, parse_job_spec
@@ -109,13 +110,18 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
 
     oracle = (StoreOracle(store, job_id, lease, spec.oracle.batch_size) if spec.oracle.is_external else None)
     try:
-        result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job["owner"]),
-                         state=job["checkpoint"], progress=progress, checkpoint=checkpoint,
-                         # checkpoints leave the history out (O(state) per iteration): the
-                         # store keeps one row per iteration and gives them back on resume
-                         checkpoint_history=False,
-                         history=store.history(job_id) if job["checkpoint"] else None,
-                         should_stop=should_stop)
+        # a cancel also interrupts a lab call in flight (lwl.outbound), not only between steps
+        with outbound.cancellation(lambda: store.cancel_requested(job_id)):
+            result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job["owner"]),
+                             state=job["checkpoint"], progress=progress, checkpoint=checkpoint,
+                             # checkpoints leave the history out (O(state) per iteration): the
+                             # store keeps one row per iteration and gives them back on resume
+                             checkpoint_history=False,
+                             history=store.history(job_id) if job["checkpoint"] else None,
+                             should_stop=should_stop)
+    except outbound.Cancelled:
+        store.cancelled(job_id, lease)
+        return "cancelled"
     except AwaitLabels as wait:
         if wait.new_round:  # open_round already paused the job
             announce(spec.oracle.webhook_url, job_id, wait.batch_ids)

@@ -3,39 +3,43 @@
 For each batch the oracle POSTs ``{"batch_id": ..., "inputs": [[...], ...]}`` (JSON) to ``url``,
 signed like a Standard Webhook when ``LWL_WEBHOOK_SECRET`` is set, and reads back
 ``{"labels": [...]}`` (JSON) or the labels as ``.npy`` bytes (``Content-Type:
-application/x-npy``). Failed calls (connection errors, timeouts, 5xx, 429) are retried with
+application/x-npy``). Failed calls (connection errors, deadlines, 5xx, 429) are retried with
 exponential backoff and full jitter until the job's attempt budget (``attempts``) is spent;
-answers with the wrong shape or non-finite values fail the job at once, naming the batch.
+answers with the wrong shape or non-finite values, and redirects, fail the job at once, naming
+the batch.
 
-Only operator-allowed hosts are called (``LWL_ORACLE_ALLOWED_HOSTS``, comma-separated names
-or addresses). Loopback, private, link-local (cloud metadata at 169.254.169.254 included),
-multicast and reserved addresses are refused unless they fall in
-``LWL_ORACLE_ALLOWED_NETWORKS`` (CIDRs), and the check runs on the resolved addresses before
-every call.
+Calls go through :mod:`lwl.outbound`: only operator-allowed hosts
+(``LWL_ORACLE_ALLOWED_HOSTS``), no loopback/private/link-local address outside
+``LWL_ORACLE_ALLOWED_NETWORKS``, checked on the resolved address that the socket then connects
+to, redirects never followed, and ``timeout_s`` a deadline for the whole call (connect, send,
+the whole answer). A cancel of the job interrupts a call in flight
+(:func:`lwl.outbound.cancellation`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
-import ipaddress
+import http.client
 import json
 import os
 import random
-import socket
-import time
-import urllib.error
-import urllib.request
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
-from lwl import webhooks
+from lwl import outbound, webhooks
+from lwl.arrays import read_npy_bytes
 from lwl.oracles.base import Oracle, as_numpy, register_oracle
+from lwl.outbound import URLNotAllowed, check_url  # noqa: F401  (the spec checks URLs through here)
 
 NPY = "application/x-npy"
 RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+def answer_limit(n: int) -> int:
+    """Bytes of answer read for a batch of ``n`` inputs: 1 MiB plus 64 bytes per label (a JSON
+    float takes at most about 25)."""
+    return (1 << 20) + 64 * n
 
 
 class OracleCallError(RuntimeError):
@@ -44,53 +48,6 @@ class OracleCallError(RuntimeError):
     def __init__(self, batch_id: str, message: str):
         super().__init__(f"batch {batch_id}: {message}")
         self.batch_id = batch_id
-
-
-class URLNotAllowed(ValueError):
-    pass
-
-
-def _env_list(name: str) -> list[str]:
-    return [p.strip() for p in os.environ.get(name, "").split(",") if p.strip()]
-
-
-def check_url(url: str, resolve: bool = True) -> list[str]:
-    """Refuse URLs the operator did not allow; returns the resolved addresses.
-
-    ``resolve=False`` checks only the scheme and the host name (the API does this at submission;
-    the worker checks the resolved addresses at every call).
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise URLNotAllowed(f"{url!r} is not an http(s) URL with a host")
-    host = parts.hostname
-    allowed = _env_list("LWL_ORACLE_ALLOWED_HOSTS")
-    if host not in allowed and "*" not in allowed:
-        raise URLNotAllowed(f"host {host!r} is not in LWL_ORACLE_ALLOWED_HOSTS")
-    nets = []
-    for cidr in _env_list("LWL_ORACLE_ALLOWED_NETWORKS"):
-        try:
-            nets.append(ipaddress.ip_network(cidr, strict=False))
-        except ValueError:
-            raise URLNotAllowed(f"LWL_ORACLE_ALLOWED_NETWORKS: {cidr!r} is not a network") from None
-    try:
-        literal = ipaddress.ip_address(host)
-    except ValueError:
-        literal = None
-    if not resolve and literal is None:
-        return []
-    try:
-        infos = [literal] if literal else {ipaddress.ip_address(i[4][0]) for i in socket.getaddrinfo(
-            host, parts.port or (443 if parts.scheme == "https" else 80), proto=socket.IPPROTO_TCP)}
-    except socket.gaierror as exc:
-        raise URLNotAllowed(f"host {host!r} does not resolve: {exc}") from None
-    for ip in infos:
-        special = (ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_multicast
-                   or ip.is_reserved or ip.is_unspecified)
-        if special and not any(ip in n for n in nets):
-            raise URLNotAllowed(f"{host!r} resolves to {ip}, a loopback/private/link-local address "
-                                "not in LWL_ORACLE_ALLOWED_NETWORKS")
-    return [str(ip) for ip in infos]
 
 
 @register_oracle("http")
@@ -123,33 +80,35 @@ class HttpOracle(Oracle):
         failures = 0
         while True:
             try:
-                check_url(self.url)  # on the resolved address, at every call
-                req = urllib.request.Request(self.url, data=body, method="POST", headers={
+                answer = outbound.post(self.url, body, {
                     "Content-Type": "application/json", "Accept": f"application/json, {NPY}",
-                    **webhooks.headers(self.secret, body)})
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return self._parse(batch_id, x, resp.headers.get("Content-Type", ""), resp.read())
-            except URLNotAllowed as exc:
+                    **webhooks.headers(self.secret, body)}, timeout_s=self.timeout_s, max_bytes=answer_limit(len(x)))
+            except (URLNotAllowed, outbound.AnswerTooLarge) as exc:
                 raise OracleCallError(batch_id, str(exc)) from None
-            except urllib.error.HTTPError as exc:
-                if exc.code not in RETRY_STATUS:
-                    raise OracleCallError(batch_id, f"the lab answered HTTP {exc.code}") from None
-                why = f"HTTP {exc.code}"
-            except (urllib.error.URLError, TimeoutError, socket.timeout, ConnectionError) as exc:
-                why = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+            except (OSError, http.client.HTTPException) as exc:  # DeadlineExceeded is a TimeoutError
+                why = f"{type(exc).__name__}: {exc}"
+            else:
+                if 200 <= answer.status < 300:
+                    return self._parse(batch_id, x, answer.content_type, answer.body)
+                if 300 <= answer.status < 400:
+                    raise OracleCallError(batch_id, f"the lab answered HTTP {answer.status}, a redirect; "
+                                                    "redirects are never followed (give the final URL)")
+                if answer.status not in RETRY_STATUS:
+                    raise OracleCallError(batch_id, f"the lab answered HTTP {answer.status}")
+                why = f"HTTP {answer.status}"
             failures += 1
             self.attempts_left -= 1
             if self.attempts_left <= 0:
                 raise OracleCallError(batch_id, f"the lab endpoint kept failing ({failures} failed calls, "
                                                 f"last: {why}); the job's attempt budget is spent")
-            # exponential backoff with full jitter
-            time.sleep(random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))))
+            # exponential backoff with full jitter (a cancel interrupts it)
+            outbound.sleep(random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))))
 
     @staticmethod
     def _parse(batch_id: str, x: np.ndarray, content_type: str, payload: bytes) -> np.ndarray:
         try:
             if content_type.startswith(NPY):
-                y = np.load(io.BytesIO(payload), allow_pickle=False)
+                y = read_npy_bytes(payload, max_bytes=len(payload))
             else:
                 y = np.asarray(json.loads(payload)["labels"], dtype=np.float64)
         except Exception as exc:

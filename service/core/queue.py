@@ -12,12 +12,14 @@ from celery import Celery
 
 from service.core.routing import QUEUE_CPU
 from service.core.settings import Settings
+from service.core.store import private_sqlite_file
 
 TASK_RUN_SLICE = "lwl.run_slice"
 
 
 def make_celery(settings: Settings, include: list[str] | None = None) -> Celery:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_sqlite_file(settings.resolved_broker_url())  # 0600, like the job store
     app = Celery("lwl", broker=settings.resolved_broker_url(), include=include or [])
     app.conf.update(
         task_serializer="json", accept_content=["json"], result_serializer="json",

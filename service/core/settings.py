@@ -19,6 +19,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = 64 * 1024 * 1024
     max_dataset_bytes: int = 64 * 1024 * 1024
     max_samples: int = 20_000_000  # floats per sampling request
+    # the HTTP server's own limits (service.guard; docs/service.md "Security")
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024, description="request line + headers; 431 above")
+    max_headers: int = Field(default=100, ge=8, description="header fields per request; 431 above")
+    header_timeout_s: float = Field(default=10.0, gt=0, description="a request's head must arrive within this")
+    body_timeout_s: float = Field(default=60.0, gt=0, description="a request's body must arrive within this (408)")
+    keep_alive_s: float = Field(default=5.0, gt=0, description="an idle keep-alive connection is closed after this")
     slice_seconds: float = 60.0  # one Celery task steps a job at most this long
     max_attempts: int = 3  # slices that started without finishing, before the job fails
     heartbeat_seconds: float = 2.0

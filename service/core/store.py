@@ -153,9 +153,33 @@ def job_kind(spec: dict) -> dict:
     return {"algorithm": name("algorithm"), "family": name("family"), "oracle": name("oracle")}
 
 
+def private_sqlite_file(url: str) -> None:
+    """Create the SQLite file of ``url`` (``sqlite:///...`` or a broker's ``sqla+sqlite:///...``)
+    readable and writable by this user only (0600), or narrow an existing one to 0600: it holds
+    every owner's specs, datasets and results. SQLite gives its -wal and -shm files the same
+    mode. Other URLs: nothing."""
+    import os
+
+    from sqlalchemy.engine import make_url
+
+    url = url.removeprefix("sqla+")
+    if not url.startswith("sqlite"):
+        return
+    path = make_url(url).database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class Store:
     def __init__(self, url: str):
         kwargs: dict[str, Any] = {}
+        private_sqlite_file(url)
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:

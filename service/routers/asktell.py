@@ -10,6 +10,8 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lwl.arrays import ArrayTooLarge, read_npy_bytes
+
 from service import problems
 from service.deps import EnqueueDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.problems import Problem
@@ -44,7 +46,7 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
                            option=orjson.OPT_SERIALIZE_NUMPY)
     return Response(payload, media_type="application/json", headers=headers)
 
-@router.post("/v1/jobs/{job_id}/labels", tags=["ask/tell"], responses=problems.responses(400, 401, 404, 409, 413, 422),
+@router.post("/v1/jobs/{job_id}/labels", tags=["ask/tell"], responses=problems.responses(400, 401, 404, 409, 413, 415, 422),
              openapi_extra={"requestBody": {"required": True, "content": {
               "application/json": {"schema": {"$ref": "#/components/schemas/LabelsRequest"}},
               NPY: {"schema": {"type": "string", "format": "binary"}}}}})
@@ -60,7 +62,9 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
         if batch_id is None:
             raise Problem(422, "Missing batch id", "send ?batch_id= with .npy labels", field="batch_id")
         try:
-            labels = np.load(io.BytesIO(raw), allow_pickle=False)
+            labels = read_npy_bytes(raw, settings.max_body_bytes)  # .npy only: an .npz is refused here
+        except ArrayTooLarge as exc:
+            raise Problem(413, "Labels too large", str(exc), field="labels") from None
         except Exception as exc:
             raise Problem(400, "Unreadable labels", f"expected .npy bytes: {exc}", field="labels") from None
         if labels.dtype.kind not in "fiu":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
-from lwl.arrays import read_single_array
+from lwl.arrays import ArrayTooLarge, read_single_array
 from service.deps import OwnerDep, SettingsDep, StoreDep, read_body
 from service import problems
 from service.problems import Problem
@@ -13,15 +13,16 @@ from service.problems import Problem
 router = APIRouter()
 
 
-@router.post("/v1/datasets", status_code=201, tags=["datasets"], responses=problems.responses(400, 401, 413, 422),
+@router.post("/v1/datasets", status_code=201, tags=["datasets"], responses=problems.responses(400, 401, 413, 415, 422),
              openapi_extra={"requestBody": {"required": True, "content": {
               "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def upload_dataset(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
                          settings: SettingsDep) -> dict:
-    """Upload an (M, d) array as ``.npy`` or single-array ``.npz`` bytes; a job spec then
-    names it with ``{"dataset": id}``."""
+    """Upload an (M, d) array as ``.npy`` or single-array ``.npz`` bytes (``Content-Type:
+    application/octet-stream``); a job spec then names it with ``{"dataset": id}``. The body
+    and the uncompressed array (as float64) are each at most ``LWL_MAX_DATASET_BYTES`` (413)."""
     raw = await read_body(request, settings.max_dataset_bytes)
-    meta = store.put_dataset(owner, load_array(raw))
+    meta = store.put_dataset(owner, load_array(raw, settings.max_dataset_bytes))
     response.headers["Location"] = f"/v1/datasets/{meta['id']}"
     return _dataset_view(meta)
 
@@ -37,14 +38,20 @@ def _dataset_view(meta: dict) -> dict:
     return {"id": meta["id"], "shape": meta["shape"], "dtype": meta["dtype"], "created_at": meta["created_at"]}
 
 
-def load_array(raw: bytes) -> np.ndarray:
-    """A dataset upload: .npy bytes, or .npz with exactly one array. Never unpickles."""
+def load_array(raw: bytes, max_bytes: int) -> np.ndarray:
+    """A dataset upload: .npy bytes, or .npz with exactly one array, bounded by the sizes the
+    headers declare before anything is inflated or allocated. Never unpickles."""
     try:
-        data = read_single_array(raw)
+        data = read_single_array(raw, max_bytes)
+    except ArrayTooLarge as exc:
+        raise Problem(413, "Dataset too large", f"{exc} (LWL_MAX_DATASET_BYTES)", limit=max_bytes) from None
     except Exception as exc:
         raise Problem(400, "Unreadable dataset", f"expected .npy or .npz bytes: {exc}") from None
     if data.dtype.kind not in "fiu":
         raise Problem(422, "Dataset must be numeric", f"dtype {data.dtype} is not a real number type")
+    if data.size * 8 > max_bytes:  # stored as float64
+        raise Problem(413, "Dataset too large", f"{data.size} entries take {data.size * 8} bytes as float64; "
+                      f"the limit is {max_bytes} (LWL_MAX_DATASET_BYTES)", limit=max_bytes)
     arr = np.asarray(data, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise Problem(422, "Dataset has the wrong shape", f"expected a non-empty (M, d) array, got {arr.shape}")

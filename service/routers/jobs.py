@@ -87,7 +87,7 @@ class JobView(BaseModel):
 
 
 @router.post("/v1/jobs", status_code=202, response_model=JobCreated, tags=["jobs"],
-             responses=problems.responses(400, 401, 409, 413, 422, 503),
+             responses=problems.responses(400, 401, 409, 413, 415, 422, 503),
           openapi_extra={"requestBody": {"required": True, "content": {
               "application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"},
                                    "examples": {"small": {"summary": "a bilevel job that runs in seconds",
@@ -95,7 +95,11 @@ class JobView(BaseModel):
 async def create_job(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
                      settings: SettingsDep, enqueue: EnqueueDep,
                      idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> dict:
-    """Submit a job spec (the JSON ``lwl run`` takes). 202 with ``Location``."""
+    """Submit a job spec (the JSON ``lwl run`` takes). 202 with ``Location``. An empty
+    ``Idempotency-Key`` is refused (400), not taken as a key."""
+    if idempotency_key is not None and not idempotency_key.strip():
+        raise Problem(400, "Empty Idempotency-Key", "send a non-empty key, or no Idempotency-Key header",
+                      field="Idempotency-Key")
     raw = await read_body(request, settings.max_body_bytes)
     doc = parse_json(raw)
     try:
@@ -197,7 +201,8 @@ def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     return finished_result(job_id, store, owner)["distribution"]
 
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],
-             responses={200: {"content": {"application/json": {}, NPY: {}}}, **problems.responses(400, 401, 404, 409, 422)})
+             responses={200: {"content": {"application/json": {}, NPY: {}}},
+                        **problems.responses(400, 401, 404, 409, 413, 415, 422)})
 async def post_samples(job_id: str, body: SampleRequest, request: Request, store: StoreDep, owner: OwnerDep,
                        settings: SettingsDep, measure_for: MeasuresDep):
     """``n`` samples of the optimised distribution from ``seed``: JSON, or ``.npy`` bytes
