@@ -120,15 +120,27 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
             raise typer.Exit(1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    if "training_set" in result:  # a budgeted job: the labelled training set is the product
+        ts = result["training_set"]
+        np.savez(out / "training_set.npz", inputs=np.asarray(ts["inputs"], dtype=np.float64),
+                 labels=np.asarray(ts["labels"], dtype=np.float64))
+        console.print(f"labels used: {result['labels_used']} of a budget of {result['budget']} in "
+                      f"{result['rounds']} rounds; wrote {out / 'training_set.npz'}")
     ev = result.get("evaluation", {}).get("err", {})
     for name, err in ev.items():
         console.print(f"Err {name}: {err:.4f}")
-    if result.get("selected"):
+    if result.get("selected") and "training_set" in result:
+        console.print(f"selected {result['selected']['candidate']} (lengthscale {result['selected']['lengthscale']:.4g})")
+    elif result.get("selected"):
         sel = result["selected"]
         check = f" (validation check Err {sel['check_err']:.4f})" if sel.get("check_err") is not None else ""
         console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
     v = result.get("verdict")
-    if v and v.get("best_baseline"):
+    if v and v.get("kind") == "equal_labels":
+        from lwl.budget_evaluation import verdict_sentence as budget_sentence
+
+        console.print(budget_sentence(v), highlight=False)
+    elif v and v.get("best_baseline"):
         from lwl.evaluation import verdict_sentence
 
         console.print(verdict_sentence(v), highlight=False)
