@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="lwl: learning where to learn.")
 console = Console(stderr=True)
 
-EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte", "eit")
+EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte", "eit", "budget")
 
 
 class _LogProgress:
@@ -196,6 +196,8 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                           [int(n) for n in sizes.split(",")] if sizes else None, resume, select)
     if name == "robustness":
         return _robustness_study(preset, out)
+    if name == "budget":
+        return _budget_study(preset, out, columns)
     if name == "eit":
         return _eit_study(preset, out, cache)
     if name != "table1":
@@ -254,6 +256,24 @@ def _robustness_study(preset: str, out: Path | None) -> None:
 
         doc = robustness.run(preset, progress=progress)
     _report(robustness.write_outputs(doc, out), out)
+
+
+def _budget_study(preset: str, out: Path | None, problems: str | None) -> None:
+    """Budgeted designs at equal labels (lwl.experiments.budget): one tick per problem, seed and budget;
+    ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...)."""
+    from lwl.experiments import budget
+
+    if preset not in budget.PRESETS:
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(budget.PRESETS)}")
+        raise typer.Exit(2)
+    cfg = budget.PRESETS[preset]
+    keys = problems.split(",") if problems else None
+    out = out or Path("runs") / f"budget-{preset}"
+    total = (len(keys) if keys else cfg["columns"] + cfg["robustness"]) * len(cfg["seeds"]) * len(cfg["budgets"])
+    with _progress() as bar:
+        task = bar.add_task(f"budget ({preset})", total=total, info="")
+        doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys)
+    _report(budget.write_outputs(doc, out), out)
 
 
 def _eit_study(preset: str, out: Path | None, cache: Path) -> None:
