@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="lwl: learning where to learn.")
 console = Console(stderr=True)
 
-EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte", "eit")
+EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte", "eit", "budget")
 
 
 class _LogProgress:
@@ -120,10 +120,18 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
             raise typer.Exit(1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    if "training_set" in result:  # a budgeted job: the labelled training set is the product
+        ts = result["training_set"]
+        np.savez(out / "training_set.npz", inputs=np.asarray(ts["inputs"], dtype=np.float64),
+                 labels=np.asarray(ts["labels"], dtype=np.float64))
+        console.print(f"labels used: {result['labels_used']} of a budget of {result['budget']} in "
+                      f"{result['rounds']} rounds; wrote {out / 'training_set.npz'}")
     ev = result.get("evaluation", {}).get("err", {})
     for name, err in ev.items():
         console.print(f"Err {name}: {err:.4f}")
-    if result.get("selected"):
+    if result.get("selected") and "training_set" in result:
+        console.print(f"selected {result['selected']['candidate']} (lengthscale {result['selected']['lengthscale']:.4g})")
+    elif result.get("selected"):
         sel = result["selected"]
         check = f" (validation check Err {sel['check_err']:.4f})" if sel.get("check_err") is not None else ""
         if sel.get("summary"):
@@ -131,7 +139,11 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
         else:
             console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
     v = result.get("verdict")
-    if v and v.get("best_baseline"):
+    if v and v.get("kind") == "equal_labels":
+        from lwl.budget_evaluation import verdict_sentence as budget_sentence
+
+        console.print(budget_sentence(v), highlight=False)
+    elif v and v.get("best_baseline"):
         from lwl.evaluation import verdict_sentence
 
         console.print(verdict_sentence(v), highlight=False)
@@ -190,6 +202,8 @@ def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIME
                           [int(n) for n in sizes.split(",")] if sizes else None, resume, select)
     if name == "robustness":
         return _robustness_study(preset, out, workers)
+    if name == "budget":
+        return _budget_study(preset, out, columns)
     if name == "eit":
         return _eit_study(preset, out, cache)
     if name != "table1":
@@ -248,6 +262,24 @@ def _robustness_study(preset: str, out: Path | None, workers: int = 1) -> None:
 
         doc = robustness.run(preset, progress=progress, workers=workers)
     _report(robustness.write_outputs(doc, out), out)
+
+
+def _budget_study(preset: str, out: Path | None, problems: str | None) -> None:
+    """Budgeted designs at equal labels (lwl.experiments.budget): one tick per problem, seed and budget;
+    ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...)."""
+    from lwl.experiments import budget
+
+    if preset not in budget.PRESETS:
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(budget.PRESETS)}")
+        raise typer.Exit(2)
+    cfg = budget.PRESETS[preset]
+    keys = problems.split(",") if problems else None
+    out = out or Path("runs") / f"budget-{preset}"
+    total = (len(keys) if keys else cfg["columns"] + cfg["robustness"]) * len(cfg["seeds"]) * len(cfg["budgets"])
+    with _progress() as bar:
+        task = bar.add_task(f"budget ({preset})", total=total, info="")
+        doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys)
+    _report(budget.write_outputs(doc, out), out)
 
 
 def _eit_study(preset: str, out: Path | None, cache: Path) -> None:

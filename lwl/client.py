@@ -6,6 +6,7 @@
     c.wait(job)                         # progress bar until succeeded (raises if it failed)
     dist = c.distribution(job)          # the distribution spec (lwl.measures.from_spec reads it)
     x = c.samples(job, n=1000, seed=0)  # numpy array, bit-for-bit from_spec(dist).sample(1000, 0)
+    X, y = c.training_set(job)          # a budgeted job: every labelled point it paid for
 """
 
 from __future__ import annotations
@@ -150,6 +151,12 @@ class Client:
         if npy:
             return np.load(io.BytesIO(r.content), allow_pickle=False)
         return np.asarray(r.json()["samples"], dtype=np.float64)
+
+    def training_set(self, job) -> tuple[np.ndarray, np.ndarray]:
+        """A budgeted job's labelled training set: ``(inputs (n, d), labels (n,))``."""
+        r = self._check(self.http.get(f"/v1/jobs/{self._id(job)}/training-set"))
+        with np.load(io.BytesIO(r.content), allow_pickle=False) as z:
+            return z["inputs"], z["labels"]
 
     # -- ask/tell -----------------------------------------------------------------------------
     def ask(self, job) -> tuple[str, np.ndarray] | None:

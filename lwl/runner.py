@@ -33,7 +33,9 @@ class Interrupted(Exception):
 def build_stepper(spec: JobSpec, resolve: DatasetResolver = _no_datasets, oracle: Oracle | None = None) -> Stepper:
     """The stepper of the spec's algorithm: the ``build`` of its :data:`lwl.registry.ALGORITHMS`
     entry, called as ``build(spec, oracle, resolve)``."""
-    build = ALGORITHMS.get(spec.algorithm.name).resolve()
+    entry = ALGORITHMS.get(spec.algorithm.name)
+    # a job with a label budget runs the algorithm's budgeted design (lwl.design.budgeted)
+    build = entry.resolve("budgeted") if spec.budget is not None else entry.resolve()
     return build(spec, oracle if oracle is not None else spec.oracle.build(), resolve)
 
 
@@ -116,7 +118,8 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
             state["history"] = [dict(r) for r in history]
         state = state if state is not None else stepper.init()
         t0 = time.perf_counter()
-        total = spec.algorithm.iterations + entry.extra.get("final_steps", 0)  # AMA: + the final model step
+        total = getattr(stepper, "total_steps", None) or (
+            spec.algorithm.iterations + entry.extra.get("final_steps", 0))  # AMA: + the final model step
         state = iterate(stepper, oracle, state, total=total, progress=progress, checkpoint=checkpoint,
                         should_stop=should_stop, checkpoint_history=checkpoint_history)
         slice_seconds = time.perf_counter() - t0
@@ -124,7 +127,7 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         out = stepper.result(state)
         spec = stepper.resolved_spec(state)  # e.g. with the lengthscale the run selected
         t1 = time.perf_counter()
-        hook = entry.resolve("evaluate")
+        hook = entry.resolve("budgeted_evaluate" if spec.budget is not None else "evaluate")
         if (spec.evaluation.enabled if evaluate is None else evaluate) and hook is not None:
             out.update(hook(stepper, state, spec, oracle, out))
         out["timings"] = {"design_seconds": design_seconds, "last_slice_seconds": slice_seconds,

@@ -550,6 +550,22 @@ class BilevelSpec(StrictModel):
                     "advance, so a one-sided 5% test; never above significance)")
     patience: int = Field(default=2, ge=1, le=1000)
     max_halvings: int = Field(default=6, ge=0, le=60)
+    # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted, docs/method.md
+    # "Designs for a label budget"); these four fields are read by it only
+    round_size: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="budgeted jobs: labels bought per design round; default budget/16 within [64, 256], raised "
+                    "so that the rounds fit max_rounds")
+    max_rounds: int = Field(default=30, ge=2, le=10_000,
+                            description="budgeted jobs: most labelling rounds, the validation round included")
+    validation_fraction: float = Field(
+        default=0.25, gt=0.0, lt=1.0,
+        description="budgeted jobs: share of the budget spent on labels of Q's validation samples (at most "
+                    "validation_per_member per member; they are also training data)")
+    inner_steps: int = Field(default=0, ge=0, le=100_000,
+                             description="budgeted jobs: bilevel steps on a surrogate of G* between two rounds, "
+                                         "whose result competes for the next round's labels (0: off; see "
+                                         "docs/method.md)")
 
 
 class AMASpec(StrictModel):
@@ -659,6 +675,10 @@ class JobSpec(StrictModel):
     family: AutoFamilySpec = Field(default_factory=AutoFamilySpec, discriminator="name")
     model: KRRSpec = Field(default_factory=KRRSpec, discriminator="name")
     algorithm: BilevelSpec = Field(default_factory=BilevelSpec, discriminator="name")
+    budget: int | None = Field(
+        default=None, ge=1, le=1_000_000_000,
+        description="the most oracle labels the job may use, everything included (Q's validation labels, design "
+                    "rounds, checks); the labelled points are returned as the training set. Default: no limit")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -701,8 +721,8 @@ class JobSpec(StrictModel):
     def _pool_size(cls, ev: EvaluationSpec, info: ValidationInfo):
         oracle = info.data.get("oracle")
         external = oracle is not None and oracle.is_external
-        if ev.enabled is None:
-            ev.enabled = not external
+        if ev.enabled is None:  # a budgeted job's audit labels outside its budget: built-in oracles only
+            ev.enabled = not external and not (info.data.get("budget") is not None and oracle.name == "http")
         elif ev.enabled and external:
             raise ValueError("enabled: an external (ask/tell) oracle cannot label the evaluation's "
                              "training sets; set false")
@@ -725,6 +745,8 @@ class JobSpec(StrictModel):
             self.evaluation.baselines = list(entry.extra.get("baselines", ()))
         if entry.check is not None:
             entry.check(self)
+        if self.budget is not None:
+            _check_budget(self, entry)
         return self
 
     @property
@@ -777,6 +799,24 @@ def _check_bilevel(spec: JobSpec) -> None:
             why = degenerate_member(np.asarray(m.samples, dtype=np.float64))
             if why:
                 raise ValueError(f"test_distributions.members.{k}.samples: {why}")
+
+
+def _check_budget(spec: JobSpec, entry) -> None:
+    """A budget: an algorithm with a budgeted design (``budgeted`` in its registry entry) and
+    a budget that covers the job's fixed needs (``budget_needs``, e.g. Q's validation labels)."""
+    if "budgeted" not in entry.extra:
+        takes = [e.name for e in _algorithms().entries() if "budgeted" in e.extra]
+        raise ValueError(f"budget: {spec.algorithm.name} does not take a label budget (algorithms that do: "
+                         f"{', '.join(takes)})")
+    needs = entry.resolve("budget_needs")
+    if needs is not None:
+        needs(spec)  # raises "budget: ..." naming the smallest budget the job runs with
+
+
+def _algorithms():
+    from lwl.registry import ALGORITHMS
+
+    return ALGORITHMS
 
 
 def _check_ama(spec: JobSpec) -> None:
@@ -872,7 +912,9 @@ def _register_builtins() -> None:
     MODELS.register("deeponet", DeepONetSpec)
     MODELS.register("amino", AMINOSpec)
     ALGORITHMS.register("bilevel", BilevelSpec, "lwl.design.bilevel:build", _check_bilevel,
-                        evaluate="lwl.design.bilevel:evaluate", final_steps=0, baselines=DEFAULT_BASELINES)
+                        evaluate="lwl.design.bilevel:evaluate", final_steps=0, baselines=DEFAULT_BASELINES,
+                        budgeted="lwl.design.budgeted:build", budget_needs="lwl.design.budgeted:check_budget",
+                        budgeted_evaluate="lwl.budget_evaluation:evaluate")
     ALGORITHMS.register("ama", AMASpec, "lwl.design.ama:build", _check_ama,
                         evaluate="lwl.design.ama:evaluate", final_steps=1, prefers_gpu=True)
     ALGORITHMS.register("particle_ama", ParticleAMASpec, "lwl.design.particles:build", _check_particle_ama,

@@ -15,3 +15,6 @@ STREAM_TRAIN = 11  # AMA: the fixed noise of the model's training samples
 STREAM_OPT = 12  # AMA: the fixed noise of the distribution step's samples
 STREAM_LIP = 13  # AMA: Lipschitz-estimate pairs
 STREAM_VALIDATION = 14  # validated AMA: Q's validation samples (lwl.design.validated)
+STREAM_BUDGET = 15  # budgeted design: the points of each round (lwl.design.budgeted)
+STREAM_SURROGATE = 16  # budgeted design: the samples of the bilevel steps on the surrogate
+STREAM_AUDIT = 17  # equal-labels verdict: the baselines' training draws and the anchor's pool

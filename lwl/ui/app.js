@@ -103,8 +103,10 @@ function badge(status) { return el("span", { class: `badge ${status}` }, status)
 
 function progressBar(p) {
   const it = (p && p.iteration) || 0, total = (p && p.total) || 0;
+  // a budgeted job counts rounds, and shows the labels it used of its budget
+  const labels = p && p.budget ? ` · round ${it} · labels ${p.labels_used || 0} / ${p.budget}` : "";
   return el("span", { class: "progress" },
-    el("progress", { max: total || 1, value: Math.min(it, total || 1) }), ` ${it} / ${total}`);
+    el("progress", { max: total || 1, value: Math.min(it, total || 1) }), ` ${it} / ${total}${labels}`);
 }
 
 function verdictText(v) {

@@ -23,6 +23,7 @@ from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDe
 from service.problems import Problem
 
 NPY = "application/x-npy"
+NPZ = "application/x-npz"  # a numpy .npz archive (np.load reads it)
 STREAM_ABOVE = 8 * 1024 * 1024  # bytes of samples sent in one piece below this
 INLINE_FLOATS = 1_000_000  # sampling requests up to this size run on the event loop
 
@@ -200,6 +201,27 @@ def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The optimised distribution spec, the document ``lwl.measures.from_spec`` reads."""
     return finished_result(job_id, store, owner)["distribution"]
 
+@router.get("/v1/jobs/{job_id}/training-set", tags=["results"],
+            responses={200: {"content": {NPZ: {}, "application/json": {}}}, **problems.responses(401, 404, 409)})
+def get_training_set(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
+    """The labelled training set of a budgeted job (every label it paid for): an ``.npz``
+    archive with arrays ``inputs`` (n, d) and ``labels`` (n,), or JSON with
+    ``Accept: application/json``."""
+    result = finished_result(job_id, store, owner)
+    ts = result.get("training_set")
+    if ts is None:
+        raise Problem(404, "No training set", "only a job with a budget returns its labelled training set",
+                      field="budget")
+    inputs, labels = np.asarray(ts["inputs"], dtype=np.float64), np.asarray(ts["labels"], dtype=np.float64)
+    if "application/json" in request.headers.get("accept", ""):
+        payload = orjson.dumps({"n": int(len(labels)), "d": int(inputs.shape[1]) if inputs.ndim == 2 else 0,
+                                "inputs": inputs, "labels": labels}, option=orjson.OPT_SERIALIZE_NUMPY)
+        return Response(payload, media_type="application/json")
+    buf = io.BytesIO()
+    np.savez(buf, inputs=inputs, labels=labels)
+    return Response(buf.getvalue(), media_type=NPZ,
+                    headers={"Content-Disposition": f'attachment; filename="{job_id}-training-set.npz"'})
+
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],
              responses={200: {"content": {"application/json": {}, NPY: {}}},
                         **problems.responses(400, 401, 404, 409, 413, 415, 422)})
@@ -257,7 +279,8 @@ def job_view(job: dict, live: list[dict] | None = None, settings=None) -> dict:
     out["warnings"] = progress.get("warnings", [])
     out["links"] = {rel: f"/v1/jobs/{job['id']}{suffix}" for rel, suffix in
                     (("self", ""), ("history", "/history"), ("spec", "/spec"), ("distribution", "/distribution"),
-                     ("result", "/result"), ("samples", "/samples"), ("cancel", "/cancel"))}
+                     ("result", "/result"), ("samples", "/samples"), ("cancel", "/cancel"),
+                     ("training_set", "/training-set"))}
     return out
 
 

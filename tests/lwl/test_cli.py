@@ -78,3 +78,20 @@ def test_table1_quick_preset_orders_optimized_mixture_normal(tmp_path):
     for name in ("results.md", "convergence.png", "err_vs_n.png", "covariances.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "| Ours (bilevel) |" in (tmp_path / "results.md").read_text()
+
+
+def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
+    """examples/friedman1_budget.json with the built-in oracle (a lab labels it through ask/tell)."""
+    spec = json.loads((ROOT / "examples" / "friedman1_budget.json").read_text())
+    spec["oracle"] = {"name": "friedman1"}
+    spec["budget"] = 400
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = lwl("run", str(tmp_path / "spec.json"), "--out", str(tmp_path), "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((tmp_path / "result.json").read_text())
+    with np.load(tmp_path / "training_set.npz") as z:
+        X, y = z["inputs"], z["labels"]
+    assert X.shape == (res["labels_used"], 5) and y.shape == (res["labels_used"],)
+    assert res["labels_used"] <= 400 and np.array_equal(X, np.asarray(res["training_set"]["inputs"]))
+    assert "labels used: 400 of a budget of 400" in proc.stderr
+    assert "verdict at equal labels (400)" in proc.stderr and res["verdict"]["kind"] == "equal_labels"

@@ -1,0 +1,185 @@
+"""The verdict of a budgeted job: its training set against others of the same size (equal labels).
+
+A budgeted job returns a labelled training set of n = ``labels_used`` points. It is judged by the
+held-out Err (:mod:`lwl.evaluation`) of KRR trained on it, with the job's kernel, lengthscale and
+ridge, against KRR trained on n labels from
+
+- Q's mixture and the other distribution baselines (``evaluation.baselines``; ``mixture``,
+  ``normal`` and ``barycenter`` by default), each over ``draws`` training draws;
+- the active-learning anchor: greedy integrated-variance reduction (:mod:`lwl.design.nipv`) over
+  a pool of Q's samples (Q's validation inputs, topped up with draws of Q's mixture to twice n),
+  integrated over Q's validation inputs (at most ``INTEGRATION_MAX``), with the job's kernel,
+  its lengthscale and the ridge as noise variance; one selection per pool draw.
+
+Comparisons use :func:`lwl.comparison.compare` (better / tie / worse from the interval of the
+difference of Err^2 over training draws and held-out points). The job's training set is one
+fixed set (the product the user holds), so its row is repeated against each draw of the other:
+the interval covers the held-out points and the baselines' training draws, not the design's own
+randomness (the budget study reruns the design over seeds for that).
+
+**What counts.** The labels of this audit are *not* part of the job's ``labels_used``: they are
+held-out labels and baseline training sets that a lab never pays for, spent by lwl on a cheap
+built-in oracle to check its own result, and reported as ``audit_labels``. Jobs whose oracle is
+ask/tell (``external``) or a lab endpoint (``http``) run no audit unless asked
+(``evaluation.enabled``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lwl.comparison import compare, error_interval
+from lwl.evaluation import krr_error
+from lwl.oracles import as_numpy
+from lwl.streams import STREAM_AUDIT
+
+DRAWS = 5  # training draws per baseline
+ANCHOR_MAX = 4096  # the NIPV anchor runs for training sets up to this size (its cost is O(n^2 pool))
+INTEGRATION_MAX = 1000  # Q points the anchor integrates the posterior variance over
+BASELINES = ("mixture", "normal", "barycenter")
+
+
+def anchor_pool(q, n: int, seed: int) -> np.ndarray:
+    """The anchor's candidates: Q's validation inputs, topped up with draws of Q's mixture to
+    max(2n, n + 1000) points."""
+    from lwl.design.baselines import mixture
+
+    pool = np.concatenate(q.validation)
+    size = max(2 * n, n + 1000)
+    if len(pool) < size:
+        pool = np.concatenate([pool, mixture(q).sample(size - len(pool), [seed, STREAM_AUDIT, 1000])])
+    return pool
+
+
+def integration_points(q, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q's validation inputs (each member subsampled to its share of INTEGRATION_MAX) and their
+    weights w_k / M_k."""
+    rng = np.random.default_rng([seed, STREAM_AUDIT, 2000])
+    per = max(1, INTEGRATION_MAX // len(q.validation))
+    parts = [x if len(x) <= per else x[np.sort(rng.choice(len(x), per, replace=False))] for x in q.validation]
+    return np.concatenate(parts), q.point_weights(parts, q.weights)
+
+
+def anchor_training_set(q, n: int, *, kernel: str, lengthscale: float, ridge: float, seed: int,
+                        draw: int = 0) -> np.ndarray:
+    """The NIPV anchor's n inputs (to be labelled)."""
+    from lwl.design.nipv import nipv_select
+
+    pool = anchor_pool(q, n, seed + draw)
+    z, a = integration_points(q, seed)
+    order, _ = nipv_select(pool, z, a, n, kernel=kernel, lengthscale=lengthscale, noise=ridge)
+    return pool[order]
+
+
+def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = DRAWS,
+                 baselines: list[str] | None = None, anchor: bool | None = None, anchor_draws: int = 1,
+                 progress=None) -> dict:
+    """Held-out Err of KRR on the training set (X, y) against the baselines and the anchor at
+    the same number of labels (module docstring). ``spec`` is the resolved spec (its
+    lengthscale is the one the job chose). Returns the evaluation document with the per-point
+    squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
+    "audit_labels", "held_out", "draws", ...}``."""
+    from lwl.design import baselines as _  # noqa: F401  (registers the baselines)
+    from lwl.registry import BASELINES as REG
+
+    n = len(y)
+    kw = dict(kernel=spec.model.kernel, lengthscale=spec.model.lengthscale, ridge=spec.evaluation.ridge,
+              device="cpu")
+    test_x = np.concatenate(q.heldout)
+    test_y = as_numpy(oracle.label(test_x)).reshape(len(test_x), -1)
+    audit = len(test_x)
+    a = q.point_weights(q.heldout, q.weights)
+    sizes, y2 = [len(h) for h in q.heldout], (test_y**2).sum(1)
+
+    def sq_errors(train_x, train_y) -> np.ndarray:
+        keep: dict = {}
+        krr_error(train_x, train_y, test_x, test_y, a, keep=keep, **kw)
+        return ((np.asarray(keep["pred"]).reshape(test_y.shape) - test_y) ** 2).sum(1)
+
+    design = sq_errors(X, y)
+    rows: dict[str, np.ndarray] = {}
+    failed: dict[str, str] = {}
+    names = [b for b in (baselines if baselines is not None else BASELINES)
+             if REG.get(b).extra.get("kind") == "distribution"]
+    for name in names:
+        try:
+            measure = REG.get(name).build(spec, q)
+            out = []
+            for r in range(draws):  # draw r of every baseline from the same seed (common random numbers)
+                x = measure.sample(n, [spec.seed, STREAM_AUDIT, r])
+                out.append(sq_errors(x, as_numpy(oracle.label(x))))
+                audit += n
+            rows[name] = np.stack(out)
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            failed[name] = str(exc)
+        if progress:
+            progress(name)
+    anchor = n <= ANCHOR_MAX if anchor is None else anchor
+    if anchor:
+        out = []
+        for r in range(anchor_draws):
+            x = anchor_training_set(q, n, kernel=kw["kernel"], lengthscale=kw["lengthscale"], ridge=kw["ridge"],
+                                    seed=spec.seed, draw=r)
+            out.append(sq_errors(x, as_numpy(oracle.label(x))))
+            audit += n
+        rows["nipv"] = np.stack(out)
+        if progress:
+            progress("nipv")
+    comparisons = {name: compare(np.repeat(design[None, :], len(sq), 0), sq, y2, sizes, q.weights)
+                   for name, sq in rows.items()}
+    err = {"optimized": float(np.sqrt(a @ design / (a @ y2)))}
+    err.update({name: c.other_err for name, c in comparisons.items()})
+    return {"kind": "equal_labels", "labels": n, "train_size": n, "err": err,
+            "err_interval": {"level": 0.95, "optimized": list(error_interval(design, y2, sizes, q.weights))},
+            "comparisons": {name: c.to_json() for name, c in comparisons.items()},
+            "draws": {name: int(len(sq)) for name, sq in rows.items()}, "held_out": int(len(test_x)),
+            "audit_labels": int(audit), "failed": failed,
+            "anchor": ("nipv: greedy integrated posterior variance over Q's samples" if anchor else
+                       f"skipped: the NIPV anchor runs for training sets up to {ANCHOR_MAX} labels")}
+
+
+def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
+    """The budgeted job's verdict: the training set against each baseline at equal labels, in
+    the fields :func:`lwl.evaluation.verdict_sentence` reads, plus ``outcomes`` (better / tie /
+    worse per baseline) and ``comparisons``."""
+    err = evaluation["err"]
+    design = err["optimized"]
+    comps = evaluation["comparisons"]
+    baselines = {k: v for k, v in err.items() if k != "optimized"}
+    out = {"kind": "equal_labels", "labels": evaluation["labels"], "err": design,
+           "err_interval_95": evaluation["err_interval"]["optimized"], "baselines": baselines,
+           "outcomes": {k: c["outcome"] for k, c in comps.items()}, "comparisons": comps,
+           "best_baseline": None, "ratio": None, "beats_best_baseline": None, "beats_initial": None,
+           "audit_labels": evaluation["audit_labels"], "warnings": list(warnings)}
+    for name, why in evaluation.get("failed", {}).items():
+        out["warnings"].append(f"baseline {name} could not be evaluated: {why}")
+    if baselines:
+        best = min(baselines, key=baselines.get)
+        out.update(best_baseline=best, best_baseline_err=baselines[best],
+                   ratio=design / baselines[best] if baselines[best] > 0 else None,
+                   beats_best_baseline=comps[best]["outcome"] == "better")
+    for name, c in comps.items():
+        if c["outcome"] == "worse":
+            what = "the active-learning anchor (NIPV)" if name == "nipv" else f"{name}"
+            out["warnings"].append(f"at equal labels ({evaluation['labels']}) {what} trains a better model on "
+                                   f"held-out data (Err {c['other_err']:.4g}) than the job's training set "
+                                   f"(Err {design:.4g}), beyond noise")
+    return out
+
+
+def verdict_sentence(v: dict) -> str | None:
+    """One line: the training set against Q's mixture and the anchor at equal labels."""
+    if v.get("kind") != "equal_labels":
+        return None
+    parts = [f"{name} {v['baselines'][name]:.4f} ({v['outcomes'][name]})" for name in v["outcomes"]]
+    return (f"verdict at equal labels ({v['labels']}): the training set trains to Err {v['err']:.4f}; "
+            f"against {', '.join(parts)}")
+
+
+def evaluate(stepper, state: dict, spec, oracle, out: dict) -> dict:
+    """The ``budgeted_evaluate`` hook of the bilevel algorithm (:func:`lwl.runner.run_job`)."""
+    X, y = stepper.training_set(state)
+    baselines = [b for b in (spec.evaluation.baselines or BASELINES)]
+    evaluation = equal_labels(spec, stepper.q, X, y, oracle, baselines=baselines)
+    v = verdict(evaluation, out.get("warnings", []))
+    return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

@@ -1,0 +1,479 @@
+"""The bilevel design under a label budget (a job with ``budget``; docs/method.md "Designs for a
+label budget").
+
+Every oracle label is counted and the job never asks for more than ``budget`` of them. Labels
+are bought in **rounds** (one round = one ``queries``/``step`` of the stepper: one ask/tell round
+for a lab), and every label bought is kept: the **training set** the job returns is every
+labelled point, Q's validation labels included. The rounds, in order:
+
+1. **Validation round.** Labels of ``per_member`` of Q's validation samples per member (a
+   ``validation_fraction`` of the budget, at most ``validation_per_member``). They score the
+   candidates (two-fold: train on one half plus the candidate's points, score on the other half)
+   and drive the bilevel adjoint, and they are training data of the returned set. Q's samples'
+   *inputs* cost nothing: moment matching and the candidates use all of them.
+2. **Selection rounds** (successive halving). The candidates are cheap distributions fixed in
+   advance: the family's start points (Q's fit, the given theta^0, Q's fit broadened by each
+   ``broaden`` factor) and Q's own mixture. A round splits its labels equally among the live
+   candidates; after it, each candidate is scored by two-fold validation of KRR trained on
+   half of the validation points plus *all* of the candidate's points so far (with the
+   lengthscale chosen on the same folds when lwl chooses it), and the better half lives on.
+3. **Refinement rounds** (the bilevel method on a surrogate). Between two rounds the bilevel
+   gradient (:mod:`lwl.design.bilevel`: adjoint on the labelled validation points, score-function
+   gradient, the adaptive optimiser) takes ``inner_steps`` steps from the incumbent, with the
+   training labels of each step given by a KRR *surrogate* of G* fitted to every label paid for so
+   far: many gradient steps for no label. The next round buys half its labels from the
+   incumbent and a quarter from the moved distribution (the challenger); the challenger replaces
+   the incumbent when its points, added to everything bought before, validate better beyond
+   noise (ACCEPT_Z standard errors of the paired difference on the validation points).
+
+The returned distribution is the final incumbent (for drawing more inputs later); the product
+is the training set. A state is a flat dict of arrays and JSON values; every draw derives from
+(seed, stream, round, slot), so a state restored from a checkpoint continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lwl.design.adaptive import adam_step, guard_gradient
+from lwl.design.families import Params
+from lwl.design.stepper import StepperDefaults
+from lwl.evaluation import relative_ood_error
+from lwl.measures import Measure
+from lwl.models import KernelRidge
+from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
+from lwl.spec import JobSpec
+from lwl.streams import STREAM_BUDGET, STREAM_SURROGATE
+
+MIN_VALIDATION = 8  # labelled validation points per member of Q, at least
+MIN_DESIGN = 16  # labels of the design rounds, at least
+SURROGATE_MAX = 4000  # the surrogate of G* is fitted to at most this many labelled points
+SCORE_POOL_MAX = 2000  # refinement scores add at most this many earlier points to each candidate's
+INNER_SAMPLES_MAX = 1024  # N of one bilevel step on the surrogate
+ACCEPT_Z = 1.645  # a challenger replaces the incumbent when it validates better by this many standard errors
+
+PHASE_VALIDATION = "label_validation"
+PHASE_ROUND = "round"
+PHASE_DONE = "done"
+# source codes of pool points besides the candidates' indices (and the incumbent's code once it moved)
+VALIDATION, CHALLENGER, MOVED = -1, -2, -3
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How a budget is spent: ``per_member`` validation labels per member of Q, then the design
+    rounds (labels per round)."""
+
+    budget: int
+    members: int
+    per_member: int
+    rounds: tuple[int, ...]
+
+    @property
+    def validation(self) -> int:
+        return self.members * self.per_member
+
+    @property
+    def total_rounds(self) -> int:
+        return 1 + len(self.rounds)
+
+    def to_json(self) -> dict:
+        return {"budget": self.budget, "validation_labels": self.validation, "per_member": self.per_member,
+                "rounds": list(self.rounds), "total_rounds": self.total_rounds}
+
+
+def minimum_budget(spec: JobSpec) -> int:
+    """The fixed needs of a budgeted job: MIN_VALIDATION validation labels per member of Q (or
+    all of ``validation_per_member`` when fewer) and MIN_DESIGN design labels."""
+    tests = spec.test_distributions
+    return len(tests.members) * min(MIN_VALIDATION, tests.validation_per_member) + MIN_DESIGN
+
+
+def plan_budget(spec: JobSpec) -> BudgetPlan:
+    """Split ``spec.budget`` into validation labels and design rounds (module docstring);
+    raises ``ValueError("budget: ...")`` naming the smallest budget when it is too small."""
+    B = spec.budget
+    if B is None:
+        raise ValueError("budget: the job has no label budget")
+    tests, algo = spec.test_distributions, spec.algorithm
+    K = len(tests.members)
+    need = minimum_budget(spec)
+    if B < need:
+        m = min(MIN_VALIDATION, tests.validation_per_member)
+        raise ValueError(f"budget: {B} labels cannot cover this job's fixed needs ({m} validation labels for each of "
+                         f"the {K} members of Q and at least {MIN_DESIGN} design labels); the smallest budget it "
+                         f"runs with is {need}")
+    m_min = min(MIN_VALIDATION, tests.validation_per_member)
+    per = min(tests.validation_per_member, max(m_min, int(algo.validation_fraction * B) // K))
+    per = min(per, (B - MIN_DESIGN) // K)
+    design = B - K * per
+    if algo.round_size is not None:
+        size = algo.round_size
+        if math.ceil(design / size) + 1 > algo.max_rounds:
+            raise ValueError(f"algorithm.round_size: {design} design labels in rounds of {size} take "
+                             f"{math.ceil(design / size)} rounds, more than max_rounds - 1 = {algo.max_rounds - 1} "
+                             f"(one round labels Q's validation samples); raise round_size or max_rounds")
+    else:
+        size = min(256, max(64, B // 16))
+        size = max(size, math.ceil(design / (algo.max_rounds - 1)))
+    rounds = [size] * (design // size) + ([design % size] if design % size else [])
+    return BudgetPlan(budget=B, members=K, per_member=per, rounds=tuple(rounds))
+
+
+def check_budget(spec: JobSpec) -> None:
+    """The registry's ``budget_needs`` hook of the bilevel algorithm (:func:`lwl.spec._check_budget`)."""
+    plan_budget(spec)
+
+
+class BudgetedBilevel(StepperDefaults):
+    """The budgeted bilevel design as a stepper (module docstring). One step = one round."""
+
+    def __init__(self, spec: JobSpec, q: MetaTestSamples):
+        from lwl.design.baselines import mixture
+        from lwl.design.bilevel import BilevelDesign
+
+        self.spec, self.q, self.algo = spec, q, spec.algorithm
+        self.plan = plan_budget(spec)
+        # the labelled validation points: the first per_member of each member's validation samples
+        self.qv = MetaTestSamples(q.members, q.weights, self.plan.per_member)
+        self.design = BilevelDesign(spec, q)  # the family, its coordinates and start points (inputs are free)
+        self.labelled = BilevelDesign(spec, self.qv)  # the bilevel gradient on the labelled validation points
+        self.family = self.design.family
+        self.candidates: list[tuple[str, Measure, Params | None]] = [
+            (name, self.family.measure(p), p) for name, p in self.design.start_points()]
+        self.candidates.append(("q_mixture", mixture(q), None))
+        self.total_steps = self.plan.total_rounds
+        self._val_x = np.concatenate(self.qv.validation)
+        self._member = np.repeat(np.arange(len(q.members)), self.plan.per_member)
+        position = np.tile(np.arange(self.plan.per_member), len(q.members))
+        self._fold = position % 2  # two folds, alternating within each member
+        self._point_weights = MetaTestSamples.point_weights(self.qv.validation, q.weights)
+        self._cache: tuple = (None, None)
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec, resolve: DatasetResolver = _no_datasets) -> "BudgetedBilevel":
+        from lwl.design.bilevel import BilevelDesign
+
+        filled = BilevelDesign.from_spec(spec, resolve)  # Q's samples, degenerate members refused, defaults filled
+        return cls(filled.spec, filled.q)
+
+    # -- stepper protocol -------------------------------------------------------------------
+    def init(self) -> dict[str, Any]:
+        d = self.q.dim
+        return {"phase": PHASE_VALIDATION, "iteration": 0, "history": [],
+                "X": np.zeros((0, d)), "y": np.zeros(0), "source": np.zeros(0, dtype=np.int64),
+                "round_of": np.zeros(0, dtype=np.int64), "alive": list(range(len(self.candidates))),
+                "scores": {}, "incumbent": None, "has_challenger": False,
+                "lengthscale": self.spec.model.lengthscale, "ell_of": {}}
+
+    def done(self, state: dict[str, Any]) -> bool:
+        return state["phase"] == PHASE_DONE
+
+    def queries(self, state: dict[str, Any]) -> np.ndarray:
+        if state["phase"] == PHASE_VALIDATION:
+            return self._val_x.copy()
+        if state["phase"] == PHASE_DONE:
+            return np.zeros((0, self.q.dim))
+        return self._draws(state)[0].copy()
+
+    def _draws(self, state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """The inputs of the current design round and the source of each (a candidate's index,
+        or CHALLENGER); drawn once per round and state."""
+        r = state["iteration"]  # rounds done; design round r - 1 of the plan
+        key = (r, tuple(state["alive"]), state["incumbent"], state["has_challenger"],
+               *(state[k].tobytes() for k in sorted(state) if k.startswith(("inc_", "chal_"))))
+        if self._cache[0] == key:
+            return self._cache[1]
+        n = self.plan.rounds[r - 1]
+        seed = self.spec.seed
+        xs, src = [], []
+        if state["incumbent"] is None:  # selection: the round split equally among the live candidates
+            alive = state["alive"]
+            counts = [n // len(alive) + (1 if i < n % len(alive) else 0) for i in range(len(alive))]
+            for c, m in zip(alive, counts):
+                if m:
+                    xs.append(self.candidates[c][1].sample(m, [seed, STREAM_BUDGET, r, c]))
+                    src.append(np.full(m, c))
+        else:
+            inc = self.incumbent_measure(state)
+            m_chal = n // 4 if state["has_challenger"] else 0
+            xs.append(inc.sample(n - m_chal, [seed, STREAM_BUDGET, r, len(self.candidates)]))
+            src.append(np.full(n - m_chal, state["incumbent"]))
+            if m_chal:
+                chal = self.family.measure(self._params(state, "chal_"))
+                xs.append(chal.sample(m_chal, [seed, STREAM_BUDGET, r, len(self.candidates) + 1]))
+                src.append(np.full(m_chal, CHALLENGER))
+        out = (np.concatenate(xs), np.concatenate(src).astype(np.int64))
+        self._cache = (key, out)
+        return out
+
+    def step(self, state: dict[str, Any], labels) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        if state["phase"] == PHASE_DONE:
+            raise ValueError("step: the design is finished")
+        labels = np.asarray(labels, dtype=np.float64).reshape(-1)
+        x = self.queries(state)
+        if labels.shape[0] != len(x):
+            raise ValueError(f"labels: expected {len(x)} labels, got {labels.shape[0]}")
+        if not np.all(np.isfinite(labels)):
+            raise ValueError("labels: values must be finite")
+        new = dict(state)
+        r = state["iteration"]
+        if state["phase"] == PHASE_VALIDATION:
+            src = np.full(len(x), VALIDATION)
+        else:
+            src = self._draws(state)[1]
+        new.update(X=np.concatenate([state["X"], x]), y=np.concatenate([state["y"], labels]),
+                   source=np.concatenate([state["source"], src]),
+                   round_of=np.concatenate([state["round_of"], np.full(len(x), r)]), iteration=r + 1)
+        record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)),
+                                  "labels_used": int(len(new["y"]))}
+        if state["phase"] == PHASE_VALIDATION:
+            record["kind"] = "validation"
+            new["phase"] = PHASE_ROUND
+        elif state["incumbent"] is None:
+            self._select(new, record)
+        else:
+            self._refine(state, new, record)
+        if new["iteration"] >= self.plan.total_rounds:
+            new["phase"] = PHASE_DONE
+            new["has_challenger"] = False
+            record["final_lengthscale"] = new["lengthscale"] = self._final_lengthscale(new)
+        elif self.algo.inner_steps > 0 and self._movable(new):
+            self._move(new, record)
+        record["seconds"] = time.perf_counter() - t0
+        new["history"] = [*state["history"], record]
+        return new
+
+    def result(self, state: dict[str, Any]) -> dict[str, Any]:
+        X, y = state["X"], state["y"]
+        inc = state["incumbent"]
+        name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
+        measure = self.incumbent_measure(state) if inc is not None else self._best_alive_measure(state)
+        warnings = []
+        if len(y) < self.plan.budget and state["phase"] == PHASE_DONE:
+            warnings.append(f"the design used {len(y)} of its {self.plan.budget} labels")
+        counts = {self._source_name(int(s)): int(n) for s, n in zip(*np.unique(state["source"], return_counts=True))}
+        return {"distribution": measure.to_spec(), "history": [dict(h) for h in state["history"]],
+                "labels_used": int(len(y)), "budget": self.plan.budget, "rounds": int(state["iteration"]),
+                "plan": self.plan.to_json(), "labels_by_source": counts,
+                "selected": {"candidate": name, "lengthscale": float(state["lengthscale"]),
+                             "rule": "successive halving on two-fold validation, then bilevel steps on a surrogate "
+                                     "with a challenger round",
+                             "scores": dict(state["scores"])},
+                "training_set": {"inputs": X.tolist(), "labels": y.tolist()},
+                "warnings": warnings}
+
+    def resolved_spec(self, state: dict[str, Any]) -> JobSpec:
+        ell = float(state["lengthscale"])
+        if ell == self.spec.model.lengthscale:
+            return self.spec
+        return self.spec.model_copy(update={"model": self.spec.model.model_copy(update={"lengthscale": ell})})
+
+    def training_set(self, state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        return state["X"].copy(), state["y"].copy()
+
+    # -- pieces -------------------------------------------------------------------------------
+    def _params(self, state: dict[str, Any], prefix: str) -> Params:
+        return {n: np.asarray(state[prefix + n]) for n in self.family.param_names}
+
+    def _put(self, params: Params, prefix: str) -> dict[str, Any]:
+        return {prefix + n: np.asarray(v, dtype=np.float64) for n, v in params.items()}
+
+    def _source_name(self, s: int) -> str:
+        return {VALIDATION: "validation", CHALLENGER: "challenger", MOVED: "moved"}.get(s) or self.candidates[s][0]
+
+    def incumbent_name(self, state: dict[str, Any]) -> str | None:
+        inc = state["incumbent"]
+        if inc is None:
+            return None
+        return state.get("incumbent_name") or self.candidates[inc][0]
+
+    def incumbent_measure(self, state: dict[str, Any]) -> Measure:
+        inc = state["incumbent"]
+        if inc == MOVED or (inc >= 0 and self.candidates[inc][2] is not None):
+            return self.family.measure(self._params(state, "inc_"))
+        return self.candidates[inc][1]
+
+    def _best_alive(self, state: dict[str, Any]) -> int:
+        scores = state["scores"]
+        return min(state["alive"], key=lambda c: (scores.get(self.candidates[c][0], float("inf")), c))
+
+    def _best_alive_measure(self, state: dict[str, Any]) -> Measure:
+        return self.candidates[self._best_alive(state)][1]
+
+    def _movable(self, state: dict[str, Any]) -> bool:
+        """The incumbent is a member of the family (the bilevel steps can move it)."""
+        inc = state["incumbent"]
+        return inc is not None and (inc == MOVED or self.candidates[inc][2] is not None)
+
+    def _grid(self, around: float | None = None) -> list[float]:
+        """Lengthscales a score tries: the spec's, or (lwl chooses it) the median distance times
+        LENGTHSCALE_FACTORS, only ``around``'s neighbours on that grid when given."""
+        if "model.lengthscale" not in self.spec.derived:
+            return [float(self.spec.model.lengthscale)]
+        from lwl.defaults import LENGTHSCALE_FACTORS
+
+        grid = [f * self.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
+        if around is None:
+            return grid
+        i = int(np.argmin([abs(np.log(g / around)) for g in grid]))
+        return grid[max(i - 1, 0):i + 2]
+
+    def two_fold(self, state: dict[str, Any], extra: np.ndarray, grid: list[float],
+                 residuals: bool = False):
+        """(score, lengthscale): two-fold validation Err of KRR trained on one half of the labelled
+        validation points plus the pool rows ``extra`` (indices) and scored on the other half, so
+        that every validation point is scored once: Err^2 = sum_i a_i e_i / sum_i a_i y_i^2 (a_i =
+        w_k / M_k); the lowest over ``grid``. ``residuals=True`` adds the squared errors e_i."""
+        nv = self.plan.validation
+        Xv, yv = state["X"][:nv], state["y"][:nv]
+        Xe, ye = state["X"][extra], state["y"][extra]
+        a = self._point_weights
+        best = (float("inf"), grid[0], None)
+        for ell in grid:
+            sq = np.full(nv, np.inf)
+            for f in (0, 1):
+                train, test = self._fold != f, self._fold == f
+                X = np.concatenate([Xv[train], Xe])
+                Y = np.concatenate([yv[train], ye])
+                try:
+                    model = KernelRidge(self.spec.model.kernel, ell, self.spec.evaluation.ridge / len(X),
+                                        device="cpu").fit(X, Y)
+                except np.linalg.LinAlgError:
+                    break
+                sq[test] = (model.predict(Xv[test]) - yv[test]) ** 2
+            score = float(np.sqrt(a @ sq / (a @ yv**2)))
+            if np.isfinite(score) and score < best[0]:
+                best = (score, ell, sq)
+        return best if residuals else best[:2]
+
+    def improvement_z(self, sq_new: np.ndarray, sq_old: np.ndarray, y: np.ndarray) -> float:
+        """Standard errors by which Err^2 fell from ``sq_old`` to ``sq_new`` (paired on the
+        validation points, stratified by Q's members; as :meth:`BilevelDesign.improvement_z`)."""
+        a = self._point_weights
+        den = float(a @ y**2)
+        diff = sq_new - sq_old
+        var = sum((w / den) ** 2 * float(diff[self._member == k].var(ddof=1)) / self.plan.per_member
+                  for k, w in enumerate(self.q.weights) if self.plan.per_member > 1)
+        delta = float(a @ diff) / den
+        return -delta / np.sqrt(var) if var > 0 else (float("inf") if delta < 0 else 0.0)
+
+    def _select(self, new: dict[str, Any], record: dict) -> None:
+        """Score the live candidates on everything they were given; keep the better half."""
+        alive = new["alive"]
+        scores, ells = dict(new["scores"]), dict(new["ell_of"])
+        for c in alive:
+            name = self.candidates[c][0]
+            scores[name], ells[name] = self.two_fold(new, np.flatnonzero(new["source"] == c), self._grid())
+        ranked = sorted(alive, key=lambda c: (scores[self.candidates[c][0]], c))
+        keep = ranked[:max(1, math.ceil(len(alive) / 2))]
+        new.update(scores=scores, ell_of=ells, alive=sorted(keep))
+        record.update(kind="selection", scores={self.candidates[c][0]: scores[self.candidates[c][0]] for c in alive},
+                      alive=[self.candidates[c][0] for c in sorted(keep)],
+                      validation_err=scores[self.candidates[ranked[0]][0]])
+        if len(keep) == 1:
+            c = keep[0]
+            name = self.candidates[c][0]
+            new.update(incumbent=c, incumbent_name=name, lengthscale=ells[name])
+            if self.candidates[c][2] is not None:
+                new.update(self._put(self.candidates[c][2], "inc_"))
+            record["incumbent"] = name
+
+    def _refine(self, old: dict[str, Any], new: dict[str, Any], record: dict) -> None:
+        """After a round with a challenger: score incumbent and challenger points, each added to
+        (a subsample of) everything bought before the round; the better one is the incumbent."""
+        r = old["iteration"]
+        record["kind"] = "refinement"
+        record["incumbent"] = self.incumbent_name(new)
+        if not old["has_challenger"]:
+            return
+        before = np.flatnonzero((new["round_of"] < r) & (new["source"] != VALIDATION))
+        if len(before) > SCORE_POOL_MAX:
+            rng = np.random.default_rng([self.spec.seed, STREAM_BUDGET, r, 10_000])
+            before = np.sort(rng.choice(before, SCORE_POOL_MAX, replace=False))
+        this = new["round_of"] == r
+        inc_idx = np.flatnonzero(this & (new["source"] != CHALLENGER))
+        chal_idx = np.flatnonzero(this & (new["source"] == CHALLENGER))
+        grid = [float(new["lengthscale"])]
+        s_inc, _, sq_inc = self.two_fold(new, np.concatenate([before, inc_idx]), grid, residuals=True)
+        s_chal, _, sq_chal = self.two_fold(new, np.concatenate([before, chal_idx]), grid, residuals=True)
+        z = (self.improvement_z(sq_chal, sq_inc, new["y"][:self.plan.validation])
+             if sq_inc is not None and sq_chal is not None else -float("inf"))
+        # the challenger must beat the incumbent beyond validation noise (a one-sided 5% test)
+        accept = bool(z >= ACCEPT_Z)
+        record.update(incumbent_score=s_inc, challenger_score=s_chal, validation_err=min(s_inc, s_chal),
+                      z=float(z) if np.isfinite(z) else None, accepted=accept)
+        if accept:
+            new.update(self._put(self._params(old, "chal_"), "inc_"), incumbent=MOVED,
+                       incumbent_name=f"moved (round {r + 1})")
+            record["incumbent"] = new["incumbent_name"]
+        new["has_challenger"] = False
+
+    def _move(self, new: dict[str, Any], record: dict) -> None:
+        """``inner_steps`` bilevel steps from the incumbent with labels from a KRR surrogate of
+        G* fitted to every label bought so far: the next round's challenger."""
+        # the surrogate is fitted to the design points only: fitted to the validation points too,
+        # it would reproduce their labels exactly, and the inner objective would reward designs
+        # that put their samples on the validation points
+        nv = self.plan.validation
+        X, y = new["X"][nv:], new["y"][nv:]
+        r = new["iteration"]
+        if len(X) > SURROGATE_MAX:
+            rng = np.random.default_rng([self.spec.seed, STREAM_SURROGATE, r, 10_000])
+            keep = np.sort(rng.choice(len(X), SURROGATE_MAX, replace=False))
+            X, y = X[keep], y[keep]
+        ell, ridge = float(new["lengthscale"]), self.spec.evaluation.ridge
+        try:
+            surrogate = KernelRidge(self.spec.model.kernel, ell, ridge / len(X), device="cpu").fit(X, y)
+        except np.linalg.LinAlgError:
+            return
+        fam = self.family
+        phi = fam.to_phi(self._params(new, "inc_"))
+        lo, hi = fam.bounds(phi)
+        m1, m2, t, grad_ms = np.zeros_like(phi), np.zeros_like(phi), 0, 0.0
+        n = min(self.algo.samples_per_iteration or INNER_SAMPLES_MAX, INNER_SAMPLES_MAX)
+        sub = {"lengthscale": ell, "validation_labels": new["y"][:nv]}
+        objectives = []
+        for s in range(self.algo.inner_steps):
+            params = fam.from_phi(phi)
+            U = fam.measure(params).sample(n, [self.spec.seed, STREAM_SURROGATE, r, s])
+            try:
+                objective, err, c = self.labelled.gradient_weights(sub, U, surrogate.predict(U), ridge / n)
+            except np.linalg.LinAlgError:
+                continue
+            objectives.append(err)
+            grad = fam.phi_gradient(phi, tuple(fam.score(params, U, c))) * fam.mask()
+            grad, grad_ms, _ = guard_gradient(grad, grad_ms, t)
+            if grad is None:
+                continue
+            t += 1
+            phi_new, m1, m2 = adam_step(phi, grad, m1, m2, t, self.algo.step)
+            phi = np.clip(phi_new, lo, hi)
+        moved = fam.from_phi(phi)
+        if not all(np.all(np.isfinite(v)) for v in moved.values()) or t == 0:
+            return
+        new.update(self._put(moved, "chal_"), has_challenger=True)
+        record.update(surrogate_err_first=objectives[0] if objectives else None,
+                      surrogate_err_last=objectives[-1] if objectives else None, objective=objectives[-1]
+                      if objectives else None, inner_steps=t)
+
+    def _final_lengthscale(self, state: dict[str, Any]) -> float:
+        """The final model's lengthscale: two-fold validation on the whole training set (when lwl
+        chooses it), among the incumbent's and its grid neighbours."""
+        ell = float(state["lengthscale"])
+        grid = self._grid(around=ell)
+        if len(grid) == 1:
+            return ell
+        rest = np.arange(self.plan.validation, len(state["y"]))
+        return float(self.two_fold(state, rest, grid)[1])
+
+
+def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BudgetedBilevel:
+    """The stepper of a bilevel job with a ``budget`` (the ``budgeted`` entry of the algorithm)."""
+    return BudgetedBilevel.from_spec(spec, resolve)

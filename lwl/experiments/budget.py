@@ -1,0 +1,230 @@
+"""Designs for a label budget, counted (issue #30; docs/method.md "Designs for a label budget").
+
+Problems: the six Table 1 columns (:mod:`lwl.experiments.table1`, seed 0's Q) and the first
+``robustness`` problems of :mod:`lwl.experiments.robustness` (Table-1-like problems over the four
+test functions, d, K, output scale and start), each with the lengthscale given as Table 1 gives
+it. For every problem, budget B and seed:
+
+- **budgeted**: the job with ``budget: B`` on lwl's defaults (:mod:`lwl.design.budgeted`), its
+  training set of n <= B labels (every label counted);
+- **Q's mixture** and the **NIPV anchor** (:mod:`lwl.budget_evaluation`) at the same n labels,
+  against which the training set is compared (better / tie / worse, :mod:`lwl.comparison`; the
+  mixture over ``draws`` training draws, the anchor one selection; the anchor only up to
+  ANCHOR_MAX labels: its cost grows as n^2 times its pool);
+- **unbudgeted**: the paper's design (``bilevel`` without budget, ``unbudgeted_iterations``)
+  counted with all its labels: its Err when trained on B samples of its distribution stands at
+  total labels = its design labels + B (the paper's cost-corrected Err-vs-N).
+
+Held-out Err on Q's held-out samples of the job's seed, KRR with the spec's kernel,
+lengthscale and ridge 1e-3. Wall time of each design and of the audit.
+"""
+
+from __future__ import annotations
+
+import time
+import numpy as np
+
+BASELINE_DRAWS = 5
+
+PRESETS = {
+    # CI-sized: Q with 1,500 samples per member (300 validation), the unbudgeted design at 150 iterations
+    "quick": dict(budgets=(500, 2000), seeds=(0,), columns=6, robustness=16, size=1500, validation=300,
+                  unbudgeted_iterations=150, draws=BASELINE_DRAWS),
+    # the issue's: Q with 5,000 samples per member (500 validation), budgets up to 8,000, three seeds
+    "full": dict(budgets=(500, 2000, 8000), seeds=(0, 1, 2), columns=6, robustness=16, size=5000,
+                 validation=500, unbudgeted_iterations=None, draws=BASELINE_DRAWS),
+    # for the test suite
+    "smoke": dict(budgets=(120,), seeds=(0,), columns=1, robustness=1, size=300, validation=60,
+                  unbudgeted_iterations=3, draws=2),
+}
+
+
+def problem_specs(cfg: dict) -> list[tuple[str, dict]]:
+    """(key, spec) of every problem: Table 1's columns, then the robustness problems."""
+    from lwl.experiments import robustness, table1
+
+    out = []
+    for col in table1.COLUMNS[:cfg["columns"]]:
+        spec = table1.column_spec(col, seed=0, size=cfg["size"], validation=cfg["validation"],
+                                  baselines=("normal", "mixture"))
+        out.append((f"table1-{col.key}", spec))
+    for p in robustness.problems(max(cfg["robustness"], 1))[:cfg["robustness"]]:
+        spec = robustness.problem_spec(p, size=cfg["size"], validation=cfg["validation"], iterations=None,
+                                       lengthscale_factor=0.5)
+        out.append((p.key, spec))
+    return out
+
+
+def _with(spec: dict, seed: int, **changes) -> dict:
+    import copy
+
+    s = copy.deepcopy(spec)
+    s["seed"] = seed
+    s.pop("evaluation", None)
+    s["evaluation"] = {"enabled": False, "ridge": 1e-3, "baselines": []}
+    s.update(changes)
+    return s
+
+
+def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> dict:
+    """Every budget of one problem and seed, and the unbudgeted design (module docstring)."""
+    from lwl.budget_evaluation import equal_labels
+    from lwl.evaluation import krr_error
+    from lwl.measures import from_spec
+    from lwl.oracles import as_numpy
+    from lwl.q_samples import MetaTestSamples
+    from lwl.runner import run_job
+    from lwl.spec import parse_job_spec
+    from lwl.streams import STREAM_AUDIT
+
+    row: dict = {"problem": key, "seed": seed, "budgets": {}}
+    algo = {"name": "bilevel"}
+    if cfg["unbudgeted_iterations"] is not None:
+        algo["iterations"] = cfg["unbudgeted_iterations"]
+    t0 = time.perf_counter()
+    unb = run_job(_with(spec, seed, algorithm=algo), evaluate=False)
+    row["unbudgeted"] = {"design_labels": int(unb["labels_used"]), "seconds": time.perf_counter() - t0,
+                         "iterations": len(unb["history"]), "err": {}}
+    resolved = parse_job_spec(unb["spec"])
+    oracle = resolved.oracle.build()
+    q = MetaTestSamples.from_spec(resolved.test_distributions, seed)
+    test_x = np.concatenate(q.heldout)
+    test_y = as_numpy(oracle.label(test_x))
+    a = q.point_weights(q.heldout, q.weights)
+    unb_measure = from_spec(unb["distribution"])
+    for B in cfg["budgets"]:
+        x = unb_measure.sample(B, [seed, STREAM_AUDIT, 0])
+        row["unbudgeted"]["err"][str(B)] = krr_error(
+            x, as_numpy(oracle.label(x)), test_x, test_y, a, kernel=resolved.model.kernel,
+            lengthscale=resolved.model.lengthscale, ridge=1e-3)
+    for B in cfg["budgets"]:
+        t0 = time.perf_counter()
+        res = run_job(_with(spec, seed, algorithm={"name": "bilevel"}, budget=B), evaluate=False)
+        design_seconds = time.perf_counter() - t0
+        rspec = parse_job_spec(res["spec"])
+        X = np.asarray(res["training_set"]["inputs"])
+        y = np.asarray(res["training_set"]["labels"])
+        t1 = time.perf_counter()
+        ev = equal_labels(rspec, q, X, y, oracle, draws=cfg["draws"], baselines=["mixture"])
+        comps = ev["comparisons"]
+        row["budgets"][str(B)] = {
+            "labels_used": int(res["labels_used"]), "budget": B, "rounds": int(res["rounds"]),
+            "within_budget": bool(res["labels_used"] <= B), "selected": res["selected"]["candidate"],
+            "err": ev["err"]["optimized"], "err_interval": ev["err_interval"]["optimized"],
+            "mixture": comps["mixture"], "nipv": comps.get("nipv"),
+            "design_seconds": design_seconds, "audit_seconds": time.perf_counter() - t1}
+        if progress:
+            progress(f"{key} seed {seed} B={B}: {ev['err']['optimized']:.3f} vs mixture "
+                     f"{comps['mixture']['other_err']:.3f} ({comps['mixture']['outcome']})")
+    return row
+
+
+def run(preset: str = "quick", *, progress=None, problems: list[str] | None = None) -> dict:
+    cfg = dict(PRESETS[preset])
+    rows = []
+    t_all = time.perf_counter()
+    for key, spec in problem_specs(cfg):
+        if problems and key not in problems:
+            continue
+        for seed in cfg["seeds"]:
+            rows.append(run_problem(key, spec, cfg, seed, progress))
+    return {"experiment": "budget", "preset": preset, "settings": {k: list(v) if isinstance(v, tuple) else v
+                                                                    for k, v in cfg.items()},
+            "rows": rows, "summary": summary(rows, cfg["budgets"]), "wall_seconds": time.perf_counter() - t_all}
+
+
+def summary(rows: list[dict], budgets) -> dict:
+    """Per budget: outcomes against Q's mixture and the anchor, the budget held, the median Err
+    ratios, and the unbudgeted design's labels."""
+    out = {}
+    for B in budgets:
+        cells = [r["budgets"][str(B)] for r in rows]
+        s = {"runs": len(cells), "within_budget": sum(c["within_budget"] for c in cells)}
+        for other in ("mixture", "nipv"):
+            comps = [c[other] for c in cells if c.get(other)]
+            if not comps:
+                continue
+            n = len(comps)
+            s[other] = {"compared": n, "better": sum(c["outcome"] == "better" for c in comps),
+                        "tie": sum(c["outcome"] == "tie" for c in comps),
+                        "worse": sum(c["outcome"] == "worse" for c in comps),
+                        "lower_err": sum(c["err"] < c["other_err"] for c in comps),
+                        "median_ratio": float(np.median([c["ratio"] for c in comps]))}
+        s["median_design_seconds"] = float(np.median([c["design_seconds"] for c in cells]))
+        out[str(B)] = s
+    out["unbudgeted_median_design_labels"] = float(np.median([r["unbudgeted"]["design_labels"] for r in rows]))
+    return out
+
+
+def markdown(doc: dict) -> str:
+    s, budgets = doc["summary"], doc["settings"]["budgets"]
+    lines = [f"# Designs for a label budget ({doc['preset']})", "",
+             "Held-out Err of KRR trained on the budgeted job's training set (every label counted) against "
+             "the same number of labels of Q's mixture (over "
+             f"{doc['settings']['draws']} training draws) and of the NIPV active-learning anchor; "
+             "better / tie / worse beyond noise (95%, lwl.comparison). The unbudgeted design stands at "
+             "its design labels + B. Wall time "
+             f"{doc['wall_seconds'] / 60:.1f} min.", "",
+             "| budget | runs | within budget | vs mixture: better / tie / worse (lower Err) | median ratio | "
+             "vs NIPV: better / tie / worse (lower Err) | median ratio | median design s |",
+             "|---:|---:|---:|---|---:|---|---:|---:|"]
+    def fmt(d):
+        return f"{d['better']} / {d['tie']} / {d['worse']} ({d['lower_err']}/{d['compared']})"
+
+    for B in budgets:
+        c = s[str(B)]
+        mix, nipv = c.get("mixture"), c.get("nipv")
+        lines.append(f"| {B} | {c['runs']} | {c['within_budget']}/{c['runs']} | {fmt(mix)} | {mix['median_ratio']:.3f} | "
+                     + (f"{fmt(nipv)} | {nipv['median_ratio']:.3f} | " if nipv else "not run | | ")
+                     + f"{c['median_design_seconds']:.1f} |")
+    lines += ["", f"The unbudgeted design used a median of {s['unbudgeted_median_design_labels']:,.0f} labels "
+              "before its final training set.", ""]
+    for B in budgets:
+        lines += [f"## Budget {B}", "",
+                  "| problem | seed | labels | rounds | selected | budgeted Err | mixture Err | vs mixture | "
+                  "NIPV Err | vs NIPV | unbudgeted Err (total labels) |",
+                  "|---|---:|---:|---:|---|---:|---:|---|---:|---|---:|"]
+        for r in doc["rows"]:
+            c = r["budgets"][str(B)]
+            nipv = c.get("nipv")
+            u = r["unbudgeted"]
+            lines.append(f"| {r['problem']} | {r['seed']} | {c['labels_used']} | {c['rounds']} | {c['selected']} | "
+                         f"{c['err']:.4f} | {c['mixture']['other_err']:.4f} | {c['mixture']['outcome']} | "
+                         + (f"{nipv['other_err']:.4f} | {nipv['outcome']} | " if nipv else "- | - | ")
+                         + f"{u['err'][str(B)]:.4f} ({u['design_labels'] + B:,}) |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_outputs(doc: dict, out_dir) -> list:
+    from lwl.experiments.report import pyplot, write_tables
+
+    out, _, paths = write_tables(doc, out_dir, markdown)
+    plt = pyplot()
+    budgets = doc["settings"]["budgets"]
+    table = [r for r in doc["rows"] if r["problem"].startswith("table1-") and r["seed"] == doc["settings"]["seeds"][0]]
+    if table:
+        fig, axes = plt.subplots(1, len(table), figsize=(3.2 * len(table), 3.2), squeeze=False)
+        for ax, r in zip(axes[0], table):
+            cells = [r["budgets"][str(B)] for B in budgets]
+            n = [c["labels_used"] for c in cells]
+            ax.plot(n, [c["err"] for c in cells], "o-", label="budgeted")
+            ax.plot(n, [c["mixture"]["other_err"] for c in cells], "s--", label="Q's mixture")
+            anchor = [(c["labels_used"], c["nipv"]["other_err"]) for c in cells if c.get("nipv")]
+            if anchor:
+                ax.plot(*zip(*anchor), "^:", label="NIPV anchor")
+            u = r["unbudgeted"]
+            ax.plot([u["design_labels"] + B for B in budgets], [u["err"][str(B)] for B in budgets], "x-",
+                    label="unbudgeted (all labels)")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(r["problem"].removeprefix("table1-"), fontsize=9)
+            ax.set_xlabel("total labels")
+        axes[0][0].set_ylabel("held-out Err")
+        axes[0][0].legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(out / "err_vs_labels.png", dpi=110)
+        plt.close(fig)
+        paths.append(out / "err_vs_labels.png")
+    return paths
+

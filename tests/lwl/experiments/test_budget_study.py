@@ -1,0 +1,25 @@
+"""The budget study (lwl.experiments.budget) at its smoke size: every run within its budget,
+every comparison three-valued, the outputs written."""
+
+import json
+
+from lwl.experiments import budget
+
+
+def test_smoke_study_holds_every_budget_and_writes_its_outputs(tmp_path):
+    doc = budget.run("smoke")
+    (B,) = doc["settings"]["budgets"]
+    assert len(doc["rows"]) == 2
+    for row in doc["rows"]:
+        cell = row["budgets"][str(B)]
+        assert cell["within_budget"] and cell["labels_used"] == B
+        assert cell["mixture"]["outcome"] in ("better", "tie", "worse")
+        assert cell["nipv"]["outcome"] in ("better", "tie", "worse")
+        assert row["unbudgeted"]["design_labels"] > B  # the paper's design pays far more than the budget
+    s = doc["summary"][str(B)]
+    assert s["within_budget"] == s["runs"] == 2
+    assert s["mixture"]["better"] + s["mixture"]["tie"] + s["mixture"]["worse"] == 2
+    paths = budget.write_outputs(doc, tmp_path)
+    assert {p.name for p in paths} == {"results.json", "results.md", "err_vs_labels.png"}
+    assert json.loads((tmp_path / "results.json").read_text())["experiment"] == "budget"
+    assert "| 120 |" in (tmp_path / "results.md").read_text()

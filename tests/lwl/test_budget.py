@@ -1,0 +1,156 @@
+"""Budgeted jobs (issue #30): every label counted, the cap held, the training set returned."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from lwl import run_job
+from lwl.design.budgeted import MIN_DESIGN, MIN_VALIDATION, plan_budget
+from lwl.design.nipv import integrated_variance, nipv_select
+from lwl.design.state import pack, unpack
+from lwl.oracles import Oracle, make_oracle
+from lwl.spec import SpecError, parse_job_spec
+
+
+class CountingOracle(Oracle):
+    """Wraps an oracle and counts every label it hands out (its own count, not the job's)."""
+
+    name = "counting"
+
+    def __init__(self, inner):
+        super().__init__(inner.dim)
+        self.inner, self.calls, self.labels = inner, 0, 0
+        self.min_dim = inner.min_dim
+
+    def _label(self, inputs):
+        self.calls += 1
+        self.labels += len(inputs)
+        return self.inner.label(inputs)
+
+
+@pytest.fixture
+def budget_spec(small_spec) -> dict:
+    s = copy.deepcopy(small_spec)
+    s["budget"] = 300
+    s["algorithm"] = {"name": "bilevel"}
+    return s
+
+
+def counting(spec: dict) -> CountingOracle:
+    return CountingOracle(make_oracle(parse_job_spec(spec).oracle.model_dump()))
+
+
+@pytest.mark.parametrize("budget", [2 * MIN_VALIDATION + MIN_DESIGN, 137, 300, 1000])  # the first: the minimum
+def test_labels_used_never_exceed_the_budget_counted_by_the_oracle(budget_spec, budget):
+    budget_spec["budget"] = budget
+    oracle = counting(budget_spec)
+    res = run_job(budget_spec, oracle=oracle, evaluate=False)
+    assert oracle.labels == res["labels_used"] <= budget
+    assert res["labels_used"] == budget  # a budget is spent to the last label: more data, a better model
+    X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    assert X.shape == (res["labels_used"], 5) and y.shape == (res["labels_used"],)
+    np.testing.assert_allclose(y, make_oracle({"name": "friedman1"}).label(X))  # the labels are the oracle's
+    assert oracle.calls == res["rounds"] == len(res["history"]) == res["plan"]["total_rounds"]
+
+
+def test_the_audit_is_counted_apart_from_the_budget(budget_spec):
+    oracle = counting(budget_spec)
+    res = run_job(budget_spec, oracle=oracle)
+    assert res["labels_used"] <= budget_spec["budget"]
+    assert oracle.labels == res["labels_used"] + res["evaluation"]["audit_labels"]
+    v = res["verdict"]
+    assert v["kind"] == "equal_labels" and v["labels"] == res["labels_used"]
+    assert set(v["outcomes"]) == {"normal", "mixture", "nipv"}
+    assert all(o in ("better", "tie", "worse") for o in v["outcomes"].values())
+    assert res["evaluation"]["draws"]["mixture"] == 5
+
+
+def test_too_small_a_budget_names_budget_and_the_minimum(budget_spec):
+    need = 2 * MIN_VALIDATION + MIN_DESIGN
+    budget_spec["budget"] = need - 1
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(budget_spec)
+    (loc, msg), = exc.value.errors
+    assert loc == "budget" and f"smallest budget it runs with is {need}" in msg
+    budget_spec["budget"] = need
+    parse_job_spec(budget_spec)
+
+
+def test_budget_is_refused_where_no_budgeted_design_exists(ama_spec):
+    ama_spec["budget"] = 1000
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(ama_spec)
+    assert exc.value.errors[0][0] == "budget" and "bilevel" in exc.value.errors[0][1]
+
+
+def test_rounds_fit_max_rounds(budget_spec):
+    budget_spec["budget"] = 20_000
+    budget_spec["test_distributions"]["validation_per_member"] = 100
+    budget_spec["algorithm"] = {"name": "bilevel", "max_rounds": 10}
+    plan = plan_budget(parse_job_spec(budget_spec))
+    assert plan.total_rounds <= 10 and plan.validation + sum(plan.rounds) == 20_000
+    budget_spec["algorithm"]["round_size"] = 64
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(budget_spec)
+    assert exc.value.errors[0][0] == "algorithm.round_size"
+
+
+def test_same_spec_and_seed_give_the_same_training_set_and_a_checkpoint_resumes_it(budget_spec):
+    blobs = []
+    a = run_job(budget_spec, evaluate=False, checkpoint=blobs.append)
+    b = run_job(budget_spec, evaluate=False)
+    assert a["training_set"] == b["training_set"] and a["distribution"] == b["distribution"]
+    resumed = run_job(budget_spec, evaluate=False, state=unpack(pack(unpack(blobs[2]))))
+    assert resumed["training_set"] == a["training_set"]
+    budget_spec["seed"] = 1
+    c = run_job(budget_spec, evaluate=False)
+    assert c["training_set"] != a["training_set"]
+
+
+def test_lengthscale_left_to_lwl_and_surrogate_steps(budget_spec):
+    del budget_spec["model"]["lengthscale"]
+    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3, "samples_per_iteration": 64}
+    oracle = counting(budget_spec)
+    res = run_job(budget_spec, oracle=oracle, evaluate=False)
+    assert oracle.labels == res["labels_used"] == budget_spec["budget"]
+    assert res["spec"]["model"]["lengthscale"] == res["selected"]["lengthscale"] > 0
+    moves = [h for h in res["history"] if h.get("inner_steps")]
+    assert moves and all(h["inner_steps"] == 3 for h in moves)
+    assert "challenger" in res["labels_by_source"]
+
+
+def test_jobs_without_a_budget_are_unchanged(small_spec):
+    spec = parse_job_spec(small_spec)
+    assert spec.budget is None
+    res = run_job(small_spec, evaluate=False)
+    assert "training_set" not in res and res["labels_used"] > 0
+
+
+def test_greedy_nipv_matches_a_direct_computation():
+    rng = np.random.default_rng(3)
+    pool, z = rng.normal(size=(30, 3)), rng.normal(size=(25, 3))
+    a = rng.uniform(size=25)
+    a /= a.sum()
+    kw = dict(kernel="squared_exponential", lengthscale=1.3, noise=1e-2)
+    order, integrated = nipv_select(pool, z, a, 6, **kw)
+    chosen: list[int] = []
+    for t in range(6):
+        direct = {i: integrated_variance(pool[chosen + [i]], z, a, **kw) for i in range(30) if i not in chosen}
+        best = min(direct, key=direct.get)
+        assert order[t] == best
+        chosen.append(best)
+        np.testing.assert_allclose(integrated[t], direct[best], rtol=1e-9)
+    # conditioning on points already labelled is the same as having picked them first
+    rest, _ = nipv_select(pool, z, a, 3, chosen=order[:3], **kw)
+    assert list(rest) == list(order[3:])
+
+
+def test_laplace_kernel_nipv_integrated_variance_falls():
+    rng = np.random.default_rng(4)
+    pool, z = rng.normal(size=(50, 2)), rng.normal(size=(40, 2))
+    a = np.full(40, 1 / 40)
+    order, integrated = nipv_select(pool, z, a, 10, kernel="laplace", lengthscale=1.0, noise=1e-3)
+    assert len(set(order)) == 10 and all(b < c for b, c in zip(integrated[1:], integrated))
+    np.testing.assert_allclose(integrated[-1], integrated_variance(pool[order], z, a, kernel="laplace",
+                                                                   lengthscale=1.0, noise=1e-3), rtol=1e-9)

@@ -1,0 +1,123 @@
+"""Budgeted jobs through the embedded service (issue #30): ask/tell in rounds that stop at the
+budget, the training set served as .npz and JSON, a restart that loses no paid label, and a
+too-small budget refused with 422 naming ``budget``."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from lwl import run_job
+from lwl.client import Client
+from lwl.oracles import make_oracle
+from tests.service.conftest import Server, small_job, wait_until
+
+FRIEDMAN = make_oracle({"name": "friedman1"})
+BUDGET = 300
+
+
+def budget_spec(external: bool = True) -> dict:
+    spec = small_job()
+    spec["budget"] = BUDGET
+    spec["algorithm"] = {"name": "bilevel"}
+    if external:
+        spec["oracle"] = {"name": "external", "batch_size": 64}
+        spec.pop("evaluation")
+    return spec
+
+
+def builtin(spec: dict) -> dict:
+    s = json.loads(json.dumps(spec))
+    s["oracle"] = {"name": "friedman1"}
+    s["evaluation"] = {"enabled": False}
+    return run_job(s)
+
+
+class Lab:
+    """Labels with Friedman-1 and counts every input it was asked to measure."""
+
+    def __init__(self):
+        self.labelled, self.batches = 0, []
+
+    def __call__(self, x):
+        self.labelled += len(x)
+        self.batches.append(len(x))
+        return FRIEDMAN.label(x)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("budget")).start()
+    yield srv
+    srv.stop()
+
+
+def test_asktell_job_stops_at_the_budget_and_serves_its_training_set(server):
+    spec = budget_spec()
+    lab = Lab()
+    with Client(server.url) as c:
+        job = c.submit(spec)
+        wait_until(lambda: c.job(job)["status"] == "awaiting_labels", 60, 0.1, "awaiting_labels")
+        done = c.label_loop(job, lab, timeout=180)
+        assert done["status"] == "succeeded"
+        result = c.result(job)
+        assert lab.labelled == result["labels_used"] <= BUDGET
+        local = builtin(spec)
+        assert result["training_set"] == local["training_set"]  # the same design as lwl run, bit for bit
+        p = done["progress"]
+        assert p["budget"] == BUDGET and p["labels_used"] == result["labels_used"]
+        assert p["round"] == p["iteration"] == result["rounds"] == result["plan"]["total_rounds"]
+        X, y = c.training_set(job)
+        assert X.shape == (result["labels_used"], 5) and np.array_equal(y, FRIEDMAN.label(X))
+        as_json = httpx.get(f"{server.url}/v1/jobs/{job}/training-set", headers={"Accept": "application/json"})
+        doc = as_json.json()
+        assert doc["n"] == len(y) and np.array_equal(np.asarray(doc["labels"]), y)
+        assert np.array_equal(np.asarray(doc["inputs"]), X)
+        raw = httpx.get(f"{server.url}/v1/jobs/{job}/training-set")
+        with np.load(io.BytesIO(raw.content), allow_pickle=False) as z:
+            assert set(z.files) == {"inputs", "labels"}
+
+
+def test_a_job_without_budget_has_no_training_set_and_a_small_budget_is_refused(server):
+    with Client(server.url) as c:
+        job = c.submit(small_job(iterations=3))
+        c.wait(job, progress=False, timeout=60)
+        r = httpx.get(f"{server.url}/v1/jobs/{job}/training-set")
+        assert r.status_code == 404 and r.json()["field"] == "budget"
+    spec = budget_spec()
+    spec["budget"] = 20
+    r = httpx.post(f"{server.url}/v1/jobs", json=spec)
+    assert r.status_code == 422
+    problem = r.json()
+    assert "budget" in json.dumps(problem) and "smallest budget it runs with is 32" in json.dumps(problem)
+
+
+def test_a_restart_loses_no_paid_label(tmp_path):
+    spec = budget_spec()
+    lab = Lab()
+    srv = Server(tmp_path / "d").start()
+    try:
+        with Client(srv.url) as c:
+            job = c.submit(spec)
+            for _ in range(3):  # three rounds labelled, the fourth asked
+                wait_until(lambda: c.job(job)["status"] == "awaiting_labels", 60, 0.1, "awaiting_labels")
+                while (batch := c.ask(job)) is not None:
+                    c.tell(job, batch[0], lab(batch[1]))
+            wait_until(lambda: c.job(job)["status"] == "awaiting_labels", 60, 0.1, "awaiting_labels")
+    finally:
+        srv.stop()
+    srv = Server(tmp_path / "d", port=srv.port).start()
+    try:
+        with Client(srv.url) as c:
+            assert c.job(job)["status"] == "awaiting_labels"
+            c.label_loop(job, lab, timeout=180)
+            result = c.result(job)
+            # every label paid before the restart is in the training set, none was asked twice
+            assert lab.labelled == result["labels_used"] <= BUDGET
+            assert result["training_set"] == builtin(spec)["training_set"]
+    finally:
+        srv.stop()
