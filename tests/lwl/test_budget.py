@@ -108,16 +108,32 @@ def test_same_spec_and_seed_give_the_same_training_set_and_a_checkpoint_resumes_
     assert c["training_set"] != a["training_set"]
 
 
-def test_lengthscale_left_to_lwl_and_surrogate_steps(budget_spec):
+def test_lengthscale_left_to_lwl(budget_spec):
     del budget_spec["model"]["lengthscale"]
-    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3, "samples_per_iteration": 64}
     oracle = counting(budget_spec)
     res = run_job(budget_spec, oracle=oracle, evaluate=False)
     assert oracle.labels == res["labels_used"] == budget_spec["budget"]
     assert res["spec"]["model"]["lengthscale"] == res["selected"]["lengthscale"] > 0
+    assert "model.lengthscale" in res["spec"]["derived"]
+
+
+def test_surrogate_steps_move_a_challenger_within_the_budget(budget_spec):
+    budget_spec["budget"] = 2000  # enough for a broadened Gaussian to beat Q's mixture beyond noise
+    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3, "samples_per_iteration": 64}
+    oracle = counting(budget_spec)
+    res = run_job(budget_spec, oracle=oracle, evaluate=False)
+    assert oracle.labels == res["labels_used"] == 2000
+    assert res["selected"]["candidate"] != "q_mixture"
     moves = [h for h in res["history"] if h.get("inner_steps")]
     assert moves and all(h["inner_steps"] == 3 for h in moves)
-    assert "challenger" in res["labels_by_source"]
+    assert res["labels_by_source"]["challenger"] > 0
+    assert all(h["accepted"] == (h["z"] >= 1.645) for h in res["history"] if "accepted" in h)
+
+
+def test_q_mixture_is_kept_unless_beaten_beyond_noise(budget_spec):
+    res = run_job(budget_spec, evaluate=False)  # 300 labels: 200 validation points cannot tell them apart
+    sel = [h for h in res["history"] if "z_over_mixture" in h]
+    assert len(sel) == 1 and (sel[0]["z_over_mixture"] < 1.645) == (res["selected"]["candidate"] == "q_mixture")
 
 
 def test_jobs_without_a_budget_are_unchanged(small_spec):
