@@ -17,8 +17,8 @@ labelled point, Q's validation labels included. The rounds, in order:
    candidates; after it, each candidate is scored by two-fold validation of KRR trained on
    half of the validation points plus *all* of the candidate's points so far (with the
    lengthscale chosen on the same folds when lwl chooses it), and the better half lives on.
-   Q's mixture is the safe default and stays in the race: the last candidate standing must
-   beat it beyond validation noise, else the mixture is the incumbent.
+   Q's mixture competes like any other candidate (keeping it until the end, unless beaten
+   beyond noise, was tried and lost more than it saved: docs/method.md).
 3. **Refinement rounds** (the bilevel method on a surrogate). Between two rounds the bilevel
    gradient (:mod:`lwl.design.bilevel`: adjoint on the labelled validation points, score-function
    gradient, the adaptive optimiser) takes ``inner_steps`` steps from the incumbent, with the
@@ -367,41 +367,24 @@ class BudgetedBilevel(StepperDefaults):
         return -delta / np.sqrt(var) if var > 0 else (float("inf") if delta < 0 else 0.0)
 
     def _select(self, new: dict[str, Any], record: dict) -> None:
-        """Score the live candidates on everything they were given; keep the better half of
-        them. Q's mixture (the last candidate, the safe default) is never dropped: when one other
-        candidate is left it must beat the mixture beyond validation noise (ACCEPT_Z standard
-        errors of the paired difference), else the mixture is the incumbent."""
+        """Score the live candidates on everything they were given; keep the better half."""
         alive = new["alive"]
-        mix = len(self.candidates) - 1
-        scores, ells, sq = dict(new["scores"]), dict(new["ell_of"]), {}
+        scores, ells = dict(new["scores"]), dict(new["ell_of"])
         for c in alive:
             name = self.candidates[c][0]
-            scores[name], ells[name], sq[c] = self.two_fold(new, np.flatnonzero(new["source"] == c), self._grid(),
-                                                           residuals=True)
-        others = [c for c in alive if c != mix]
-        ranked = sorted(others, key=lambda c: (scores[self.candidates[c][0]], c))
-        keep = ranked[:max(1, math.ceil(len(others) / 2))] if others else []
-        record.update(kind="selection", scores={self.candidates[c][0]: scores[self.candidates[c][0]] for c in alive},
-                      validation_err=min(scores[self.candidates[c][0]] for c in alive))
-        winner = None
-        if len(keep) <= 1:
-            winner = keep[0] if keep else mix
-            if keep and mix in alive:
-                z = (self.improvement_z(sq[winner], sq[mix], new["y"][:self.plan.validation])
-                     if sq[winner] is not None and sq[mix] is not None else -float("inf"))
-                record["z_over_mixture"] = float(z) if np.isfinite(z) else None
-                if z < ACCEPT_Z:
-                    winner = mix  # not beyond noise: Q's own mixture, the safe choice
-            keep = [winner]
-        elif mix in alive:
-            keep = [*keep, mix]
+            scores[name], ells[name] = self.two_fold(new, np.flatnonzero(new["source"] == c), self._grid())
+        ranked = sorted(alive, key=lambda c: (scores[self.candidates[c][0]], c))
+        keep = ranked[:max(1, math.ceil(len(alive) / 2))]
         new.update(scores=scores, ell_of=ells, alive=sorted(keep))
-        record["alive"] = [self.candidates[c][0] for c in sorted(keep)]
-        if winner is not None:
-            name = self.candidates[winner][0]
-            new.update(incumbent=winner, incumbent_name=name, lengthscale=ells[name])
-            if self.candidates[winner][2] is not None:
-                new.update(self._put(self.candidates[winner][2], "inc_"))
+        record.update(kind="selection", scores={self.candidates[c][0]: scores[self.candidates[c][0]] for c in alive},
+                      alive=[self.candidates[c][0] for c in sorted(keep)],
+                      validation_err=scores[self.candidates[ranked[0]][0]])
+        if len(keep) == 1:
+            c = keep[0]
+            name = self.candidates[c][0]
+            new.update(incumbent=c, incumbent_name=name, lengthscale=ells[name])
+            if self.candidates[c][2] is not None:
+                new.update(self._put(self.candidates[c][2], "inc_"))
             record["incumbent"] = name
 
     def _refine(self, old: dict[str, Any], new: dict[str, Any], record: dict) -> None:
