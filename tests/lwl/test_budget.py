@@ -77,6 +77,13 @@ def test_too_small_a_budget_names_budget_and_the_minimum(budget_spec):
     parse_job_spec(budget_spec)
 
 
+def test_a_budget_beside_an_invalid_oracle_is_a_spec_error(budget_spec):
+    budget_spec["oracle"] = {"name": "external", "params": {"x": 1}}  # found by schemathesis: an AttributeError
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(budget_spec)
+    assert exc.value.errors[0][0].startswith("oracle")
+
+
 def test_budget_is_refused_where_no_budgeted_design_exists(ama_spec):
     ama_spec["budget"] = 1000
     with pytest.raises(SpecError) as exc:
