@@ -722,7 +722,8 @@ class JobSpec(StrictModel):
         oracle = info.data.get("oracle")
         external = oracle is not None and oracle.is_external
         if ev.enabled is None:  # a budgeted job's audit labels outside its budget: built-in oracles only
-            ev.enabled = not external and not (info.data.get("budget") is not None and oracle.name == "http")
+            http = oracle is not None and oracle.name == "http"
+            ev.enabled = not external and not (info.data.get("budget") is not None and http)
         elif ev.enabled and external:
             raise ValueError("enabled: an external (ask/tell) oracle cannot label the evaluation's "
                              "training sets; set false")

@@ -17,6 +17,8 @@ labelled point, Q's validation labels included. The rounds, in order:
    candidates; after it, each candidate is scored by two-fold validation of KRR trained on
    half of the validation points plus *all* of the candidate's points so far (with the
    lengthscale chosen on the same folds when lwl chooses it), and the better half lives on.
+   Q's mixture competes like any other candidate (keeping it until the end, unless beaten
+   beyond noise, was tried and lost more than it saved: docs/method.md).
 3. **Refinement rounds** (the bilevel method on a surrogate). Between two rounds the bilevel
    gradient (:mod:`lwl.design.bilevel`: adjoint on the labelled validation points, score-function
    gradient, the adaptive optimiser) takes ``inner_steps`` steps from the incumbent, with the

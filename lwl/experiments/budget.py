@@ -30,6 +30,9 @@ PRESETS = {
     # CI-sized: Q with 1,500 samples per member (300 validation), the unbudgeted design at 150 iterations
     "quick": dict(budgets=(500, 2000), seeds=(0,), columns=6, robustness=16, size=1500, validation=300,
                   unbudgeted_iterations=150, draws=BASELINE_DRAWS),
+    # the quick problems at budget 8,000 (the NIPV anchor does not run at this size)
+    "quick-8000": dict(budgets=(8000,), seeds=(0,), columns=6, robustness=16, size=1500, validation=300,
+                       unbudgeted_iterations=150, draws=BASELINE_DRAWS),
     # the issue's: Q with 5,000 samples per member (500 validation), budgets up to 8,000, three seeds
     "full": dict(budgets=(500, 2000, 8000), seeds=(0, 1, 2), columns=6, robustness=16, size=5000,
                  validation=500, unbudgeted_iterations=None, draws=BASELINE_DRAWS),

@@ -113,8 +113,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     live = store.list_workers(since=time.time() - settings.stale_seconds)
     queue = queue_for(canonical, gpu_alive=any(w["device"] == "cuda" for w in live))
     try:
-        job, created = store.create_job(owner, canonical, spec.algorithm.iterations, idempotency_key, digest,
-                                        queue=queue)
+        job, created = store.create_job(owner, canonical, total_steps(spec), idempotency_key, digest, queue=queue)
     except IdempotencyConflict:
         raise Problem(409, "Idempotency key reused", "this Idempotency-Key was used with another body",
                       field="Idempotency-Key") from None
@@ -241,6 +240,15 @@ async def post_samples(job_id: str, body: SampleRequest, request: Request, store
     if floats <= INLINE_FLOATS:
         return samples_response(job_id, measure, body, npy)
     return await run_in_threadpool(samples_response, job_id, measure, body, npy)
+
+
+def total_steps(spec) -> int:
+    """The progress total a new job shows: its iterations, or a budgeted job's rounds."""
+    if spec.budget is None:
+        return spec.algorithm.iterations
+    from lwl.design.budgeted import plan_budget
+
+    return plan_budget(spec).total_rounds
 
 
 def live_workers(store: Store, settings) -> list[dict]:

@@ -77,6 +77,13 @@ def test_too_small_a_budget_names_budget_and_the_minimum(budget_spec):
     parse_job_spec(budget_spec)
 
 
+def test_a_budget_beside_an_invalid_oracle_is_a_spec_error(budget_spec):
+    budget_spec["oracle"] = {"name": "external", "params": {"x": 1}}  # found by schemathesis: an AttributeError
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(budget_spec)
+    assert exc.value.errors[0][0].startswith("oracle")
+
+
 def test_budget_is_refused_where_no_budgeted_design_exists(ama_spec):
     ama_spec["budget"] = 1000
     with pytest.raises(SpecError) as exc:
@@ -108,16 +115,26 @@ def test_same_spec_and_seed_give_the_same_training_set_and_a_checkpoint_resumes_
     assert c["training_set"] != a["training_set"]
 
 
-def test_lengthscale_left_to_lwl_and_surrogate_steps(budget_spec):
+def test_lengthscale_left_to_lwl(budget_spec):
     del budget_spec["model"]["lengthscale"]
-    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3, "samples_per_iteration": 64}
     oracle = counting(budget_spec)
     res = run_job(budget_spec, oracle=oracle, evaluate=False)
     assert oracle.labels == res["labels_used"] == budget_spec["budget"]
     assert res["spec"]["model"]["lengthscale"] == res["selected"]["lengthscale"] > 0
+    assert "model.lengthscale" in res["spec"]["derived"]
+
+
+def test_surrogate_steps_move_a_challenger_within_the_budget(budget_spec):
+    budget_spec["budget"] = 2000  # enough for a broadened Gaussian to beat Q's mixture beyond noise
+    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3, "samples_per_iteration": 64}
+    oracle = counting(budget_spec)
+    res = run_job(budget_spec, oracle=oracle, evaluate=False)
+    assert oracle.labels == res["labels_used"] == 2000
+    assert res["selected"]["candidate"] != "q_mixture"
     moves = [h for h in res["history"] if h.get("inner_steps")]
     assert moves and all(h["inner_steps"] == 3 for h in moves)
-    assert "challenger" in res["labels_by_source"]
+    assert res["labels_by_source"]["challenger"] > 0
+    assert all(h["accepted"] == (h["z"] >= 1.645) for h in res["history"] if "accepted" in h)
 
 
 def test_jobs_without_a_budget_are_unchanged(small_spec):

@@ -61,6 +61,7 @@ def test_asktell_job_stops_at_the_budget_and_serves_its_training_set(server):
     lab = Lab()
     with Client(server.url) as c:
         job = c.submit(spec)
+        assert c.job(job)["progress"]["total"] == 1 + 4  # the validation round and 4 design rounds of 64
         wait_until(lambda: c.job(job)["status"] == "awaiting_labels", 60, 0.1, "awaiting_labels")
         done = c.label_loop(job, lab, timeout=180)
         assert done["status"] == "succeeded"
