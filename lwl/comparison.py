@@ -74,6 +74,10 @@ class Comparison:
     def to_json(self) -> dict:
         out = asdict(self)
         out["outcome"] = self.outcome.value
+        # lists, as JSON reads them back: a stored result equals the library's
+        for key in ("ratio_interval", "diff_sq_interval"):
+            if out[key] is not None:
+                out[key] = list(out[key])
         return out
 
 

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import httpx
 
-ENV_BASE = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}
+# torch takes the smaller of OMP_NUM_THREADS and MKL_NUM_THREADS: both 2, as the tests' own
+# process (tests/conftest.py), so that a job run by a server or worker equals the library's
+# run bit for bit (AMINO's reductions differ in the last digits between 1 and 2 threads)
+ENV_BASE = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}
 
 
 def free_port() -> int:

@@ -287,7 +287,7 @@ def test_catalog_health_metrics(server, alice):
     assert {o["name"] for o in cat["oracles"]} >= {"sobol_g", "friedman1", "friedman2", "kernel_expansion"}
     assert cat["algorithms"][0]["name"] == "bilevel" and "properties" in cat["algorithms"][0]["schema"]
     assert {a["name"] for a in cat["algorithms"]} == {"bilevel", "ama", "particle_ama", "interval_search"}
-    assert {f["name"] for f in cat["families"]} == {"gaussian", "mixture", "pool", "kle", "particles", "interval"}
+    assert {f["name"] for f in cat["families"]} == {"auto", "gaussian", "mixture", "pool", "kle", "particles", "interval"}
     assert "eit" in {o["name"] for o in cat["oracles"]} and "amino" in {m["name"] for m in cat["models"]}
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{server.url}/readyz").json()["checks"] == {"store": "ok", "broker": "ok"}
