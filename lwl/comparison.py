@@ -157,6 +157,9 @@ def error_interval(sq: np.ndarray, y2: np.ndarray, sizes, weights, level: float 
     return float(np.sqrt(r2 * np.exp(-half))), float(np.sqrt(r2 * np.exp(half)))
 
 
+ROUNDING = 1e-9  # relative size of differences in Err^2 that are rounding, not a difference
+
+
 def compare(sq_a: np.ndarray, sq_b: np.ndarray, y2: np.ndarray, sizes, weights,
             level: float = LEVEL) -> Comparison:
     """Candidate a against b: per-point squared errors (draws x points) on the same held-out
@@ -171,7 +174,10 @@ def compare(sq_a: np.ndarray, sq_b: np.ndarray, y2: np.ndarray, sizes, weights,
     den = sum(wk * y2[p].mean() for wk, p in zip(w / w.sum(), _strata(sizes)))
     diff = ea - eb
     var, df = two_way_variance((sq_a - sq_b) / den, sizes, weights)
-    half = _quantile(df, level) * np.sqrt(var)
+    # a floor of floating-point noise: the same distribution drawn through two code paths (Q's
+    # mixture returned by the design, and the mixture baseline) differs in the last digits, and
+    # a near-zero variance must not turn that into "worse"
+    half = _quantile(df, level) * np.sqrt(var) + ROUNDING * (ea + eb)
     lo, hi = diff - half, diff + half
     outcome = Outcome.BETTER if hi < 0 else Outcome.WORSE if lo > 0 else Outcome.TIE
     ratio = ratio_interval = None

@@ -284,7 +284,9 @@ def markdown(doc: dict) -> str:
                 f"distribution {_counts(s['outcomes']['initial'])}; the best baseline "
                 f"{_counts(s['outcomes']['best_baseline'])}"] if s.get("outcomes") else []),
              f"- {s['seconds_per_problem']:.1f} s per problem on average; {doc['wall_seconds']:.0f} s in all"
-             + (f" ({doc['workers']} processes)" if doc.get("workers", 1) > 1 else ""), "",
+             + (f" ({doc['workers']} processes)" if doc.get("workers", 1) > 1 else ""),
+             *[f"- rerun alone after the study: {', '.join(r['problems'])} ({r['why']})"
+               for r in doc.get("reruns", [])], "",
              *(["With the lengthscale selected with the design, each baseline counts with the better of "
                 "the design's lengthscale and the one that validates best for it (shown as design's / own); "
                 "the initial distribution, checked at every lengthscale by the design's selection, with "
