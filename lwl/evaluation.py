@@ -354,7 +354,12 @@ OUTCOME_WORDS = {"better": "better than", "tie": "within noise of", "worse": "WO
 
 
 def verdict_sentence(v: dict) -> str | None:
-    """The verdict in one line, as ``lwl run`` and the client print it (None without baselines)."""
+    """The verdict in one line, as ``lwl run`` and the client print it (None without baselines);
+    a budgeted job's verdict at equal labels in its own words."""
+    if v.get("kind") == "equal_labels":
+        from lwl.budget_evaluation import verdict_sentence as at_equal_labels
+
+        return at_equal_labels(v)
     best = v.get("best_baseline")
     if not best:
         return None

@@ -206,3 +206,16 @@ def test_evaluate_design_over_draws_ties_a_distribution_with_itself(small_spec):
     assert min(ev["err_draws"]["optimized"]) <= ev["err"]["optimized"] <= max(ev["err_draws"]["optimized"])
     v = verdict(ev)
     assert v["outcome"] == "tie" and not v["beats_best_baseline"] and v["best_baseline"] == "normal"
+
+
+def test_verdict_sentence_of_a_budgeted_job_speaks_of_equal_labels():
+    """The client prints evaluation.verdict_sentence for every job: a budgeted verdict must not
+    read as a design against baselines trained on 1,024 free samples."""
+    from lwl.budget_evaluation import verdict as at_equal_labels
+    from lwl.evaluation import verdict_sentence
+
+    comp = {"outcome": "better", "err": 0.1, "other_err": 0.2}
+    ev = {"err": {"optimized": 0.1, "mixture": 0.2}, "comparisons": {"mixture": comp}, "labels": 2000,
+          "err_interval": {"optimized": [0.09, 0.11]}, "audit_labels": 5000}
+    line = verdict_sentence(at_equal_labels(ev))
+    assert line.startswith("verdict at equal labels (2000)") and "mixture 0.2000 (better)" in line
