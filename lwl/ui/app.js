@@ -298,6 +298,10 @@ function convergence(history, result = null, done = false) {
       }
     }
     if (sel) opts.vmarks = [{ x: sel.iteration, name: "kept iterate", color: KEPT, data: { kept: sel.iteration } }];
+    if (sel && key === "validation_error" && num(sel.validation_error)) {  // validated AMA: the kept pair's error
+      opts.rings = [{ x: sel.iteration, y: sel.validation_error, color: KEPT, name: `kept (${Plots.fmt(sel.validation_error)})`,
+        data: { iteration: sel.iteration, err: sel.validation_error } }];
+    }
     box.append(el("div", { class: "chart-box", "data-series": key, html: Plots.lines({
       title, series, logy: log && history.every((r) => !num(r[key]) || r[key] > 0), ...opts }) }));
   }
@@ -316,6 +320,8 @@ function keptLine(sel) {
     let cmp = `validation check Err ${Plots.fmt(sel.check_err)}`;
     if (num(sel.initial_check_err)) cmp += ` against ${Plots.fmt(sel.initial_check_err)} for the initial distribution`;
     parts.push(cmp);
+  } else if (num(sel.validation_error)) {  // validated AMA
+    parts.push(`validation error ${Plots.fmt(sel.validation_error)}`);
   }
   if (sel.stopped) parts.push(`stopped ${sel.stopped}`);
   return el("p", { class: "kept", id: "kept", "data-iteration": sel.iteration }, el("span", { class: "kept-key" }, "●"), " ", parts.join("; "), ".");
@@ -367,7 +373,7 @@ function evaluationPanel(result) {
       labels: names.map(label), values: names.map((n) => ev.err[n]), highlight: "design" }) }));
     if (ev.sizes && ev.sizes.length > 1) {
       box.append(el("div", { class: "chart-box", html: Plots.lines({ title: "Err against N", logx: true, logy: true,
-        xlabel: "N", series: names.map((n) => ({ name: n, x: ev.sizes, y: ev.err_vs_n[n] })) }) }));
+        xlabel: "N", series: names.map((n) => ({ name: label(n), x: ev.sizes, y: ev.err_vs_n[n] })) }) }));
     }
     const v = result.verdict;
     if (v && v.best_baseline) {

@@ -41,7 +41,16 @@ const Plots = (() => {
         const v = Math.pow(10, e);
         if (v >= lo * 0.999 && v <= hi * 1.001) out.push(v);
       }
-      return out.length >= 2 ? out : [lo, hi];
+      if (out.length >= 2) return out;
+      // under a decade: 1-2-3-5 steps, so that a narrow log axis still reads (0.3, 0.5 ...)
+      const more = [];
+      for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
+        for (const m of [1, 2, 3, 5]) {
+          const v = m * Math.pow(10, e);
+          if (v >= lo * 0.999 && v <= hi * 1.001) more.push(+v.toPrecision(12));
+        }
+      }
+      return more.length >= 2 ? more : [lo, hi];
     }
     const step = Math.pow(10, Math.floor(Math.log10((hi - lo) / 4 || 1)));
     const mult = [1, 2, 5, 10].find((m) => (hi - lo) / (m * step) <= 5) || 10;
