@@ -411,9 +411,12 @@ function errSummary(result) {
   if (num(v.initial_err)) {
     const key = ev.err && "initial" in ev.err ? "initial" : "normal";
     const iv = ((ev.err_interval || {})[key]);
+    const cmp = (ev.comparisons || {})[key] || {};  // the ratio's interval over the training draws
+    const ratio = num(cmp.ratio) ? cmp.ratio : v.err / v.initial_err;
+    const rci = Array.isArray(cmp.ratio_interval) ? ` (95% ${Plots.fmt(cmp.ratio_interval[0])}–${Plots.fmt(cmp.ratio_interval[1])})` : "";
     rows.push(el("tr", { "data-row": "initial" }, el("th", {}, initialName),
       el("td", { class: "num" }, Plots.fmt(v.initial_err)), el("td", { class: "muted" }, interval(iv)),
-      el("td", { class: "num" }, `design ÷ initial ${Plots.fmt(v.err / v.initial_err)}`),
+      el("td", { class: "num" }, `design ÷ initial ${Plots.fmt(ratio)}${rci}`),
       el("td", { class: `outcome ${v.initial_outcome || ""}` }, v.returned_initial ? "" : OUT[v.initial_outcome] || "")));
   }
   if (v.best_baseline) {

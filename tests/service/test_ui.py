@@ -180,15 +180,18 @@ def test_bilevel_page_marks_the_kept_iterate_and_its_checks(tab, finished, alice
 
 
 def test_bilevel_page_shows_the_initial_err_beside_the_designs(tab, finished, alice):
-    v = alice.result(finished["bilevel"])["verdict"]
+    result = alice.result(finished["bilevel"])
+    v, comparison = result["verdict"], result["evaluation"]["comparisons"]["normal"]
     page = tab.go(f"#/jobs/{finished['bilevel']}")
     page.wait_for_selector("#err-summary")
     design = page.locator("#err-summary tr[data-row=design] td").first.inner_text()
     initial = page.locator("#err-summary tr[data-row=initial] td")
     assert shown_number(design) == pytest.approx(v["err"], rel=5e-3)
     assert shown_number(initial.nth(0).inner_text()) == pytest.approx(v["initial_err"], rel=5e-3)
-    assert shown_number(initial.nth(2).inner_text().split("initial")[1]) == pytest.approx(v["err"] / v["initial_err"],
-                                                                                          rel=5e-3)
+    ratio = initial.nth(2).inner_text().split("initial")[1]
+    assert shown_number(ratio) == pytest.approx(v["err"] / v["initial_err"], rel=5e-3)
+    shown = [float(t) for t in re.findall(r"[0-9.]+", ratio.split("95%")[1])]
+    assert shown == pytest.approx(comparison["ratio_interval"], rel=5e-3, abs=1e-3)  # over the training draws
     assert initial.nth(3).inner_text() == {"better": "better", "tie": "within noise", "worse": "worse"}[v["initial_outcome"]]
     assert v["best_baseline"] in page.inner_text("#err-summary tr[data-row=best-baseline]")
 
