@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
-# The compose stack, verified: build the images (scripts/build-images.sh), bring up the API,
-# two CPU workers, Redis and PostgreSQL (docker-compose.local.yml builds the last two from the
-# Debian base), submit the README's job through the published port, SIGKILL the worker
-# container running it, and wait for the job to succeed on the other worker. Then tear down.
-# Needs root, docker (dockerd running) and docker-compose (apt-get install docker-compose).
+# The compose stack, verified along the README's route: scripts/compose-up.sh (which builds the
+# images from Debian packages with --local, the default here, or uses a registry with
+# --registry) brings up the API, two CPU workers, Redis and PostgreSQL; then the README's job
+# is submitted through the published port, the worker container running it is SIGKILLed, and
+# the job must succeed on the other worker. Then tear down (volumes too).
+# Needs root, docker (dockerd running) and docker-compose or Compose v2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export LWL_API_KEYS="lab:compose-check-key"
+export LWL_API_KEYS="lab:compose-check-key" LWL_COMPOSE_PROJECT=lwlcheck
 KEY="Authorization: Bearer compose-check-key"
 PORT=8000
-COMPOSE="docker-compose -p lwlcheck -f docker-compose.yml -f docker-compose.local.yml"
+MODE=${1:---local}
 t0=$(date +%s)
 say() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-cleanup() { $COMPOSE down -v --remove-orphans >/dev/null 2>&1 || true; }
+cleanup() { ./scripts/compose-up.sh "$MODE" down -v >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
-say "building images"
-./scripts/build-images.sh
-say "starting api, 2 workers, redis, postgres"
-$COMPOSE up -d --no-build --scale worker=2 >/dev/null 2>&1
-for _ in $(seq 120); do curl -sf localhost:$PORT/readyz >/dev/null && break; sleep 1; done
+say "scripts/compose-up.sh $MODE --workers 2: images, then api, 2 workers, redis, postgres"
+./scripts/compose-up.sh "$MODE" --workers 2 | sed 's/^/    /'
 say "ready: $(curl -s localhost:$PORT/readyz)"
 for _ in $(seq 60); do
   [ "$(curl -s -H "$KEY" localhost:$PORT/v1/workers | python3 -c 'import json,sys; print(json.load(sys.stdin)["alive"]["cpu"])')" = 2 ] && break

@@ -119,6 +119,10 @@ function verdictText(v) {
 function renderKeyForm() {
   const form = $("#key-form");
   if (!form) return;
+  // the server says in the page whether it has keys (service.routers.ui): without keys every
+  // request is the one anonymous owner's, and a key box would only ask for what is not needed
+  const meta = document.querySelector("meta[name=lwl-auth]");
+  if (!meta || meta.content !== "bearer") { form.hidden = true; return; }
   const input = $("#api-key");
   const state = $("#key-state");
   state.textContent = apiKey() ? "key set" : "no key";
@@ -206,29 +210,121 @@ async function jobsPage(params) {
 // -- one job ---------------------------------------------------------------------------------
 const SERIES = [  // what the convergence panel plots when a record has it
   ["objective", "objective", true],
-  ["validation_err", "validation Err", true],
+  ["validation_err", "validation Err", false],
+  ["validation_error", "validation error", false],
   ["step_size", "step size", true],
   ["training_error", "training error", true],
   ["w2_term", "W2 term", true],
   ["w2", "W2 to the previous iterate", true],
 ];
+const KEPT = "#2ca02c";
+const AVERAGE = 25;  // iterations in the moving average of a per-iteration validation Err
 
 function rejected(rec) { return (rec.event !== undefined && rec.event !== null) || rec.accepted === false; }
 
-function convergence(history) {
+function num(v) { return typeof v === "number" && isFinite(v); }
+
+// A per-iteration validation Err is measured on one iteration's sample: its noise hides the
+// trend, which a moving average over the last AVERAGE iterations shows.
+function movingAverage(ys, w) {
+  const out = [];
+  let sum = 0, n = 0;
+  const q = [];
+  for (const y of ys) {
+    q.push(y);
+    if (num(y)) { sum += y; n += 1; }
+    if (q.length > w) { const old = q.shift(); if (num(old)) { sum -= old; n -= 1; } }
+    out.push(n ? sum / n : NaN);
+  }
+  return out;
+}
+
+function runningMin(ys) {
+  let m = Infinity;
+  return ys.map((y) => { if (num(y)) m = Math.min(m, y); return isFinite(m) ? m : NaN; });
+}
+
+function startName(start) {
+  if (!start) return "";
+  if (start === "given") return "the initial distribution";
+  if (start === "moment_matched") return "Q's moment-matched fit";
+  const b = String(start).match(/^broadened_(.+)$/);
+  return b ? `Q's fit broadened ×${b[1]}` : String(start);
+}
+
+// The validation checks of a bilevel design (each on the full validation set, the numbers
+// the kept iterate is chosen by): each check, the best so far, the initial distribution's
+// check as a reference line and the kept check circled.
+function checksChart(checks, sel) {
+  const x = checks.map((c) => c.iteration), y = checks.map((c) => (num(c.err) ? c.err : NaN));
+  const given = checks.find((c) => c.start === "given");
+  const initial = num(sel && sel.initial_check_err) ? sel.initial_check_err : given && given.err;
+  const refs = num(initial) ? [{ y: initial, name: `initial distribution ${Plots.fmt(initial)}`, color: "#d62728",
+    data: { ref: "initial", err: initial } }] : [];
+  const rings = sel && num(sel.check_err) ? [{ x: sel.iteration, y: sel.check_err, color: KEPT,
+    name: `kept: iteration ${sel.iteration} (${Plots.fmt(sel.check_err)})`, data: { iteration: sel.iteration, err: sel.check_err } }] : [];
+  return el("div", { class: "chart-box", "data-series": "checks", html: Plots.lines({
+    title: "validation checks (Err on the validation set)", xlabel: "iteration", ylabel: "Err",
+    series: [{ name: "check", x, y, dots: true, color: "#1f77b4" },
+      { name: "best so far", x, y: runningMin(y), step: true, color: "#111", width: 1.2 }],
+    refs, rings }) });
+}
+
+// history: the records so far, or null while the first fetch is under way (a finished job's
+// page must not say that nothing was recorded while it loads); result: the finished job's
+// result, whose checks and selected iterate the charts then show; done: the job has ended.
+function convergence(history, result = null, done = false) {
   const box = el("div", { class: "charts", id: "convergence" });
+  if (history === null) {
+    box.append(el("p", { class: "muted loading", id: "convergence-loading" }, "Loading the iterations…"));
+    return box;
+  }
+  const sel = result && result.selected && num(result.selected.iteration) ? result.selected : null;
+  if (sel) box.append(keptLine(sel));
+  const checks = result && Array.isArray(result.checks) ? result.checks.filter((c) => num(c.iteration)) : [];
+  if (checks.length) box.append(checksChart(checks, sel));
   const x = history.map((r) => r.iteration);
   const ama = history.some((r) => "objective_after_model" in r);
   for (const [key, name, log] of SERIES) {
-    if (!history.some((r) => typeof r[key] === "number")) continue;
+    if (!history.some((r) => num(r[key]))) continue;
     const title = key === "objective" && ama ? "objective (the AMA bound)" : name;
-    const marks = key === "objective" ? history.filter(rejected).map((r) => r.iteration) : [];
+    const y = history.map((r) => (num(r[key]) ? r[key] : NaN));
+    const series = [{ name: title, x, y }];
+    const opts = { xlabel: "iteration", marks: key === "objective" ? history.filter(rejected).map((r) => r.iteration) : [] };
+    if (key === "validation_err" || key === "validation_error") {
+      if (history.length > AVERAGE) series.push({ name: `moving average (${AVERAGE} iterations)`, x, y: movingAverage(y, AVERAGE), color: "#111", width: 2 });
+      if (sel && num(sel.initial_check_err)) {  // where the design started, for scale
+        opts.refs = [{ y: sel.initial_check_err, name: "initial distribution's check", color: "#d62728", data: { ref: "initial" } }];
+      }
+    }
+    if (sel) opts.vmarks = [{ x: sel.iteration, name: "kept iterate", color: KEPT, data: { kept: sel.iteration } }];
+    if (sel && key === "validation_error" && num(sel.validation_error)) {  // validated AMA: the kept pair's error
+      opts.rings = [{ x: sel.iteration, y: sel.validation_error, color: KEPT, name: `kept (${Plots.fmt(sel.validation_error)})`,
+        data: { iteration: sel.iteration, err: sel.validation_error } }];
+    }
     box.append(el("div", { class: "chart-box", "data-series": key, html: Plots.lines({
-      title, series: [{ name: title, x, y: history.map((r) => (typeof r[key] === "number" ? r[key] : NaN)) }],
-      logy: log && history.every((r) => !(typeof r[key] === "number") || r[key] > 0), xlabel: "iteration", marks }) }));
+      title, series, logy: log && history.every((r) => !num(r[key]) || r[key] > 0), ...opts }) }));
   }
-  if (!box.children.length) box.append(el("p", { class: "muted" }, "No iterations recorded yet."));
+  if (!box.querySelector(".chart-box")) {
+    box.append(el("p", { class: "muted", id: "no-iterations" }, done ? "No iterations were recorded." : "No iterations recorded yet."));
+  }
   return box;
+}
+
+// Which iterate the design kept and how its validation check compares with the initial
+// distribution's: the run's gain often comes at iteration 0 (a better start point), which
+// the per-iteration charts cannot show.
+function keptLine(sel) {
+  const parts = [sel.summary || `kept iteration ${sel.iteration}`];
+  if (num(sel.check_err)) {
+    let cmp = `validation check Err ${Plots.fmt(sel.check_err)}`;
+    if (num(sel.initial_check_err)) cmp += ` against ${Plots.fmt(sel.initial_check_err)} for the initial distribution`;
+    parts.push(cmp);
+  } else if (num(sel.validation_error)) {  // validated AMA
+    parts.push(`validation error ${Plots.fmt(sel.validation_error)}`);
+  }
+  if (sel.stopped) parts.push(`stopped ${sel.stopped}`);
+  return el("p", { class: "kept", id: "kept", "data-iteration": sel.iteration }, el("span", { class: "kept-key" }, "●"), " ", parts.join("; "), ".");
 }
 
 function distributionPanel(views) {
@@ -245,8 +341,11 @@ function distributionPanel(views) {
     const ex = views.explained.map((v) => `${(100 * v).toFixed(0)}%`).join(", ");
     box.append(el("div", { class: "chart-box", "data-view": "projection", html: Plots.scatter({
       title: `design and Q in Q's leading principal plane (${ex})`, groups }) }));
-    box.append(el("div", { class: "chart-box", "data-view": "cov-design", html: Plots.heatmap({ title: "design covariance", matrix: views.heatmaps.design }) }));
-    box.append(el("div", { class: "chart-box", "data-view": "cov-q", html: Plots.heatmap({ title: "Q covariance (moment-matched)", matrix: views.heatmaps.q }) }));
+    // one colour scale for both: the two matrices are compared cell by cell
+    const range = Plots.extent(views.heatmaps.design.flat().concat(views.heatmaps.q.flat()));
+    const axes = { range, xlabel: "coordinate j", ylabel: "coordinate i" };
+    box.append(el("div", { class: "chart-box", "data-view": "cov-design", html: Plots.heatmap({ title: "design covariance", matrix: views.heatmaps.design, ...axes }) }));
+    box.append(el("div", { class: "chart-box", "data-view": "cov-q", html: Plots.heatmap({ title: "Q covariance (moment-matched)", matrix: views.heatmaps.q, ...axes }) }));
   } else if (views.kind === "fields") {
     box.append(el("div", { class: "chart-box", "data-view": "mean", html: Plots.field({ title: "mean field", values: views.mean, shape: views.shape }) }));
     box.append(el("div", { class: "chart-box", "data-view": "variance", html: Plots.field({ title: "variance field", values: views.variance, shape: views.shape }) }));
@@ -265,12 +364,16 @@ function evaluationPanel(result) {
   const ev = result.evaluation || {};
   const box = el("div", { class: "charts", id: "evaluation" });
   if (ev.err) {
+    const summary = errSummary(result);
+    if (summary) box.append(summary);
     const names = Object.keys(ev.err);
+    const initialKey = "initial" in ev.err ? "initial" : "normal";
+    const label = (n) => (n === "optimized" ? "design" : n === initialKey ? `${n} (initial)` : n);
     box.append(el("div", { class: "chart-box", html: Plots.bars({ title: `held-out Err at N = ${ev.train_size}`,
-      labels: names, values: names.map((n) => ev.err[n]), highlight: "optimized" }) }));
+      labels: names.map(label), values: names.map((n) => ev.err[n]), highlight: "design" }) }));
     if (ev.sizes && ev.sizes.length > 1) {
       box.append(el("div", { class: "chart-box", html: Plots.lines({ title: "Err against N", logx: true, logy: true,
-        xlabel: "N", series: names.map((n) => ({ name: n, x: ev.sizes, y: ev.err_vs_n[n] })) }) }));
+        xlabel: "N", series: names.map((n) => ({ name: label(n), x: ev.sizes, y: ev.err_vs_n[n] })) }) }));
     }
     const v = result.verdict;
     if (v && v.best_baseline) {
@@ -293,6 +396,40 @@ function evaluationPanel(result) {
     box.append(el("p", { class: "muted" }, "No evaluation in this result."));
   }
   return box;
+}
+
+// Held-out Err of the design beside its initial distribution's and the best baseline's, with
+// the ratio to each: the gain over where the design started is the first thing to read.
+function errSummary(result) {
+  const v = result.verdict, ev = result.evaluation || {};
+  if (!v || !num(v.err)) return null;
+  const interval = (iv) => (Array.isArray(iv) ? ` (95% ${Plots.fmt(iv[0])}–${Plots.fmt(iv[1])})` : "");
+  const OUT = { better: "better", tie: "within noise", worse: "worse" };
+  const rows = [el("tr", { "data-row": "design" }, el("th", {}, v.returned_initial ? "design (= the initial distribution)" : "design"),
+    el("td", { class: "num" }, Plots.fmt(v.err)), el("td", { class: "muted" }, interval(v.err_interval_95)), el("td"), el("td"))];
+  const initialName = (v.initial_label && v.initial_label !== "the initial distribution" ? v.initial_label : "initial distribution");
+  if (num(v.initial_err)) {
+    const key = ev.err && "initial" in ev.err ? "initial" : "normal";
+    const iv = ((ev.err_interval || {})[key]);
+    const cmp = (ev.comparisons || {})[key] || {};  // the ratio's interval over the training draws
+    const ratio = num(cmp.ratio) ? cmp.ratio : v.err / v.initial_err;
+    const rci = Array.isArray(cmp.ratio_interval) ? ` (95% ${Plots.fmt(cmp.ratio_interval[0])}–${Plots.fmt(cmp.ratio_interval[1])})` : "";
+    rows.push(el("tr", { "data-row": "initial" }, el("th", {}, initialName),
+      el("td", { class: "num" }, Plots.fmt(v.initial_err)), el("td", { class: "muted" }, interval(iv)),
+      el("td", { class: "num" }, `design ÷ initial ${Plots.fmt(ratio)}${rci}`),
+      el("td", { class: `outcome ${v.initial_outcome || ""}` }, v.returned_initial ? "" : OUT[v.initial_outcome] || "")));
+  }
+  if (v.best_baseline) {
+    const be = v.best_baseline_err ?? v.baselines[v.best_baseline];
+    const ci = Array.isArray(v.ratio_interval_95) ? ` (95% ${Plots.fmt(v.ratio_interval_95[0])}–${Plots.fmt(v.ratio_interval_95[1])})` : "";
+    rows.push(el("tr", { "data-row": "best-baseline" }, el("th", {}, `best baseline: ${v.best_baseline}`),
+      el("td", { class: "num" }, Plots.fmt(be)), el("td"),
+      el("td", { class: "num" }, `design ÷ baseline ${Plots.fmt(v.ratio)}${ci}`),
+      el("td", { class: `outcome ${v.outcome || ""}` }, OUT[v.outcome] || "")));
+  }
+  return el("div", { class: "row" }, el("table", { id: "err-summary", class: "err-summary" },
+    el("caption", {}, `Held-out Err at N = ${ev.train_size} (${v.draws || 1} training draw${(v.draws || 1) === 1 ? "" : "s"})`),
+    el("tbody", {}, rows)));
 }
 
 function section(title, id, ...content) {
@@ -405,9 +542,10 @@ async function jobPage(id) {
   const gen = pageGen;
   const history = [];
   let last = -1;
+  let loaded = false;  // the first history fetch has come back
   let shown = null;  // the status the page was last built for
   let header = headerPanel(job, cancel);
-  const conv = section("Convergence", "convergence-section", convergence(history));
+  const conv = section("Convergence", "convergence-section", convergence(null));
   let askBox = null;
   const labelsLog = el("div", { id: "labels-log" });
   main.append(header, labelsLog, conv);
@@ -421,10 +559,11 @@ async function jobPage(id) {
     if (gen !== pageGen) return;
     job = await api(`/v1/jobs/${id}`);
     const h = await api(`/v1/jobs/${id}/history?after=${last}`);  // only what is new
-    if (h.history.length) {
+    if (h.history.length || !loaded) {
       history.push(...h.history);
-      last = history[history.length - 1].iteration;
-      conv.replaceChild(convergence(history), $("#convergence"));
+      if (history.length) last = history[history.length - 1].iteration;
+      loaded = true;
+      conv.replaceChild(convergence(history, null, TERMINAL.has(job.status)), $("#convergence"));
     }
     const fresh = headerPanel(job, cancel);
     header.replaceWith(fresh);
@@ -441,7 +580,11 @@ async function jobPage(id) {
     shown = job.status;
     if (TERMINAL.has(job.status)) {
       if (job.status === "succeeded") {
+        const pending = el("p", { class: "muted loading", id: "result-loading" }, "Loading the result…");
+        main.append(pending);
         const result = await api(`/v1/jobs/${id}/result`);
+        pending.remove();
+        conv.replaceChild(convergence(history, result, true), $("#convergence"));
         renderResult(main, result);
         main.append(samplesPanel(id), specPanel(result.spec));
       } else {
@@ -461,7 +604,7 @@ function offlinePage() {  // lwl report: one finished job from its result docume
     kind: { algorithm: result.spec.algorithm.name, family: (result.spec.family || {}).name, oracle: result.spec.oracle.name },
     warnings: result.warnings || [] };
   main.replaceChildren(el("h1", {}, "Job report ", el("code", {}, title)), headerPanel(job, null),
-    section("Convergence", "convergence-section", convergence(result.history)));
+    section("Convergence", "convergence-section", convergence(result.history, result, true)));
   renderResult(main, result);
   main.append(section("Samples", "samples", el("p", {}, "Draw fresh training inputs with ",
     el("code", {}, "lwl.measures.from_spec(result['distribution']).sample(n, seed)"), ".")), specPanel(result.spec));

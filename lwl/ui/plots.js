@@ -4,6 +4,7 @@
 
 const Plots = (() => {
   const W = 360, H = 220, PAD = { l: 52, r: 12, t: 22, b: 34 };
+  const LEGEND_W = 100;  // the scatter's legend margin
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
                   "#7f7f7f", "#bcbd22", "#17becf"];
 
@@ -40,7 +41,16 @@ const Plots = (() => {
         const v = Math.pow(10, e);
         if (v >= lo * 0.999 && v <= hi * 1.001) out.push(v);
       }
-      return out.length >= 2 ? out : [lo, hi];
+      if (out.length >= 2) return out;
+      // under a decade: 1-2-3-5 steps, so that a narrow log axis still reads (0.3, 0.5 ...)
+      const more = [];
+      for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) {
+        for (const m of [1, 2, 3, 5]) {
+          const v = m * Math.pow(10, e);
+          if (v >= lo * 0.999 && v <= hi * 1.001) more.push(+v.toPrecision(12));
+        }
+      }
+      return more.length >= 2 ? more : [lo, hi];
     }
     const step = Math.pow(10, Math.floor(Math.log10((hi - lo) / 4 || 1)));
     const mult = [1, 2, 5, 10].find((m) => (hi - lo) / (m * step) <= 5) || 10;
@@ -66,31 +76,79 @@ const Plots = (() => {
     return { s, sx, sy };
   }
 
-  function svg(body, cls) {
-    return `<svg class="chart ${cls || ""}" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" xmlns="http://www.w3.org/2000/svg">${body}</svg>`;
+  function svg(body, cls, w = W, h = H) {
+    return `<svg class="chart ${cls || ""}" viewBox="0 0 ${w} ${h}" width="${w}" height="${h}" xmlns="http://www.w3.org/2000/svg">${body}</svg>`;
   }
 
-  // series: [{name, x: [], y: []}]; marks: x positions drawn as red ticks (rejected steps)
-  function lines({ title, series, logx = false, logy = false, xlabel = "", ylabel = "", marks = [] }) {
-    const allx = series.flatMap((s) => s.x), ally = series.flatMap((s) => s.y);
+  function data(attrs) {  // data-* attributes the page's tests read (which check is the kept one)
+    return Object.entries(attrs || {}).map(([k, v]) => ` data-${esc(k)}="${esc(v)}"`).join("");
+  }
+
+  // A legend laid out in rows below the x axis, outside the plotting frame, so that it never
+  // covers a point; returns the SVG and the height it adds.
+  function legendBelow(items, top) {
+    let x = PAD.l, y = top, s = "";
+    for (const it of items) {
+      const w = 22 + 5.2 * String(it.name).length;
+      if (x + w > W - PAD.r && x > PAD.l) { x = PAD.l; y += 12; }
+      const key = it.kind === "ring" ? `<circle cx="${x + 4}" cy="${y - 3}" r="3.5" fill="none" stroke="${it.color}" stroke-width="1.8"/>`
+        : it.kind === "dash" ? `<line x1="${x}" x2="${x + 9}" y1="${y - 3}" y2="${y - 3}" stroke="${it.color}" stroke-width="1.5" stroke-dasharray="3 2"/>`
+          : it.kind === "dot" ? `<circle cx="${x + 4}" cy="${y - 3}" r="2.5" fill="${it.color}"/>`
+            : `<rect x="${x}" y="${y - 7}" width="8" height="8" fill="${it.color}"/>`;
+      s += `<g class="legend-item">${key}<text x="${x + 12}" y="${y}" class="legend">${esc(it.name)}</text></g>`;
+      x += w;
+    }
+    return { s: `<g class="legend-box">${s}</g>`, height: items.length ? y - top + 10 : 0 };
+  }
+
+  // series: [{name, x: [], y: [], color, step (a staircase: best so far), dots (points only),
+  // dash}]; refs: horizontal reference lines [{y, name, color, data}]; rings: points drawn
+  // circled [{x, y, name, data}] (the kept iterate); vmarks: vertical lines [{x, name, data}];
+  // marks: x positions drawn as red ticks (rejected steps). Refs and rings count in the y range.
+  function lines({ title, series, logx = false, logy = false, xlabel = "", ylabel = "", marks = [], refs = [], rings = [],
+    vmarks = [] }) {
+    const allx = series.flatMap((s) => s.x).concat(rings.map((r) => r.x));
+    const ally = series.flatMap((s) => s.y).concat(refs.map((r) => r.y), rings.map((r) => r.y));
     if (!allx.length) return svg(`<text x="${W / 2}" y="${H / 2}" text-anchor="middle" class="label">${esc(title)}: no data yet</text>`);
-    const f = frame(title, extent(allx, logx), extent(ally, logy), logx, logy, xlabel, ylabel);
+    const ys = extent(ally, logy);
+    if (!logy && refs.length) { const pad = (ys[1] - ys[0]) * 0.04; ys[0] -= pad; ys[1] += pad; }  // a ref line off the frame's edge
+    const f = frame(title, extent(allx, logx), ys, logx, logy, xlabel, ylabel);
     let s = f.s;
+    const x0 = PAD.l, x1 = W - PAD.r;
+    for (const r of refs) {
+      if (!isFinite(r.y) || (logy && r.y <= 0)) continue;
+      s += `<line class="ref" x1="${x0}" x2="${x1}" y1="${f.sy(r.y).toFixed(1)}" y2="${f.sy(r.y).toFixed(1)}" stroke="${r.color || "#888"}" stroke-width="1.2" stroke-dasharray="4 3"${data(r.data)}/>`;
+    }
+    for (const v of vmarks) {
+      if (!isFinite(v.x)) continue;
+      s += `<line class="vmark" x1="${f.sx(v.x).toFixed(1)}" x2="${f.sx(v.x).toFixed(1)}" y1="${PAD.t}" y2="${H - PAD.b}" stroke="${v.color || "#2ca02c"}" stroke-width="1.2" stroke-dasharray="2 2"${data(v.data)}/>`;
+    }
     series.forEach((ser, i) => {
       const pts = ser.x.map((x, j) => [x, ser.y[j]]).filter(([x, y]) => isFinite(x) && isFinite(y) && (!logy || y > 0) && (!logx || x > 0));
       const color = ser.color || COLORS[i % COLORS.length];
-      if (pts.length) {
-        s += `<polyline fill="none" stroke="${color}" stroke-width="1.5" points="${pts.map(([x, y]) => `${f.sx(x).toFixed(1)},${f.sy(y).toFixed(1)}`).join(" ")}"/>`;
-        if (pts.length < 30) s += pts.map(([x, y]) => `<circle cx="${f.sx(x).toFixed(1)}" cy="${f.sy(y).toFixed(1)}" r="2.5" fill="${color}"/>`).join("");
+      if (!pts.length) return;
+      const xy = ([x, y]) => `${f.sx(x).toFixed(1)},${f.sy(y).toFixed(1)}`;
+      if (!ser.dots) {
+        const path = ser.step ? pts.flatMap((p, j) => (j ? [[p[0], pts[j - 1][1]], p] : [p])) : pts;
+        s += `<polyline fill="none" stroke="${color}" stroke-width="${ser.width || 1.5}"${ser.dash ? ` stroke-dasharray="${ser.dash}"` : ""} points="${path.map(xy).join(" ")}"${data(ser.data)}/>`;
       }
+      if (ser.dots || (pts.length < 30 && !ser.step)) s += pts.map(([x, y]) => `<circle cx="${f.sx(x).toFixed(1)}" cy="${f.sy(y).toFixed(1)}" r="2.5" fill="${color}"/>`).join("");
     });
-    for (const m of marks) s += `<line x1="${f.sx(m)}" x2="${f.sx(m)}" y1="${H - PAD.b}" y2="${H - PAD.b - 8}" class="mark"/>`;
-    if (series.length > 1 || marks.length) {
-      const items = series.map((ser, i) => [ser.name, ser.color || COLORS[i % COLORS.length]]);
-      if (marks.length) items.push(["rejected step", "#d62728"]);
-      s += items.map(([n, c], i) => `<rect x="${PAD.l + 6}" y="${PAD.t + 4 + 11 * i}" width="8" height="8" fill="${c}"/><text x="${PAD.l + 18}" y="${PAD.t + 11 + 11 * i}" class="legend">${esc(n)}</text>`).join("");
+    for (const r of rings) {
+      if (!isFinite(r.x) || !isFinite(r.y)) continue;
+      s += `<circle class="ring" cx="${f.sx(r.x).toFixed(1)}" cy="${f.sy(r.y).toFixed(1)}" r="6" fill="none" stroke="${r.color || "#2ca02c"}" stroke-width="2"${data(r.data)}/>`;
     }
-    return svg(s);
+    for (const m of marks) s += `<line x1="${f.sx(m)}" x2="${f.sx(m)}" y1="${H - PAD.b}" y2="${H - PAD.b - 8}" class="mark"/>`;
+    const items = [];
+    if (series.length > 1 || marks.length || refs.length || rings.length || vmarks.length) {
+      series.forEach((ser, i) => items.push({ name: ser.name, color: ser.color || COLORS[i % COLORS.length], kind: ser.dots ? "dot" : "box" }));
+      refs.forEach((r) => items.push({ name: r.name, color: r.color || "#888", kind: "dash" }));
+      rings.forEach((r) => items.push({ name: r.name, color: r.color || "#2ca02c", kind: "ring" }));
+      vmarks.filter((v) => v.name).forEach((v) => items.push({ name: v.name, color: v.color || "#2ca02c", kind: "dash" }));
+      if (marks.length) items.push({ name: "rejected step", color: "#d62728", kind: "box" });
+    }
+    const leg = legendBelow(items, H + 6);
+    return svg(s + leg.s, "", W, H + leg.height);
   }
 
   // points: [{name, pts: [[x, y]], mean, cov, color}] in one plane; ellipses at 2 sd
@@ -112,9 +170,10 @@ const Plots = (() => {
         s += `<polyline fill="none" stroke="${color}" stroke-width="${g.bold ? 2.5 : 1.2}" points="${path.join(" ")}"/>`;
       }
     });
+    // the legend sits in a margin right of the frame: inside it, it hid the points it named
     const legend = groups.filter((g) => g.legend !== false);
-    s += legend.map((g, i) => `<rect x="${W - PAD.r - 96}" y="${PAD.t + 4 + 11 * i}" width="8" height="8" fill="${g.color || COLORS[groups.indexOf(g) % COLORS.length]}"/><text x="${W - PAD.r - 84}" y="${PAD.t + 11 + 11 * i}" class="legend">${esc(g.name)}</text>`).join("");
-    return svg(s);
+    s += `<g class="legend-box">${legend.map((g, i) => `<rect x="${W + 2}" y="${PAD.t + 4 + 11 * i}" width="8" height="8" fill="${g.color || COLORS[groups.indexOf(g) % COLORS.length]}"/><text x="${W + 14}" y="${PAD.t + 11 + 11 * i}" class="legend">${esc(g.name)}</text>`).join("")}</g>`;
+    return svg(s, "", W + LEGEND_W, H);
   }
 
   function colour(t) {  // viridis-like ramp, t in [0, 1]
@@ -123,21 +182,32 @@ const Plots = (() => {
     return `rgb(${stops[i].map((c, k) => Math.round(c + f * (stops[i + 1][k] - c))).join(",")})`;
   }
 
-  // matrix: rows of numbers (a covariance, or a 2-D field)
-  function heatmap({ title, matrix }) {
+  // matrix: rows of numbers (a covariance, or a 2-D field). range: [lo, hi] of the colour
+  // scale, shared by heatmaps that are to be compared (else the matrix's own); xlabel/ylabel
+  // name the column and row index.
+  function heatmap({ title, matrix, range = null, xlabel = "", ylabel = "" }) {
     const n = matrix.length, m = n ? matrix[0].length : 0;
-    const flat = matrix.flat().filter(isFinite);
-    const [lo, hi] = extent(flat);
-    const size = Math.min(W - 110, H - 40), cw = size / Math.max(m, 1), ch = size / Math.max(n, 1);
+    const [lo, hi] = range || extent(matrix.flat().filter(isFinite));
+    const size = Math.min(W - 130, H - 62), cw = size / Math.max(m, 1), ch = size / Math.max(n, 1);
     let s = `<text x="${W / 2}" y="14" text-anchor="middle" class="title">${esc(title)}</text>`;
-    const x0 = 40, y0 = 24;
+    const x0 = 50, y0 = 24;
     matrix.forEach((row, i) => row.forEach((v, j) => {
       s += `<rect x="${(x0 + j * cw).toFixed(2)}" y="${(y0 + i * ch).toFixed(2)}" width="${(cw + 0.3).toFixed(2)}" height="${(ch + 0.3).toFixed(2)}" fill="${colour((v - lo) / (hi - lo || 1))}"/>`;
     }));
+    // index ticks: every index of a small matrix, else the first, middle and last
+    const idx = (k) => (k <= 12 ? [...Array(k).keys()] : [0, Math.floor((k - 1) / 2), k - 1]);
+    for (const j of idx(m)) s += `<text x="${(x0 + (j + 0.5) * cw).toFixed(1)}" y="${y0 + size + 11}" text-anchor="middle" class="tick">${j + 1}</text>`;
+    for (const i of idx(n)) s += `<text x="${x0 - 4}" y="${(y0 + (i + 0.5) * ch + 3).toFixed(1)}" text-anchor="end" class="tick">${i + 1}</text>`;
+    if (xlabel) s += `<text x="${x0 + size / 2}" y="${y0 + size + 24}" text-anchor="middle" class="label">${esc(xlabel)}</text>`;
+    if (ylabel) s += `<text x="14" y="${y0 + size / 2}" transform="rotate(-90 14 ${y0 + size / 2})" text-anchor="middle" class="label">${esc(ylabel)}</text>`;
+    let bar = "";
     for (let k = 0; k <= 4; k++) {
-      s += `<rect x="${x0 + size + 14}" y="${y0 + size - (k + 1) * size / 5}" width="12" height="${size / 5}" fill="${colour(k / 4)}"/>`;
+      bar += `<rect x="${x0 + size + 14}" y="${y0 + size - (k + 1) * size / 5}" width="12" height="${size / 5}" fill="${colour(k / 4)}"/>`;
     }
-    s += `<text x="${x0 + size + 30}" y="${y0 + 8}" class="tick">${fmt(hi)}</text><text x="${x0 + size + 30}" y="${y0 + size}" class="tick">${fmt(lo)}</text>`;
+    bar += `<text x="${x0 + size + 30}" y="${y0 + 8}" class="tick">${fmt(hi)}</text>`
+      + `<text x="${x0 + size + 30}" y="${y0 + size / 2 + 3}" class="tick">${fmt((lo + hi) / 2)}</text>`
+      + `<text x="${x0 + size + 30}" y="${y0 + size}" class="tick">${fmt(lo)}</text>`;
+    s += `<g class="colorbar" data-lo="${esc(fmt(lo))}" data-hi="${esc(fmt(hi))}">${bar}</g>`;
     return svg(s, "heat");
   }
 
@@ -159,10 +229,10 @@ const Plots = (() => {
     if (shape.length === 2) {
       const rows = [];
       for (let i = 0; i < shape[0]; i++) rows.push(values.slice(i * shape[1], (i + 1) * shape[1]));
-      return heatmap({ title, matrix: rows });
+      return heatmap({ title, matrix: rows, xlabel: "grid column", ylabel: "grid row" });
     }
     return lines({ title, series: [{ name: title, x: values.map((_, i) => i / Math.max(values.length - 1, 1)), y: values }], xlabel: "x" });
   }
 
-  return { lines, scatter, heatmap, bars, field, esc, fmt, COLORS };
+  return { lines, scatter, heatmap, bars, field, esc, fmt, extent, COLORS };
 })();

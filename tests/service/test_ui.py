@@ -3,8 +3,8 @@ real ``lwl serve``: every kind of job page renders with no console error, the li
 labels uploaded through the page resume an ask/tell job, owners are kept apart, and a bad spec
 shows its field error.
 
-Screenshots go to $LWL_SCREENSHOTS when set (``python bench/ui.py --screenshots docs/ui``
-writes the committed ones)."""
+Screenshots go to $LWL_SCREENSHOTS when set (``LWL_SCREENSHOTS=docs/ui pytest
+tests/service/test_ui.py`` writes the committed ones)."""
 
 from __future__ import annotations
 
@@ -155,6 +155,121 @@ def test_finished_job_pages_render_without_console_errors(tab, finished, kind):
     assert json.loads(page.text_content("#spec-json"))["algorithm"]["name"] in ("bilevel", "ama", "particle_ama")
     tab.shot(f"job-{kind}")
     assert tab.errors == []
+
+
+def shown_number(text: str) -> float:
+    """The first number in a cell's text (the page prints 3 significant digits)."""
+    return float(re.search(r"[0-9.]+(?:e-?[0-9]+)?", text).group())
+
+
+def test_bilevel_page_marks_the_kept_iterate_and_its_checks(tab, finished, alice):
+    sel = alice.result(finished["bilevel"])["selected"]
+    page = tab.go(f"#/jobs/{finished['bilevel']}")
+    ring = page.wait_for_selector("[data-series=checks] circle.ring")
+    assert int(ring.get_attribute("data-iteration")) == sel["iteration"]
+    assert float(ring.get_attribute("data-err")) == pytest.approx(sel["check_err"])
+    assert int(page.get_attribute("#kept", "data-iteration")) == sel["iteration"]
+    assert f"{sel['initial_check_err']:.3g}" in page.inner_text("#kept")
+    # the initial distribution's check as the reference the checks are read against
+    ref = page.locator("[data-series=checks] line.ref[data-ref=initial]")
+    assert float(ref.get_attribute("data-err")) == pytest.approx(sel["initial_check_err"])
+    # the same iterate marked on the per-iteration charts
+    for key in ("objective", "validation_err"):
+        assert int(page.get_attribute(f"[data-series={key}] line.vmark", "data-kept")) == sel["iteration"]
+    assert tab.errors == []
+
+
+def test_bilevel_page_shows_the_initial_err_beside_the_designs(tab, finished, alice):
+    result = alice.result(finished["bilevel"])
+    v, comparison = result["verdict"], result["evaluation"]["comparisons"]["normal"]
+    page = tab.go(f"#/jobs/{finished['bilevel']}")
+    page.wait_for_selector("#err-summary")
+    design = page.locator("#err-summary tr[data-row=design] td").first.inner_text()
+    initial = page.locator("#err-summary tr[data-row=initial] td")
+    assert shown_number(design) == pytest.approx(v["err"], rel=5e-3)
+    assert shown_number(initial.nth(0).inner_text()) == pytest.approx(v["initial_err"], rel=5e-3)
+    ratio = initial.nth(2).inner_text().split("initial")[1]
+    assert shown_number(ratio) == pytest.approx(v["err"] / v["initial_err"], rel=5e-3)
+    shown = [float(t) for t in re.findall(r"[0-9.]+", ratio.split("95%")[1])]
+    assert shown == pytest.approx(comparison["ratio_interval"], rel=5e-3, abs=1e-3)  # over the training draws
+    assert initial.nth(3).inner_text() == {"better": "better", "tie": "within noise", "worse": "worse"}[v["initial_outcome"]]
+    assert v["best_baseline"] in page.inner_text("#err-summary tr[data-row=best-baseline]")
+
+
+def test_covariance_heatmaps_share_one_scale_and_name_their_axes(tab, finished):
+    page = tab.go(f"#/jobs/{finished['bilevel']}")
+    page.wait_for_selector("[data-view=cov-q] .colorbar")
+    bars = [page.locator(f"[data-view={v}] .colorbar") for v in ("cov-design", "cov-q")]
+    assert [b.get_attribute("data-lo") for b in bars] == [bars[0].get_attribute("data-lo")] * 2
+    assert [b.get_attribute("data-hi") for b in bars] == [bars[0].get_attribute("data-hi")] * 2
+    for v in ("cov-design", "cov-q"):
+        text = page.inner_text(f"[data-view={v}]")
+        assert "coordinate i" in text and "coordinate j" in text
+
+
+def test_legends_do_not_cover_the_plotted_points(tab, finished):
+    page = tab.go(f"#/jobs/{finished['bilevel']}")
+    page.wait_for_selector("[data-view=projection] svg")
+    overlaps = page.evaluate("""() => {
+        const out = [];
+        for (const svg of document.querySelectorAll('svg.chart')) {
+            const frame = svg.querySelector('rect.frame');
+            if (!frame) continue;
+            const a = frame.getBoundingClientRect();
+            for (const t of svg.querySelectorAll('text.legend')) {
+                const b = t.getBoundingClientRect();
+                if (b.left < a.right && b.right > a.left && b.top < a.bottom && b.bottom > a.top) out.push(t.textContent);
+            }
+        }
+        return out;
+    }""")
+    assert overlaps == []
+    assert page.locator("#convergence text.legend").count() >= 3  # the check ran on legends
+    assert page.locator("[data-view=projection] text.legend").count() >= 2
+
+
+def test_a_finished_job_shows_loading_not_an_empty_history_while_it_loads(tab, finished):
+    held = []
+
+    def hold(route):  # the request waits until the test lets it go
+        held.append(route)
+
+    page = tab.page
+    page.route(re.compile(r".*/v1/jobs/[0-9a-f]+/history.*"), hold)
+    page.route(re.compile(r".*/v1/jobs/[0-9a-f]+/result$"), hold)
+    page.set_default_timeout(15_000)
+    tab.go(f"#/jobs/{finished['bilevel']}")
+    page.wait_for_selector("#convergence-loading")
+    while not held:
+        page.wait_for_timeout(50)
+    assert "No iterations" not in page.inner_text("#convergence-section")
+    held.pop().continue_()  # the history; the result is held next
+    page.wait_for_selector("#result-loading")
+    assert page.locator("#convergence-loading").count() == 0
+    assert "No iterations" not in page.inner_text("#convergence-section")
+    while not held:
+        page.wait_for_timeout(50)
+    held.pop().continue_()
+    page.wait_for_selector("[data-series=checks]")
+    page.wait_for_selector("#evaluation-section")
+    assert page.locator("#result-loading").count() == 0
+    assert tab.errors == []
+
+
+def test_no_key_box_when_the_server_has_no_keys(browser, tmp_path, server):
+    keyless = Server(tmp_path / "keyless", env={"LWL_API_KEYS": ""}, no_worker=True).start()
+    try:
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        page.goto(f"{keyless.url}/ui")
+        page.wait_for_selector("#jobs")  # the page works without a key ...
+        assert page.locator("#key-form").is_hidden()  # ... and does not ask for one
+        page.goto(f"{server.url}/ui")  # a server with keys asks
+        page.wait_for_selector("#key-needed")
+        assert page.locator("#key-form").is_visible()
+        ctx.close()
+    finally:
+        keyless.stop()
 
 
 def test_samples_download_equals_the_api(tab, finished, alice):
