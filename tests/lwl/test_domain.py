@@ -352,3 +352,22 @@ def test_the_design_steps_keep_mass_in_the_domain():
     assert fam.admissible(params)
     far = {**params, "mean": params["mean"] + 40.0}
     assert not fam.admissible(far)
+
+
+def test_lwl_run_and_lwl_sample_stay_inside_the_domain(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    doc = _spec(evaluation={"enabled": False})
+    (tmp_path / "spec.json").write_text(json.dumps(doc))
+    run = subprocess.run([sys.executable, "-m", "lwl.cli", "run", str(tmp_path / "spec.json"), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    out = tmp_path / "x.npy"
+    sample = subprocess.run([sys.executable, "-m", "lwl.cli", "sample", str(tmp_path / "out" / "result.json"),
+                             "-n", "100000", "--seed", "2", "--out", str(out)], capture_output=True, text=True,
+                            timeout=600)
+    assert sample.returncode == 0, sample.stderr
+    x = np.load(out)
+    assert x.shape == (100_000, D) and Domain([0] * D, [1] * D).contains(x).all()
