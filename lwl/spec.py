@@ -871,6 +871,28 @@ def _check_domain(spec: JobSpec, entry) -> None:
     domain = spec.domain.build()
     for k, m in enumerate(spec.test_distributions.members):
         check_member_domain(m, k, domain, spec.domain.outside, spec.seed)
+    _check_initial_in_domain(spec.family, domain, spec.seed)
+
+
+def _check_initial_in_domain(family, domain, seed: int) -> None:
+    """An initial distribution given explicitly (a Gaussian's mean and cov, a mixture's
+    components) must keep some mass in the domain: restricted to it, it is drawn by rejection
+    (lwl.measures.truncated.MIN_INSIDE; a family filled from Q starts inside, as Q is)."""
+    from lwl.measures import Gaussian, Mixture
+    from lwl.measures.truncated import MIN_INSIDE
+    from lwl.streams import STREAM_DOMAIN
+
+    if getattr(family, "mean", None) is not None and getattr(family, "cov", None) is not None:
+        law, field = Gaussian(family.mean, cov=family.cov), "family.mean"
+    elif getattr(family, "means", None) is not None:
+        law = Mixture([Gaussian(m, cov=c) for m, c in zip(family.means, family.covs)], family.weights)
+        field = "family.means"
+    else:
+        return
+    share = float(domain.contains(law.sample(20_000, [seed, STREAM_DOMAIN, 10_000])).mean())
+    if share < 2 * MIN_INSIDE:
+        raise ValueError(f"{field}: the initial distribution puts {share:.2%} of its mass inside the domain "
+                         f"(at least {2 * MIN_INSIDE:.1%} needed to draw from it restricted to the domain)")
 
 
 def _check_budget(spec: JobSpec, entry) -> None:

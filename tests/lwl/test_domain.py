@@ -371,3 +371,26 @@ def test_lwl_run_and_lwl_sample_stay_inside_the_domain(tmp_path):
     assert sample.returncode == 0, sample.stderr
     x = np.load(out)
     assert x.shape == (100_000, D) and Domain([0] * D, [1] * D).contains(x).all()
+
+
+def test_an_initial_distribution_outside_the_domain_is_refused():
+    doc = _spec(family={"name": "gaussian", "mean": [3.0, 0.5, 0.5], "cov": (0.1 * np.eye(D)).tolist()})
+    assert "family.mean" in _errors(doc)
+    doc["family"]["mean"] = [1.3, 0.5, 0.5]  # about 17% inside: restricted, it is a start like any other
+    assert parse_job_spec(doc).family.mean == [1.3, 0.5, 0.5]
+    doc["family"] = {"name": "mixture", "weights": [0.5, 0.5], "means": [[5.0] * D, [-5.0] * D],
+                     "covs": [np.eye(D).tolist()] * 2}
+    assert "family.means" in _errors(doc)
+
+
+def test_pool_and_auto_families_are_restricted_too():
+    for family in ("pool", "auto"):
+        spec = parse_job_spec(_spec(family={"name": family}, evaluation={"enabled": False},
+                                    algorithm={"name": "bilevel", "iterations": 4, "samples_per_iteration": 50,
+                                               "check_every": 2, "broaden": [3.0]}))
+        oracle = Recording(spec.oracle.build())
+        result = run_job(spec, oracle=oracle)
+        box = spec.domain.build()
+        assert box.contains(np.concatenate(oracle.asked)).all()
+        assert result["distribution"]["family"] == "truncated"
+        assert box.contains(from_spec(result["distribution"]).sample(10_000, 0)).all()

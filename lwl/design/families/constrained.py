@@ -46,6 +46,8 @@ class ConstrainedFamily:
         self.normaliser_samples = int(normaliser_samples)
 
     def __getattr__(self, name):  # only called for what this class does not define
+        if name == "inner":  # not set yet (a copy under construction): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def measure(self, params: Params) -> Measure:
