@@ -877,9 +877,9 @@ def _check_domain(spec: JobSpec, entry) -> None:
 def _check_initial_in_domain(family, domain, seed: int) -> None:
     """An initial distribution given explicitly (a Gaussian's mean and cov, a mixture's
     components) must keep some mass in the domain: restricted to it, it is drawn by rejection
-    (lwl.measures.truncated.MIN_INSIDE; a family filled from Q starts inside, as Q is)."""
+    (lwl.design.families.constrained.MIN_DESIGN_SHARE; a family filled from Q starts inside, as Q is)."""
+    from lwl.design.families.constrained import MIN_DESIGN_SHARE
     from lwl.measures import Gaussian, Mixture
-    from lwl.measures.truncated import MIN_INSIDE
     from lwl.streams import STREAM_DOMAIN
 
     if getattr(family, "mean", None) is not None and getattr(family, "cov", None) is not None:
@@ -890,9 +890,9 @@ def _check_initial_in_domain(family, domain, seed: int) -> None:
     else:
         return
     share = float(domain.contains(law.sample(20_000, [seed, STREAM_DOMAIN, 10_000])).mean())
-    if share < 2 * MIN_INSIDE:
+    if share < MIN_DESIGN_SHARE:
         raise ValueError(f"{field}: the initial distribution puts {share:.2%} of its mass inside the domain "
-                         f"(at least {2 * MIN_INSIDE:.1%} needed to draw from it restricted to the domain)")
+                         f"(a design restricted to it keeps at least {MIN_DESIGN_SHARE:.0%})")
 
 
 def _check_budget(spec: JobSpec, entry) -> None:

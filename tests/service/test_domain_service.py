@@ -28,7 +28,7 @@ def domain_job(**over) -> dict:
     b = np.clip(rng.normal([0.7, 0.3, 1.0, 0.1, 0.6], 0.15, (300, D)), LOW, HIGH)
     spec["test_distributions"]["members"] = [{"samples": a.tolist()}, {"samples": b.tolist()}]
     spec["domain"] = {"low": LOW, "high": HIGH}
-    spec["family"] = {"name": "gaussian", "mean": [0.5] * D, "cov": np.eye(D).tolist()}  # mostly outside
+    spec["family"] = {"name": "gaussian", "mean": [0.5] * D, "cov": (0.25 * np.eye(D)).tolist()}  # ~88% outside
     spec.update(over)
     return spec
 

@@ -34,6 +34,10 @@ from lwl.streams import STREAM_NORMALISER
 
 NORMALISER_SAMPLES = 4096  # draws of p_theta behind E[s_theta] in each score
 INSIDE_SAMPLES = 4096  # draws of q_theta behind the share-inside check of a step
+# a design keeps at least this share of q_theta's mass in D: ten times what rejection can draw
+# from (MIN_INSIDE), so that an estimate on INSIDE_SAMPLES draws (about 41 hits at the bar)
+# never lets through a law that /samples could not draw from
+MIN_DESIGN_SHARE = 10 * MIN_INSIDE
 
 
 class ConstrainedFamily:
@@ -81,9 +85,9 @@ class ConstrainedFamily:
         return float(self.domain.contains(x).mean())
 
     def admissible(self, params: Params) -> bool:
-        """A step may go to theta only when q_theta keeps at least twice MIN_INSIDE of its mass in
+        """A step may go to theta only when q_theta keeps at least MIN_DESIGN_SHARE of its mass in
         D: below MIN_INSIDE it cannot be sampled (and such a law is a runaway, not a design)."""
-        return self.share_inside(params) >= 2 * MIN_INSIDE
+        return self.share_inside(params) >= MIN_DESIGN_SHARE
 
 
 def constrain_family(family: BilevelFamily, domain: Domain | None, seed: int) -> BilevelFamily:
