@@ -144,6 +144,26 @@ def test_the_restricted_density_integrates_to_one():
     assert t.log_prob(np.array([[1.6, 0.0], [0.0, -0.6]])).tolist() == [-np.inf, -np.inf]
 
 
+def test_a_restricted_weighted_pool_has_a_density_too():
+    from scipy.stats import multivariate_normal
+
+    from lwl.measures import WeightedPool
+
+    pts = np.array([[0.1, 0.2], [0.8, 0.5], [0.4, 0.9]])
+    L = np.array([[0.2, 0.0], [0.05, 0.15]])
+    pool = WeightedPool(pts, [0.2, 0.5, 0.3], L)
+    x = np.array([[0.3, 0.3], [0.9, 0.1]])
+    want = np.log(sum(w * multivariate_normal(p, L @ L.T).pdf(x) for w, p in zip(pool.weights, pts)))
+    np.testing.assert_allclose(pool.log_prob(x), want, rtol=1e-10)
+    t = Truncated(pool, Domain([0.0, 0.0], [1.0, 1.0]))
+    z, se = t.normaliser()  # no closed form: Monte Carlo
+    n = 800
+    g = (np.arange(n) + 0.5) / n
+    X, Y = np.meshgrid(g, g, indexing="ij")
+    total = np.exp(t.log_prob(np.stack([X.ravel(), Y.ravel()], 1))).sum() / n**2
+    assert abs(total - 1.0) < max(1e-3, 4 * se / z)
+
+
 def test_the_density_under_linear_constraints_integrates_to_one_within_its_monte_carlo_error():
     g = Gaussian([0.5, 0.5], cov=[[0.2, 0.05], [0.05, 0.3]])
     tri = Domain([0.0, 0.0], [1.0, 1.0], A=[[1.0, 1.0]], b=[1.0])  # the triangle x + y <= 1
