@@ -271,9 +271,9 @@ class DomainSpec(StrictModel):
 
     low: list[float] = Field(min_length=1, description="lower bound of each input")
     high: list[float] = Field(min_length=1, description="upper bound of each input (> low)")
-    A: list[list[float]] | None = Field(default=None, min_length=1,
+    A: list[list[float]] | None = Field(default=None, min_length=1, max_length=10_000,
                                         description="linear constraints A x <= b (rows of length d), with b")
-    b: list[float] | None = Field(default=None, min_length=1)
+    b: list[float] | None = Field(default=None, min_length=1, max_length=10_000)
     outside: Literal["refuse", "clip"] = Field(
         default="refuse", description="test samples outside the domain: refused (422 naming the member) or "
                                       "clipped into the box")
