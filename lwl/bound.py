@@ -56,9 +56,11 @@ def krr_lipschitz(model) -> float:
     return float(np.sqrt(2.0) / model.lengthscale * np.sqrt(max(norm_sq, 0.0)))
 
 
-def second_moment(measure) -> float:
-    """m2 = E||u||^2 = ||mean||^2 + tr(cov), exact for any law with those moments."""
+def second_moment(measure, origin=None) -> float:
+    """m2 = E||u - origin||^2 = ||mean - origin||^2 + tr(cov), exact for any law with those moments."""
     m, C = measure.mean_and_cov()
+    if origin is not None:
+        m = m - origin
     return float(m @ m + np.trace(C))
 
 
@@ -72,7 +74,14 @@ def bilevel_bound(spec, q, design, oracle, model, heldout_err_sq: float, zero_q:
     from lwl.streams import STREAM_BOUND
     from lwl.transport import empirical_w2_squared, gaussian_w2_squared
 
+    from lwl.measures import constrain
+
     exact: dict[str, bool] = {}
+    # with an input domain the oracle is asked inside it only: the bound is taken about a point x0
+    # of the domain instead of 0 (Prop. 3.1 for u -> G(u + x0): W2 and the Lipschitz constants are
+    # unchanged, m2 becomes E||u - x0||^2 and G(0) becomes G(x0))
+    domain = spec.domain.build() if getattr(spec, "domain", None) is not None else None
+    x0 = domain.reference_point() if domain is not None else np.zeros(q.dim)
     x = design.sample(n_mc, [spec.seed, STREAM_BOUND, 0])
     r2 = (as_numpy(oracle.label(x)) - model.predict(x)) ** 2
     train_error = float(r2.mean())
@@ -80,35 +89,38 @@ def bilevel_bound(spec, q, design, oracle, model, heldout_err_sq: float, zero_q:
     gaussians = [Gaussian(m.gaussian.mean, cov=m.gaussian.cov) if m.gaussian is not None else None for m in members]
     m2_members, w2 = [], []
     for k, (g, samples) in enumerate(zip(gaussians, q.members)):
-        if g is not None:
-            m2_members.append(second_moment(g))
-        else:
-            m2_members.append(float((samples**2).sum(1).mean()))
+        if g is not None and domain is None:
+            m2_members.append(second_moment(g, x0))
+        else:  # (a Gaussian member restricted to the domain is known by its samples)
+            m2_members.append(float(((samples - x0) ** 2).sum(1).mean()))
         if g is not None and isinstance(design, Gaussian):
             w2.append(float(gaussian_w2_squared(design.mean, design.cov, g.mean, g.cov)))
         else:
             held = q.heldout[k]
             w2.append(empirical_w2_squared(design.sample(len(held), [spec.seed, STREAM_BOUND, 1, k]), held))
     exact["w2"] = isinstance(design, Gaussian) and all(g is not None for g in gaussians)
-    exact["m2"] = all(g is not None for g in gaussians)
+    exact["m2"] = all(g is not None for g in gaussians) and domain is None
     lip_model = krr_lipschitz(model)
     exact["lipschitz_model"] = bool(np.isfinite(lip_model))
     analytic = getattr(oracle, "lipschitz_bound", None)
     lip_true = analytic() if callable(analytic) else None
     exact["lipschitz_oracle"] = lip_true is not None
     if lip_true is None:
-        a, b = lipschitz_pairs([design, *[_gaussian(s) for s in q.validation]], pairs,
+        a, b = lipschitz_pairs([design, *[constrain(_gaussian(s), domain) for s in q.validation]], pairs,
                                [spec.seed, STREAM_BOUND, 2])
         lip_true = lipschitz_ratio(as_numpy(oracle.label(a)).reshape(len(a), -1),
                                    as_numpy(oracle.label(b)).reshape(len(b), -1), a, b)
-    zero = np.zeros((1, q.dim))
+    zero = x0[None, :]
     zero_sq = float(np.sum(as_numpy(oracle.label(zero)) ** 2) + np.sum(model.predict(zero) ** 2))
-    out = ood_upper_bound(train_error, lip_true, lip_model, second_moment(design), m2_members, w2, zero_sq, q.weights)
+    out = ood_upper_bound(train_error, lip_true, lip_model, second_moment(design, x0), m2_members, w2, zero_sq,
+                          q.weights)
     out.update(train_error_se=float(r2.std(ddof=1) / np.sqrt(len(r2))), lipschitz_oracle=float(lip_true),
                lipschitz_model=lip_model, heldout_error=heldout_err_sq, zero_error=zero_q,
                err=float(np.sqrt(heldout_err_sq / zero_q)), err_bound=float(np.sqrt(out["bound"] / zero_q)),
                ratio_to_heldout=float(out["bound"] / heldout_err_sq) if heldout_err_sq > 0 else None,
                exact=exact, rigorous=bool(all(exact.values())))
+    if domain is not None:
+        out["origin"] = x0.tolist()  # the bound's reference point x0 (module docstring of bilevel_bound)
     out["vacuous"] = out["err_bound"] >= 1.0  # no better than predicting 0
     return out
 

@@ -39,15 +39,17 @@ INTEGRATION_MAX = 1000  # Q points the anchor integrates the posterior variance 
 BASELINES = ("mixture", "normal", "barycenter")
 
 
-def anchor_pool(q, n: int, seed: int) -> np.ndarray:
-    """The anchor's candidates: Q's validation inputs, topped up with draws of Q's mixture to
-    max(2n, n + 1000) points."""
+def anchor_pool(q, n: int, seed: int, domain=None) -> np.ndarray:
+    """The anchor's candidates: Q's validation inputs, topped up with draws of Q's mixture (restricted
+    to the input ``domain`` when there is one) to max(2n, n + 1000) points."""
     from lwl.design.baselines import mixture
+    from lwl.measures import constrain
 
     pool = np.concatenate(q.validation)
     size = max(2 * n, n + 1000)
     if len(pool) < size:
-        pool = np.concatenate([pool, mixture(q).sample(size - len(pool), [seed, STREAM_AUDIT, 1000])])
+        top_up = constrain(mixture(q), domain)
+        pool = np.concatenate([pool, top_up.sample(size - len(pool), [seed, STREAM_AUDIT, 1000])])
     return pool
 
 
@@ -61,11 +63,11 @@ def integration_points(q, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def anchor_training_set(q, n: int, *, kernel: str, lengthscale: float, ridge: float, seed: int,
-                        draw: int = 0) -> np.ndarray:
+                        draw: int = 0, domain=None) -> np.ndarray:
     """The NIPV anchor's n inputs (to be labelled)."""
     from lwl.design.nipv import nipv_select
 
-    pool = anchor_pool(q, n, seed + draw)
+    pool = anchor_pool(q, n, seed + draw, domain)
     z, a = integration_points(q, seed)
     order, _ = nipv_select(pool, z, a, n, kernel=kernel, lengthscale=lengthscale, noise=ridge)
     return pool[order]
@@ -80,6 +82,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
     from lwl.design import baselines as _  # noqa: F401  (registers the baselines)
+    from lwl.measures import constrain
     from lwl.registry import BASELINES as REG
 
     n = len(y)
@@ -99,11 +102,12 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     design = sq_errors(X, y)
     rows: dict[str, np.ndarray] = {}
     failed: dict[str, str] = {}
+    domain = spec.domain.build() if getattr(spec, "domain", None) is not None else None
     names = [b for b in (baselines if baselines is not None else BASELINES)
              if REG.get(b).extra.get("kind") == "distribution"]
     for name in names:
         try:
-            measure = REG.get(name).build(spec, q)
+            measure = constrain(REG.get(name).build(spec, q), domain)  # inside the input domain
             out = []
             for r in range(draws):  # draw r of every baseline from the same seed (common random numbers)
                 x = measure.sample(n, [spec.seed, STREAM_AUDIT, r])
@@ -119,7 +123,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
         out = []
         for r in range(anchor_draws):
             x = anchor_training_set(q, n, kernel=kw["kernel"], lengthscale=kw["lengthscale"], ridge=kw["ridge"],
-                                    seed=spec.seed, draw=r)
+                                    seed=spec.seed, draw=r, domain=domain)
             out.append(sq_errors(x, as_numpy(oracle.label(x))))
             audit += n
         rows["nipv"] = np.stack(out)

@@ -111,6 +111,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     """
     from lwl.comparison import compare, error_interval
     from lwl.design import baselines as _  # noqa: F401  (registers the baselines)
+    from lwl.measures import constrain
     from lwl.registry import BASELINES
     from lwl.streams import STREAM_EVAL
     from lwl.oracles import as_numpy
@@ -132,10 +133,11 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
         candidates["initial"] = initial
     failed: dict[str, str] = {}  # a baseline that cannot be built or trained never costs the design
     pool_baselines = [b for b in ev.baselines if BASELINES.get(b).extra["kind"] == "pool"]
+    domain = spec.domain.build() if getattr(spec, "domain", None) is not None else None
     for name in ev.baselines:
         if name not in pool_baselines:
-            try:
-                candidates[name] = BASELINES.get(name).build(spec, q)
+            try:  # with an input domain the baselines draw inside it too: the oracle is never asked outside
+                candidates[name] = constrain(BASELINES.get(name).build(spec, q), domain)
             except (ValueError, np.linalg.LinAlgError) as exc:
                 failed[name] = str(exc)
 

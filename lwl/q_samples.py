@@ -15,7 +15,7 @@ import numpy as np
 from lwl.measures import Gaussian, UniformBox
 from lwl.registry import Registry
 from lwl.spec import TestDistributionsSpec
-from lwl.streams import STREAM_Q
+from lwl.streams import STREAM_DOMAIN, STREAM_Q
 
 DatasetResolver = Callable[[str], np.ndarray]
 
@@ -28,12 +28,96 @@ def _no_datasets(ref: str) -> np.ndarray:
 # How each kind of test member (lwl.spec.MemberSpec: exactly one field is given) becomes
 # samples: build(value of that field, size, seed, dataset resolver) -> (M, d) float64 array.
 MEMBER_KINDS = Registry("member kind")
-MEMBER_KINDS.register("gaussian", None, lambda g, size, seed, _: Gaussian(g.mean, cov=g.cov).sample(size, seed))
-MEMBER_KINDS.register("uniform", None, lambda u, size, seed, _: UniformBox(u.low, u.high).sample(size, seed))
-MEMBER_KINDS.register("kle", None, lambda p, size, seed, _: p.measure().sample(size, seed))
-MEMBER_KINDS.register("lognormal", None, lambda p, size, seed, _: np.exp(p.measure().sample(size, seed)))
+# ``drawn``: lwl draws the member's samples (from the job's seed), so with an input domain it
+# draws them restricted to it; the others are the user's points, refused or clipped there.
+MEMBER_KINDS.register("gaussian", None, lambda g, size, seed, _: Gaussian(g.mean, cov=g.cov).sample(size, seed),
+                      drawn=True)
+MEMBER_KINDS.register("uniform", None, lambda u, size, seed, _: UniformBox(u.low, u.high).sample(size, seed),
+                      drawn=True)
+MEMBER_KINDS.register("kle", None, lambda p, size, seed, _: p.measure().sample(size, seed), drawn=True)
+MEMBER_KINDS.register("lognormal", None, lambda p, size, seed, _: np.exp(p.measure().sample(size, seed)),
+                      drawn=True)
 MEMBER_KINDS.register("samples", None, lambda rows, size, seed, _: np.asarray(rows, dtype=np.float64))
 MEMBER_KINDS.register("dataset", None, lambda ref, size, seed, resolve: np.asarray(resolve(ref), dtype=np.float64))
+
+# -- members and the input domain (docs/job-spec.md "domain") ---------------------------------------
+MAX_OUTSIDE_SHARE = 0.01  # a drawn member with more mass outside the domain is refused (outside: refuse)
+SHARE_DRAWS = 20_000  # draws behind that share (fewer for high-dimensional members: memory)
+MIN_SHARE_INSIDE = 1e-3  # below this a drawn member cannot be drawn restricted to the domain at all
+
+
+def _kind(member) -> str:
+    return next(name for name in MEMBER_KINDS.names() if getattr(member, name) is not None)
+
+
+def share_outside(member, domain, seed: int, k: int) -> float:
+    """The share of a drawn member's mass outside the domain, on SHARE_DRAWS draws of its own
+    stream (seed, STREAM_DOMAIN, k) (a fixed estimate: the same spec gets the same answer)."""
+    kind = _kind(member)
+    n = int(min(SHARE_DRAWS, max(1000, 20_000_000 // max(domain.dim, 1))))
+    x = MEMBER_KINDS.get(kind).build(getattr(member, kind), n, [seed, STREAM_DOMAIN, k, 0], _no_datasets)
+    return float(1.0 - domain.contains(x).mean())
+
+
+def check_member_domain(member, k: int, domain, outside: str, seed: int) -> None:
+    """Refuse member ``k`` (a ``lwl.spec.MemberSpec``) when the domain cannot hold it: the
+    user's points outside it (``outside: "refuse"``; with ``"clip"``, points that clipping into
+    the box cannot bring inside A x <= b), a drawn member with more than MAX_OUTSIDE_SHARE of
+    its mass outside (``"refuse"``) or less than MIN_SHARE_INSIDE inside (either). Datasets are
+    checked by :func:`member_in_domain` once resolved. Raises ValueError naming the member."""
+    kind = _kind(member)
+    if kind == "dataset":
+        return
+    if kind == "samples":
+        member_in_domain(np.asarray(member.samples, dtype=np.float64), k, "samples", domain, outside)
+        return
+    share = share_outside(member, domain, seed, k)
+    field = f"test_distributions.members.{k}.{kind}"
+    if 1.0 - share < MIN_SHARE_INSIDE:
+        raise ValueError(f"{field}: {share:.1%} of this member's mass lies outside the domain: it cannot be "
+                         "drawn inside it")
+    if outside == "refuse" and share > MAX_OUTSIDE_SHARE:
+        raise ValueError(f"{field}: {share:.1%} of this member's mass lies outside the domain (at most "
+                         f"{MAX_OUTSIDE_SHARE:.0%} is drawn restricted to it); move the member, widen the domain, "
+                         "or set domain.outside to \"clip\" to draw it restricted to the domain anyway")
+
+
+def member_in_domain(x: np.ndarray, k: int, kind: str, domain, outside: str) -> np.ndarray:
+    """The user's points of member ``k`` in the domain: unchanged when inside, clipped into the
+    box with ``outside: "clip"``, else refused (ValueError naming the member)."""
+    inside = domain.contains(x)
+    if inside.all():
+        return x
+    field = f"test_distributions.members.{k}.{kind}"
+    if outside == "clip":
+        clipped = domain.clip(x)
+        if domain.contains(clipped).all():
+            return clipped
+        raise ValueError(f"{field}: {domain.describe_outside(clipped)} after clipping into the box (clip "
+                         "projects on the box only; points outside A x <= b are refused)")
+    raise ValueError(f"{field}: {domain.describe_outside(x)}; set domain.outside to \"clip\" to clip them into "
+                     "the domain")
+
+
+def draw_in_domain(build, value, size: int, seed, domain, k: int) -> np.ndarray:
+    """``size`` draws of a member restricted to the domain (rejection): the first ``size`` draws
+    come from the member's own seed (a domain holding them all changes no bit), the rest from
+    (seed..., STREAM_DOMAIN, round)."""
+    x = build(value, size, seed, _no_datasets)
+    kept = [x[domain.contains(x)]]
+    have, drawn, r = len(kept[0]), size, 0
+    while have < size:
+        if drawn > size / MIN_SHARE_INSIDE:
+            raise ValueError(f"test_distributions.members.{k}: less than {MIN_SHARE_INSIDE:g} of this member's "
+                             "mass lies inside the domain")
+        r += 1
+        rate = max(have / drawn, MIN_SHARE_INSIDE)
+        m = int(min(np.ceil(1.2 * (size - have) / rate) + 64, 4_000_000))
+        x = build(value, m, [*np.atleast_1d(seed).tolist(), STREAM_DOMAIN, r], _no_datasets)
+        kept.append(x[domain.contains(x)])
+        have += len(kept[-1])
+        drawn += m
+    return np.concatenate(kept)[:size]
 
 
 def degenerate_member(x: np.ndarray, rel: float = 1e-10) -> str | None:
@@ -61,13 +145,26 @@ class MetaTestSamples:
 
     @classmethod
     def from_spec(cls, spec: TestDistributionsSpec, seed: int,
-                  resolve: DatasetResolver = _no_datasets) -> "MetaTestSamples":
+                  resolve: DatasetResolver = _no_datasets, domain=None) -> "MetaTestSamples":
+        """Q's samples; with ``domain`` (a ``lwl.spec.DomainSpec``) every sample lies in it:
+        drawn members are drawn restricted to it, the user's points refused or clipped
+        (:func:`check_member_domain`)."""
         members = []
+        box = domain.build() if domain is not None else None
         for k, m in enumerate(spec.members):
-            kind = next(name for name in MEMBER_KINDS.names() if getattr(m, name) is not None)
-            x = MEMBER_KINDS.get(kind).build(getattr(m, kind), m.size, [seed, STREAM_Q, k], resolve)
+            kind = _kind(m)
+            entry = MEMBER_KINDS.get(kind)
+            if box is not None and entry.extra.get("drawn"):
+                x = draw_in_domain(entry.build, getattr(m, kind), m.size, [seed, STREAM_Q, k], box, k)
+            else:
+                x = entry.build(getattr(m, kind), m.size, [seed, STREAM_Q, k], resolve)
             if kind == "dataset" and (x.ndim != 2 or not np.all(np.isfinite(x))):
                 raise ValueError(f"test_distributions.members.{k}.dataset: expected a finite (M, d) array")
+            if box is not None and not entry.extra.get("drawn"):
+                if x.ndim != 2 or x.shape[1] != box.dim:
+                    raise ValueError(f"test_distributions.members.{k}.{kind}: rows of dimension "
+                                     f"{x.shape[-1]}, the domain bounds {box.dim} inputs")
+                x = member_in_domain(x, k, kind, box, domain.outside)
             if x.shape[0] <= spec.validation_per_member:
                 raise ValueError(f"test_distributions.members.{k}: {x.shape[0]} samples leave none held out")
             members.append(x)

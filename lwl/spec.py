@@ -260,6 +260,45 @@ class TestDistributionsSpec(StrictModel):
         return next((m.dim for m in self.members if m.dim is not None), None)
 
 
+class DomainSpec(StrictModel):
+    """The instrument's input domain D = {x : low <= x <= high, A x <= b} (lwl.domain): every
+    input the job hands out (design batches, ask/tell batches, training sets, the evaluation's
+    training draws, ``/samples``) lies in D. The designed distribution is the family restricted
+    to D (docs/method.md "Input domains"). Test samples the user gives (``samples``,
+    ``dataset``) outside D are refused, or clipped into the box with ``outside: "clip"``;
+    members lwl draws (``gaussian``, ``uniform``, ...) are drawn restricted to D, and refused
+    when more than 1% of their mass lies outside unless ``outside`` is ``"clip"``."""
+
+    low: list[float] = Field(min_length=1, description="lower bound of each input")
+    high: list[float] = Field(min_length=1, description="upper bound of each input (> low)")
+    A: list[list[float]] | None = Field(default=None, min_length=1, max_length=10_000,
+                                        description="linear constraints A x <= b (rows of length d), with b")
+    b: list[float] | None = Field(default=None, min_length=1, max_length=10_000)
+    outside: Literal["refuse", "clip"] = Field(
+        default="refuse", description="test samples outside the domain: refused (422 naming the member) or "
+                                      "clipped into the box")
+
+    @model_validator(mode="after")
+    def _domain(self):
+        from lwl.domain import Domain
+
+        if self.A is not None:
+            _check_rectangular(self.A, "A")
+        domain = Domain(self.low, self.high, self.A, self.b)  # raises "high: ..." / "A: ..." / "b: ..."
+        if domain.interior_radius() <= 0:
+            raise ValueError("b: the constraints A x <= b leave no interior point in the box [low, high]")
+        return self
+
+    @property
+    def dim(self) -> int:
+        return len(self.low)
+
+    def build(self):
+        from lwl.domain import Domain
+
+        return Domain(self.low, self.high, self.A, self.b)
+
+
 class GaussianFamilySpec(StrictModel):
     """nu_theta = N(m, LL^T) with theta^0 = (mean, chol(cov)); ``free`` lists what moves.
 
@@ -672,6 +711,9 @@ class JobSpec(StrictModel):
 
     oracle: OracleSpec
     test_distributions: TestDistributionsSpec
+    domain: DomainSpec | None = Field(
+        default=None, description="the instrument's input domain: box bounds low/high per input and optional "
+                                  "linear constraints A x <= b; every input the job hands out lies inside")
     family: AutoFamilySpec = Field(default_factory=AutoFamilySpec, discriminator="name")
     model: KRRSpec = Field(default_factory=KRRSpec, discriminator="name")
     algorithm: BilevelSpec = Field(default_factory=BilevelSpec, discriminator="name")
@@ -683,6 +725,15 @@ class JobSpec(StrictModel):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     derived: list[str] = Field(default_factory=list, description="fields lwl filled from the data (output only)")
+
+    @field_validator("domain")
+    @classmethod
+    def _domain_dim(cls, domain, info: ValidationInfo):
+        tests = info.data.get("test_distributions")
+        d = tests.dim if tests is not None else None
+        if domain is not None and d is not None and domain.dim != d:
+            raise ValueError(f"low: the domain bounds {domain.dim} inputs, the test distributions have dimension {d}")
+        return domain
 
     @field_validator("family", mode="before")
     @classmethod
@@ -746,6 +797,8 @@ class JobSpec(StrictModel):
             self.evaluation.baselines = list(entry.extra.get("baselines", ()))
         if entry.check is not None:
             entry.check(self)
+        if self.domain is not None:
+            _check_domain(self, entry)
         if self.budget is not None:
             _check_budget(self, entry)
         return self
@@ -800,6 +853,46 @@ def _check_bilevel(spec: JobSpec) -> None:
             why = degenerate_member(np.asarray(m.samples, dtype=np.float64))
             if why:
                 raise ValueError(f"test_distributions.members.{k}.samples: {why}")
+
+
+def _check_domain(spec: JobSpec, entry) -> None:
+    """An input domain: an algorithm that restricts its draws to it (``domain`` in its registry
+    entry), a family of the same dimension, and test members inside it
+    (:func:`lwl.q_samples.check_member_domain`; datasets are checked when they are resolved)."""
+    if not entry.extra.get("domain"):
+        takes = [e.name for e in _algorithms().entries() if e.extra.get("domain")]
+        raise ValueError(f"domain: {spec.algorithm.name} does not restrict its inputs to a domain (algorithms that "
+                         f"do: {', '.join(takes)})")
+    fam_dim = getattr(spec.family, "dim", None)
+    if fam_dim is not None and fam_dim != spec.domain.dim:
+        raise ValueError(f"domain.low: the domain bounds {spec.domain.dim} inputs, the family has dimension {fam_dim}")
+    from lwl.q_samples import check_member_domain
+
+    domain = spec.domain.build()
+    for k, m in enumerate(spec.test_distributions.members):
+        check_member_domain(m, k, domain, spec.domain.outside, spec.seed)
+    _check_initial_in_domain(spec.family, domain, spec.seed)
+
+
+def _check_initial_in_domain(family, domain, seed: int) -> None:
+    """An initial distribution given explicitly (a Gaussian's mean and cov, a mixture's
+    components) must keep some mass in the domain: restricted to it, it is drawn by rejection
+    (lwl.design.families.constrained.MIN_DESIGN_SHARE; a family filled from Q starts inside, as Q is)."""
+    from lwl.design.families.constrained import MIN_DESIGN_SHARE
+    from lwl.measures import Gaussian, Mixture
+    from lwl.streams import STREAM_DOMAIN
+
+    if getattr(family, "mean", None) is not None and getattr(family, "cov", None) is not None:
+        law, field = Gaussian(family.mean, cov=family.cov), "family.mean"
+    elif getattr(family, "means", None) is not None:
+        law = Mixture([Gaussian(m, cov=c) for m, c in zip(family.means, family.covs)], family.weights)
+        field = "family.means"
+    else:
+        return
+    share = float(domain.contains(law.sample(20_000, [seed, STREAM_DOMAIN, 10_000])).mean())
+    if share < MIN_DESIGN_SHARE:
+        raise ValueError(f"{field}: the initial distribution puts {share:.2%} of its mass inside the domain "
+                         f"(a design restricted to it keeps at least {MIN_DESIGN_SHARE:.0%})")
 
 
 def _check_budget(spec: JobSpec, entry) -> None:
@@ -913,7 +1006,7 @@ def _register_builtins() -> None:
     MODELS.register("deeponet", DeepONetSpec)
     MODELS.register("amino", AMINOSpec)
     ALGORITHMS.register("bilevel", BilevelSpec, "lwl.design.bilevel:build", _check_bilevel,
-                        evaluate="lwl.design.bilevel:evaluate", final_steps=0, baselines=DEFAULT_BASELINES,
+                        evaluate="lwl.design.bilevel:evaluate", final_steps=0, baselines=DEFAULT_BASELINES, domain=True,
                         budgeted="lwl.design.budgeted:build", budget_needs="lwl.design.budgeted:check_budget",
                         budgeted_evaluate="lwl.budget_evaluation:evaluate")
     ALGORITHMS.register("ama", AMASpec, "lwl.design.ama:build", _check_ama,

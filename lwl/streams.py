@@ -18,3 +18,5 @@ STREAM_VALIDATION = 14  # validated AMA: Q's validation samples (lwl.design.vali
 STREAM_BUDGET = 15  # budgeted design: the points of each round (lwl.design.budgeted)
 STREAM_SURROGATE = 16  # budgeted design: the samples of the bilevel steps on the surrogate
 STREAM_AUDIT = 17  # equal-labels verdict: the baselines' training draws and the anchor's pool
+STREAM_DOMAIN = 18  # input domain: redraws of Q's members restricted to it, their share-outside estimate
+STREAM_NORMALISER = 19  # input domain: draws behind grad log Z of a restricted family (seeded by theta)

@@ -52,6 +52,13 @@ def uniform(dim: int) -> UniformBox:
     return UniformBox.unit(dim)
 
 
+def uniform_on(spec, q: MetaTestSamples) -> UniformBox:
+    """``uniform``: U([0,1]^d), the paper's; with an input domain, uniform on its box (the
+    instrument's range; linear constraints restrict it where it is drawn)."""
+    domain = getattr(spec, "domain", None)
+    return UniformBox(domain.low, domain.high) if domain is not None else uniform(q.dim)
+
+
 def _greedy_maxmin(min_dist: torch.Tensor, dist_to: callable, count: int, chosen: list[int]) -> list[int]:
     """Add ``count`` indices by i_{t+1} = argmax_i min_{j in S_t} dist(i, j), updating min_dist."""
     for _ in range(count):
@@ -121,6 +128,6 @@ def normal(spec, q: MetaTestSamples) -> Gaussian:
 BASELINES.register("normal", None, normal, kind="distribution")
 BASELINES.register("barycenter", None, lambda spec, q: barycenter(q), kind="distribution")
 BASELINES.register("mixture", None, lambda spec, q: mixture(q), kind="distribution")
-BASELINES.register("uniform", None, lambda spec, q: uniform(q.dim), kind="distribution")
+BASELINES.register("uniform", None, lambda spec, q: uniform_on(spec, q), kind="distribution")
 BASELINES.register("ncoreset", None, lambda pool, labels, n, *, ridge, **kw: ncoreset(pool, n, **kw), kind="pool")
 BASELINES.register("acoreset", None, acoreset, kind="pool")

@@ -98,6 +98,10 @@ class BilevelDesign(StepperDefaults):
         centre, cov = moment_matched(np.concatenate(q.validation), a)
         self.coords = WhitenedGaussian(centre, regularised_cholesky(cov))
         self.family: BilevelFamily = build_bilevel_family(spec.family, self.coords, q)
+        if spec.domain is not None:  # every draw restricted to the input domain (lwl.design.families.constrained)
+            from lwl.design.families.constrained import constrain_family
+
+            self.family = constrain_family(self.family, spec.domain.build(), spec.seed)
         self.check_samples = self.algo.check_samples or min(spec.evaluation.train_size, 2048)
         self._queries_cache: tuple = (None, None)
         self._start_points: list[tuple[str, Params]] | None = None
@@ -109,7 +113,7 @@ class BilevelDesign(StepperDefaults):
 
         from lwl.q_samples import degenerate_member
 
-        q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve)
+        q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve, domain=spec.domain)
         for k, x in enumerate(q.members):  # datasets are known only now (the API checks them earlier)
             why = degenerate_member(x)
             if why:
@@ -633,9 +637,14 @@ class BilevelDesign(StepperDefaults):
         if grads is None:
             return dict(state), "rejected", float("nan")
         params, norm = self.family.plain_step(self._get(state), tuple(grads), step)
-        if not all(np.all(np.isfinite(v)) for v in params.values()):
+        if not all(np.all(np.isfinite(v)) for v in params.values()) or not self._admissible(params):
             return dict(state), "rejected", norm
         return {**state, **params}, None, norm
+
+    def _admissible(self, params: Params) -> bool:
+        """A family restricted to an input domain refuses laws with (almost) no mass inside it."""
+        check = getattr(self.family, "admissible", None)
+        return check is None or check(params)
 
     def _adaptive(self, state, grads, step):
         """Guarded Adam in whitened coordinates, projected on the parameter box."""
@@ -654,7 +663,7 @@ class BilevelDesign(StepperDefaults):
         if not np.array_equal(bounded, new_phi):
             event = event or "bounded"
         params = self.family.from_phi(bounded)
-        if not all(np.all(np.isfinite(v)) for v in params.values()):
+        if not all(np.all(np.isfinite(v)) for v in params.values()) or not self._admissible(params):
             return {**state, "grad_ms": grad_ms}, "rejected", norm
         return ({**state, "phi": bounded, **params, "adam_m1": m1, "adam_m2": m2, "adam_t": t,
                  "grad_ms": grad_ms}, event, norm)

@@ -148,7 +148,7 @@ class BudgetedBilevel(StepperDefaults):
         self.family = self.design.family
         self.candidates: list[tuple[str, Measure, Params | None]] = [
             (name, self.family.measure(p), p) for name, p in self.design.start_points()]
-        self.candidates.append(("q_mixture", mixture(q), None))
+        self.candidates.append(("q_mixture", self._in_domain(mixture(q)), None))
         self.total_steps = self.plan.total_rounds
         self._val_x = np.concatenate(self.qv.validation)
         self._member = np.repeat(np.arange(len(q.members)), self.plan.per_member)
@@ -156,6 +156,12 @@ class BudgetedBilevel(StepperDefaults):
         self._fold = position % 2  # two folds, alternating within each member
         self._point_weights = MetaTestSamples.point_weights(self.qv.validation, q.weights)
         self._cache: tuple = (None, None)
+
+    def _in_domain(self, measure: Measure) -> Measure:
+        """``measure`` restricted to the job's input domain, if it has one (the family already is)."""
+        from lwl.measures import constrain
+
+        return constrain(measure, self.spec.domain.build() if self.spec.domain is not None else None)
 
     @classmethod
     def from_spec(cls, spec: JobSpec, resolve: DatasetResolver = _no_datasets) -> "BudgetedBilevel":
@@ -456,7 +462,9 @@ class BudgetedBilevel(StepperDefaults):
                 continue
             t += 1
             phi_new, m1, m2 = adam_step(phi, grad, m1, m2, t, self.algo.step)
-            phi = np.clip(phi_new, lo, hi)
+            phi_new = np.clip(phi_new, lo, hi)
+            if getattr(fam, "admissible", lambda p: True)(fam.from_phi(phi_new)):  # mass left in the input domain
+                phi = phi_new
         moved = fam.from_phi(phi)
         if not all(np.all(np.isfinite(v)) for v in moved.values()) or t == 0:
             return

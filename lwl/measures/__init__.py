@@ -7,11 +7,12 @@ from lwl.measures.kle import KLEGaussian, LogNormal, kle_w2_squared
 from lwl.measures.mixture import Mixture
 from lwl.measures.particles import LogSineParticles
 from lwl.measures.pool import WeightedPool
+from lwl.measures.truncated import Truncated, constrain
 from lwl.measures.uniform import UniformBox
 
 __all__ = [
     "Measure", "from_spec", "as_generator",
     "Gaussian", "gaussian_log_prob", "project_cholesky", "MIN_DIAG",
-    "UniformBox", "Mixture", "Empirical", "WeightedPool",
+    "UniformBox", "Truncated", "constrain", "Mixture", "Empirical", "WeightedPool",
     "KLEGaussian", "LogNormal", "kle_w2_squared", "LogSineParticles",
 ]

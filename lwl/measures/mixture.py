@@ -38,6 +38,14 @@ class Mixture(Measure):
                 out[rows] = comp.sample(rows.size, rng)
         return out
 
+    def log_prob(self, x: np.ndarray) -> np.ndarray:
+        """log sum_k w_k p_k(x) (needs every component's ``log_prob``)."""
+        from scipy.special import logsumexp
+
+        with np.errstate(divide="ignore"):
+            parts = np.stack([np.log(w) + c.log_prob(x) for w, c in zip(self.weights, self.components)], axis=1)
+        return logsumexp(parts, axis=1)
+
     def mean_and_cov(self):
         moments = [c.mean_and_cov() for c in self.components]
         mean = sum(w * m for w, (m, _) in zip(self.weights, moments))

@@ -35,6 +35,19 @@ class WeightedPool(Measure):
         idx = rng.choice(self.points.shape[0], size=n, p=self.weights)
         return self.points[idx] + rng.standard_normal((n, self.dim)) @ self.chol.T
 
+    def log_prob(self, x: np.ndarray) -> np.ndarray:
+        """log sum_p w_p N(x; x_p, L L^T), with z = L^{-1}(x - x_p) formed as L^{-1}x - L^{-1}x_p."""
+        from scipy.linalg import solve_triangular
+        from scipy.special import logsumexp
+
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        xt = solve_triangular(self.chol, x.T, lower=True).T
+        pt = solve_triangular(self.chol, self.points.T, lower=True).T
+        u = np.maximum((xt * xt).sum(1)[:, None] + (pt * pt).sum(1)[None, :] - 2.0 * xt @ pt.T, 0.0)
+        const = float(np.sum(np.log(np.diag(self.chol)))) + 0.5 * self.dim * np.log(2 * np.pi)
+        with np.errstate(divide="ignore"):
+            return logsumexp(np.log(self.weights)[None, :] - 0.5 * u, axis=1) - const
+
     def mean_and_cov(self):
         mean = self.weights @ self.points
         centred = self.points - mean

@@ -296,7 +296,7 @@ def check_datasets(spec, store: Store, owner: str) -> None:
     """Every dataset a spec names exists, belongs to the owner, has a usable shape (the
     dimension of the family or of the other members) and, for a bilevel job, a full-rank
     covariance: refused here, before anything is stored or queued, not after the design ran."""
-    from lwl.q_samples import degenerate_member
+    from lwl.q_samples import degenerate_member, member_in_domain
 
     tests = spec.test_distributions
     dim = spec.dim if spec.dim is not None else tests.dim  # None: every member is a dataset
@@ -330,6 +330,12 @@ def check_datasets(spec, store: Store, owner: str) -> None:
             why = degenerate_member(store.load_dataset(m.dataset, owner))
             if why:
                 raise Problem(422, "Degenerate test member", why, field=field)
+        if spec.domain is not None:  # the lab's points outside its own input domain (lwl.q_samples)
+            try:
+                member_in_domain(store.load_dataset(m.dataset, owner), k, "dataset", spec.domain.build(),
+                                 spec.domain.outside)
+            except ValueError as exc:
+                raise Problem(422, "Test samples outside the domain", str(exc).partition(": ")[2], field=field)
 
 
 def samples_response(job_id: str, measure, body: SampleRequest, npy: bool) -> Response:

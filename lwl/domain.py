@@ -1,0 +1,136 @@
+"""The input domain of a lab: D = {x : low <= x <= high, A x <= b} (box bounds per input, and
+optional linear constraints), the set every input lwl hands out must lie in.
+
+An instrument cannot take a motor past its range, a furnace past its temperature or a pump past
+its concentration, so a job with ``domain`` draws its design batches, its evaluation's training
+sets and every ``/samples`` answer from distributions restricted to D
+(:class:`lwl.measures.Truncated`), and refuses (or clips, ``outside: "clip"``) test samples
+outside it (:func:`apply_to_member`). docs/method.md ("Input domains") says why restriction
+(truncation) is the construction.
+
+This module is numpy only: the pydantic wire format is :class:`lwl.spec.DomainSpec`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+class Domain:
+    """D = {x in R^d : low <= x <= high, A x <= b} (closed; ``A``/``b`` optional)."""
+
+    def __init__(self, low, high, A=None, b=None):
+        self.low = np.asarray(low, dtype=np.float64).reshape(-1)
+        self.high = np.asarray(high, dtype=np.float64).reshape(-1)
+        if self.low.shape != self.high.shape or self.low.size == 0:
+            raise ValueError(f"high: {self.high.size} upper bounds for {self.low.size} lower bounds")
+        if not (np.all(np.isfinite(self.low)) and np.all(np.isfinite(self.high))):
+            raise ValueError("low: bounds must be finite")
+        bad = np.flatnonzero(~(self.high > self.low))
+        if bad.size:
+            raise ValueError(f"high: every upper bound must exceed its lower bound (input {int(bad[0])}: "
+                             f"low {self.low[bad[0]]:g}, high {self.high[bad[0]]:g})")
+        if (A is None) != (b is None):
+            raise ValueError("b: give A and b together" if b is None else "A: give A and b together")
+        self.A = None if A is None else np.asarray(A, dtype=np.float64)
+        self.b = None if b is None else np.asarray(b, dtype=np.float64).reshape(-1)
+        if self.A is not None:
+            if self.A.ndim != 2 or self.A.shape[1] != self.dim or self.A.shape[0] == 0:
+                raise ValueError(f"A: expected a (rows, {self.dim}) matrix, got shape {self.A.shape}")
+            if self.b.shape != (self.A.shape[0],):
+                raise ValueError(f"b: {self.b.size} entries for the {self.A.shape[0]} rows of A")
+            if np.any(np.linalg.norm(self.A, axis=1) == 0):
+                raise ValueError("A: a row of zeros constrains nothing")
+
+    @property
+    def dim(self) -> int:
+        return self.low.shape[0]
+
+    @property
+    def is_box(self) -> bool:
+        return self.A is None
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Domain":
+        return cls(doc.get("low"), doc.get("high"), doc.get("A"), doc.get("b"))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"low": self.low.tolist(), "high": self.high.tolist()}
+        if self.A is not None:
+            out.update(A=self.A.tolist(), b=self.b.tolist())
+        return out
+
+    def violation(self, x: np.ndarray) -> np.ndarray:
+        """max over the constraints of how far each row of ``x`` lies outside (<= 0 inside), in
+        units of the box's width per input and of |a_i| for a row of A."""
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        width = self.high - self.low
+        v = np.maximum((self.low - x) / width, (x - self.high) / width).max(1)
+        if self.A is not None:
+            norms = np.linalg.norm(self.A, axis=1)
+            v = np.maximum(v, ((x @ self.A.T - self.b) / norms).max(1))
+        return v
+
+    def contains(self, x: np.ndarray) -> np.ndarray:
+        """Boolean mask of the rows of ``x`` (n, d) that lie in D (non-finite rows never do).
+
+        Exact comparisons, no tolerance: what is handed out must pass the same test a lab's own
+        limit check makes, and JSON round trips keep every bit."""
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        if x.shape[1] != self.dim:
+            raise ValueError(f"domain: inputs of dimension {x.shape[1]}, the domain has {self.dim}")
+        inside = np.all((x >= self.low) & (x <= self.high), axis=1)
+        if self.A is not None:
+            inside &= np.all(x @ self.A.T <= self.b, axis=1)
+        return inside
+
+    def clip(self, x: np.ndarray) -> np.ndarray:
+        """The nearest point of the box [low, high] to each row (coordinate-wise clipping).
+        Linear constraints are not projected on (a quadratic programme per point): rows that
+        still violate A x <= b after clipping stay outside and are refused by the caller."""
+        return np.clip(np.asarray(x, dtype=np.float64), self.low, self.high)
+
+    def chebyshev(self) -> tuple[np.ndarray, float]:
+        """(centre, radius) of the largest ball inside D (its Chebyshev ball), by a linear
+        programme; radius <= 0 when D has no interior. For a box: its midpoint and half its
+        narrowest width."""
+        mid, half = (self.low + self.high) / 2, float(np.min(self.high - self.low)) / 2
+        if self.A is None:
+            return mid, half
+        from scipy.optimize import linprog
+
+        d = self.dim
+        # max r subject to a_i x + |a_i| r <= b_i, low_j + r <= x_j <= high_j - r
+        norms = np.linalg.norm(self.A, axis=1)
+        rows = [np.hstack([self.A, norms[:, None]]),
+                np.hstack([np.eye(d), np.ones((d, 1))]), np.hstack([-np.eye(d), np.ones((d, 1))])]
+        rhs = np.concatenate([self.b, self.high, -self.low])
+        res = linprog(np.r_[np.zeros(d), -1.0], A_ub=np.vstack(rows), b_ub=rhs,
+                      bounds=[(None, None)] * d + [(None, half)], method="highs")
+        if res.status != 0:
+            return mid, -1.0
+        return np.asarray(res.x[:d]), float(-res.fun)
+
+    def interior_radius(self) -> float:
+        """The radius of D's Chebyshev ball (:meth:`chebyshev`); <= 0: no interior."""
+        return self.chebyshev()[1]
+
+    def reference_point(self) -> np.ndarray:
+        """A point of D to measure from: the origin when D holds it, else its Chebyshev centre."""
+        zero = np.zeros((1, self.dim))
+        return zero[0] if self.contains(zero)[0] else self.chebyshev()[0]
+
+    def describe_outside(self, x: np.ndarray) -> str:
+        """'N of M rows lie outside the domain (first: row i, ...)' for a refusal message."""
+        out = np.flatnonzero(~self.contains(x))
+        if not out.size:
+            return "every row lies inside the domain"
+        i = int(out[0])
+        row = np.asarray(x[i], dtype=np.float64)
+        where = [f"input {j}: {row[j]:g} not in [{self.low[j]:g}, {self.high[j]:g}]"
+                 for j in range(self.dim) if not self.low[j] <= row[j] <= self.high[j]]
+        if not where and self.A is not None:
+            k = int(np.argmax(self.A @ row - self.b))
+            where = [f"A[{k}] x = {float(self.A[k] @ row):g} > b[{k}] = {self.b[k]:g}"]
+        return f"{out.size} of {len(x)} rows lie outside the domain (first: row {i}, {'; '.join(where[:3])})"
