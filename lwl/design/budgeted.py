@@ -248,7 +248,7 @@ class BudgetedBilevel(StepperDefaults):
                    failed_X=np.concatenate([state.get("failed_X", np.zeros((0, x.shape[1]))), x[failed]]),
                    labels_failed=n_failed)
         record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)),
-                                  "labels_used": int(len(new["y"])) + n_failed}
+                                  "labels_used": int(len(new["y"])) + n_failed, "labels_failed": n_failed}
         if failed.any():
             record["failed"] = int(failed.sum())
         if state["phase"] == PHASE_VALIDATION:

@@ -175,6 +175,7 @@ def test_budgeted_asktell_counts_failed_points_and_keeps_them_out_of_its_trainin
     failed = np.asarray(result["failed_inputs"])
     assert len(failed) == result["labels_failed"] > 0
     assert result["labels_used"] == len(yy) + len(failed) == budget == doc["progress"]["labels_used"]
+    assert doc["progress"]["labels_failed"] == len(failed)
     assert np.all(np.isfinite(yy)) and np.array_equal(yy, FRIEDMAN.label(X))
     assert np.all(fails(failed)) and not np.any(fails(X))  # every failed point, and only those, left out
     assert result["training_set"] == local["training_set"] and result["failed_inputs"] == local["failed_inputs"]
