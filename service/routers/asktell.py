@@ -20,6 +20,9 @@ from service.routers.jobs import NPY
 
 router = APIRouter()
 
+#: a position in a batch (bounded so that no number reaches numpy as an overflow)
+Position = Annotated[int, Field(ge=0, lt=2**31)]
+
 
 class LabelsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -27,10 +30,10 @@ class LabelsRequest(BaseModel):
     labels: list[float | None] = Field(
         description="one label per point told, in the order of `indices` (default: every point of the batch, "
                     "in order); null exactly for the points listed in `failed`")
-    indices: list[int] | None = Field(
+    indices: list[Position] | None = Field(
         default=None, description="positions in the batch (0-based) of the points told; omitted: every point, "
                                   "in order. Points not told stay pending (a partial batch)")
-    failed: list[int] = Field(
+    failed: list[Position] = Field(
         default_factory=list,
         description="positions in the batch of the points whose measurement failed (their labels are null): "
                     "they count as labels spent and are never used as data")
@@ -138,8 +141,8 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
               NPY: {"schema": {"type": "string", "format": "binary"}}}}})
 async def post_labels(job_id: str, request: Request, store: StoreDep, owner: OwnerDep, settings: SettingsDep,
                       enqueue: EnqueueDep, batch_id: Annotated[str | None, Query(max_length=64)] = None,
-                      indices: Annotated[list[int] | None, Query(description="with .npy labels: positions told")] = None,
-                      failed: Annotated[list[int] | None, Query(description="with .npy labels: failed positions "
+                      indices: Annotated[list[Position] | None, Query(description="with .npy labels: positions told")] = None,
+                      failed: Annotated[list[Position] | None, Query(description="with .npy labels: failed positions "
                                                                             "(NaN there)")] = None) -> dict:
     """Outcomes of points of one batch: JSON ``{"batch_id", "labels", "indices"?, "failed"?}``,
     or ``.npy`` bytes with ``?batch_id=`` (and ``&indices=``, ``&failed=`` repeated; NaN at a
