@@ -53,10 +53,9 @@ class PointsOut(BaseModel):
 def _indices(values, n: int, field: str) -> np.ndarray:
     """Positions in a batch of n points: in range and distinct, else 422 naming ``field.k``."""
     out = np.asarray(values, dtype=np.int64).reshape(-1)
-    for k, i in enumerate(out):
-        if not 0 <= i < n:
-            raise Problem(422, "Index out of range", f"{field}.{k}: position {int(i)} is not in the batch's "
-                          f"0..{n - 1}", field=f"{field}.{k}")
+    for k in np.flatnonzero((out < 0) | (out >= n))[:1]:
+        raise Problem(422, "Index out of range", f"{field}.{k}: position {int(out[k])} is not in the batch's "
+                      f"0..{n - 1}", field=f"{field}.{k}")
     uniq, first = np.unique(out, return_index=True)
     if len(uniq) != len(out):
         k = sorted(set(range(len(out))) - set(first.tolist()))[0]
@@ -86,23 +85,21 @@ def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed) -> T
             raise Problem(422, "Indices do not match labels", f"batch {batch_id}: {len(idx)} indices for "
                           f"{len(labels)} labels", field="indices", batch_id=batch_id)
     bad = _indices(failed, n, "failed")
-    position = {int(i): j for j, i in enumerate(idx)}
-    for k, i in enumerate(bad):
-        if int(i) not in position:
-            raise Problem(422, "Failed point not told", f"failed.{k}: point {int(i)} of batch {batch_id} is not "
-                          "among the points told (indices)", field=f"failed.{k}", batch_id=batch_id)
+    for k in np.flatnonzero(~np.isin(bad, idx))[:1]:
+        raise Problem(422, "Failed point not told", f"failed.{k}: point {int(bad[k])} of batch {batch_id} is not "
+                      "among the points told (indices)", field=f"failed.{k}", batch_id=batch_id)
     is_failed = np.isin(idx, bad)
-    for j in range(len(labels)):
-        if np.isnan(labels[j]) and not is_failed[j]:
-            raise Problem(422, "Null label", f"labels.{j}: batch {batch_id}, point {int(idx[j])} has no label "
-                          "(null or NaN) but is not listed in failed", field=f"labels.{j}", batch_id=batch_id)
-        if is_failed[j] and not np.isnan(labels[j]):
-            k = int(np.flatnonzero(bad == idx[j])[0])
-            raise Problem(422, "Failed point with a label", f"failed.{k}: batch {batch_id}, point {int(idx[j])} is "
-                          "listed as failed but has a label (send null)", field=f"failed.{k}", batch_id=batch_id)
-        if np.isinf(labels[j]):
-            raise Problem(422, "Non-finite labels", f"labels.{j}: batch {batch_id}: labels must be finite (a failed "
-                          "point is null and listed in failed)", field=f"labels.{j}", batch_id=batch_id)
+    null = np.isnan(labels)
+    for j in np.flatnonzero(null & ~is_failed)[:1]:
+        raise Problem(422, "Null label", f"labels.{j}: batch {batch_id}, point {int(idx[j])} has no label "
+                      "(null or NaN) but is not listed in failed", field=f"labels.{j}", batch_id=batch_id)
+    for j in np.flatnonzero(is_failed & ~null)[:1]:
+        k = int(np.flatnonzero(bad == idx[j])[0])
+        raise Problem(422, "Failed point with a label", f"failed.{k}: batch {batch_id}, point {int(idx[j])} is "
+                      "listed as failed but has a label (send null)", field=f"failed.{k}", batch_id=batch_id)
+    for j in np.flatnonzero(np.isinf(labels))[:1]:
+        raise Problem(422, "Non-finite labels", f"labels.{j}: batch {batch_id}: labels must be finite (a failed "
+                      "point is null and listed in failed)", field=f"labels.{j}", batch_id=batch_id)
     return Told(indices=idx, labels=labels, failed=is_failed)
 
 
