@@ -286,7 +286,8 @@ class BudgetedBilevel(StepperDefaults):
                             f"left out of the training set")
         counts = {self._source_name(int(s)): int(n) for s, n in zip(*np.unique(state["source"], return_counts=True))}
         return {"distribution": measure.to_spec(), "history": [dict(h) for h in state["history"]],
-                "labels_used": used, "labels_failed": int(len(failed_X)), "budget": self.plan.budget, "rounds": int(state["iteration"]),
+                "labels_used": used, "labels_failed": int(len(failed_X)), "budget": self.plan.budget,
+                "rounds": int(state["iteration"]),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
                 "selected": {"candidate": name, "lengthscale": float(state["lengthscale"]),
                              "rule": "successive halving on two-fold validation, then bilevel steps on a surrogate "

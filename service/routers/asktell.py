@@ -138,7 +138,8 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
               NPY: {"schema": {"type": "string", "format": "binary"}}}}})
 async def post_labels(job_id: str, request: Request, store: StoreDep, owner: OwnerDep, settings: SettingsDep,
                       enqueue: EnqueueDep, batch_id: Annotated[str | None, Query(max_length=64)] = None,
-                      indices: Annotated[list[Position] | None, Query(description="with .npy labels: positions told")] = None,
+                      indices: Annotated[list[Position] | None,
+                                         Query(description="with .npy labels: positions told")] = None,
                       failed: Annotated[list[Position] | None, Query(description="with .npy labels: failed positions "
                                                                             "(NaN there)")] = None) -> dict:
     """Outcomes of points of one batch: JSON ``{"batch_id", "labels", "indices"?, "failed"?}``,
