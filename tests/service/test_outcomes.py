@@ -46,6 +46,25 @@ def in_process(spec: dict) -> dict:
     return run_job(s, oracle=FlakyLab())
 
 
+def lab_verdict(result: dict, X: np.ndarray | None = None, y: np.ndarray | None = None) -> dict:
+    """The verdict the lab (who holds the oracle here) draws from the finished job: the design
+    against its baselines on Q's held-out samples, with lwl's own evaluation and verdict. An
+    ask/tell job cannot run it itself (it would need labels for every baseline)."""
+    from lwl.budget_evaluation import equal_labels
+    from lwl.evaluation import evaluate_design, verdict
+    from lwl.measures import from_spec
+    from lwl.q_samples import MetaTestSamples
+    from lwl.spec import parse_job_spec
+
+    spec = parse_job_spec(result["spec"])
+    q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed)
+    if X is not None:  # a budgeted job: its training set against the baselines at equal labels
+        evaluation = equal_labels(spec, q, X, y, FRIEDMAN, draws=2, baselines=["mixture"], anchor=False)
+    else:
+        evaluation = evaluate_design(spec, q, from_spec(result["distribution"]), FRIEDMAN)
+    return verdict(evaluation, result.get("warnings", []))
+
+
 def label_all(c: Client, job: str, *, partial_first: bool, timeout: float = 180) -> int:
     """Tell every batch until the job ends; the first batch in two parts when ``partial_first``.
     Returns the number of failed points told."""
@@ -140,6 +159,8 @@ def test_bilevel_asktell_with_failed_points_and_a_partial_batch_finishes(server)
     assert told_failed > 0 and result["labels_failed"] == local["labels_failed"] == told_failed
     assert result["labels_used"] == local["labels_used"]
     assert result["selected"]["summary"] and result["distribution"] == local["distribution"]  # bit for bit
+    v = lab_verdict(result)
+    assert v["outcome"] in ("better", "tie", "worse") and v["best_baseline"] in ("normal", "mixture")
     # NaN used anywhere (the adjoint, a gradient, a check) would make these NaN
     assert all(np.isfinite(h["objective"]) for h in result["history"])
     assert all(np.isfinite(ch["err"]) for ch in result["checks"])
@@ -179,3 +200,5 @@ def test_budgeted_asktell_counts_failed_points_and_keeps_them_out_of_its_trainin
     assert np.all(np.isfinite(yy)) and np.array_equal(yy, FRIEDMAN.label(X))
     assert np.all(fails(failed)) and not np.any(fails(X))  # every failed point, and only those, left out
     assert result["training_set"] == local["training_set"] and result["failed_inputs"] == local["failed_inputs"]
+    v = lab_verdict(result, X, yy)
+    assert v["outcome"] in ("better", "tie", "worse") and v["best_baseline"] == "mixture" and np.isfinite(v["err"])
