@@ -121,3 +121,21 @@ def test_budgeted_failed_points_count_against_the_budget_and_are_not_training_da
     assert np.array_equal(np.asarray(res["failed_inputs"]), failed)
     assert res["history"][-1]["labels_used"] == 300
     assert any("failed" in w for w in res["warnings"])
+
+
+def test_a_budgeted_round_that_failed_whole_is_paid_and_the_design_goes_on(small_spec):
+    spec = copy.deepcopy(small_spec)
+    spec["budget"] = 300
+    spec["algorithm"] = {"name": "bilevel"}
+    calls = {"n": 0}
+
+    def second_round_fails(x):  # the validation round, then the first design round, all failed
+        calls["n"] += 1
+        return np.full(len(x), calls["n"] == 2)
+
+    lab = FlakyLab(second_round_fails)
+    res = run_job(spec, oracle=lab, evaluate=False)
+    lost = res["history"][1]
+    assert lost["failed"] == lost["labels"] and res["labels_failed"] == lost["labels"]
+    assert res["labels_used"] == 300 == len(res["training_set"]["labels"]) + lost["labels"]
+    assert res["rounds"] == res["plan"]["total_rounds"]  # every planned round ran
