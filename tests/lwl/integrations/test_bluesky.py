@@ -95,3 +95,40 @@ def test_a_runengine_labels_a_budgeted_job_with_failed_measurements(server):
     # the training inputs are where the axes went (each within rounding of one event's readback)
     gap = np.abs(X[:, None, :] - read[None, :, :]).max(axis=2).min(axis=1)
     assert gap.max() < 1e-9, gap.max()
+
+
+class FakeClient:
+    """A client double: one batch of 4 points, two of them pending; records every tell."""
+
+    def __init__(self):
+        from lwl.client import Queries
+
+        self.q = Queries("2.1", np.arange(8.0).reshape(4, 2), np.array([1, 3]), np.array([0]), 1)
+        self.tells: list[tuple] = []
+
+    def queries(self, job):
+        return self.q
+
+    def tell(self, job, batch_id, labels, *, indices=None, failed=None):
+        self.tells.append((batch_id, list(indices), np.asarray(labels).tolist(), list(failed)))
+        return {}
+
+    def job(self, job):
+        return {"status": "awaiting_labels"}
+
+
+def test_the_agent_asks_pending_points_and_tells_outcomes_by_position():
+    c = FakeClient()
+    agent = LwlAgent(c, "job", tell_every=2)
+    docs, points = agent.ask()
+    assert [(d.batch_id, d.index) for d in docs] == [("2.1", 1), ("2.1", 3)]
+    assert points.tolist() == [[2.0, 3.0], [6.0, 7.0]]
+    with pytest.raises(KeyError, match="x"):
+        agent.tell([0.0, 1.0], 1.0)  # position 0 was not asked for (it failed before)
+    agent.tell(points[1], None)  # failed
+    assert c.tells == []  # held back until tell_every outcomes
+    agent.tell(points[0], 5.0)
+    assert len(c.tells) == 1
+    batch_id, indices, labels, failed = c.tells[0]
+    assert batch_id == "2.1" and indices == [3, 1] and failed == [3] and labels[1] == 5.0 and np.isnan(labels[0])
+    assert agent.told == 2 and agent.failed == 1
