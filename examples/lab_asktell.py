@@ -20,7 +20,8 @@ from lwl.oracles import make_oracle
 
 
 def measure(inputs: np.ndarray) -> np.ndarray:
-    """Stand-in for the lab: one scalar label per input row, in order."""
+    """Stand-in for the lab: one scalar label per input row, in order; NaN where the
+    measurement failed (here never; a failed point is told as such, not retried)."""
     return make_oracle({"name": "friedman1"}).label(inputs)
 
 
@@ -38,7 +39,7 @@ def main(spec_path: str) -> None:
                 continue
             batch_id, inputs = batch
             labels = measure(inputs)
-            answer = lwl.tell(job, batch_id, labels)
+            answer = lwl.tell(job, batch_id, labels, failed=np.flatnonzero(np.isnan(labels)))
             print(f"told {batch_id}: {len(labels)} labels, {answer['pending_batches']} pending, job {answer['status']}")
         print(status["status"], "— optimised distribution:", json.dumps(lwl.distribution(job))[:200], "...")
 

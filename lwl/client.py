@@ -7,6 +7,10 @@
     dist = c.distribution(job)          # the distribution spec (lwl.measures.from_spec reads it)
     x = c.samples(job, n=1000, seed=0)  # numpy array, bit-for-bit from_spec(dist).sample(1000, 0)
     X, y = c.training_set(job)          # a budgeted job: every labelled point it paid for
+
+Ask/tell: ``c.ask(job)`` / ``c.tell(job, batch_id, labels)`` for whole batches;
+``c.queries(job)`` (the pending points of a batch) and ``c.tell(..., indices=, failed=)`` for
+batches told in parts and for points whose measurement failed.
 """
 
 from __future__ import annotations
@@ -14,11 +18,24 @@ from __future__ import annotations
 import io
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Queries:
+    """A batch an ask/tell job waits for: every point's inputs (positions fixed), the positions
+    still ``pending`` and those told as ``failed``."""
+
+    batch_id: str
+    inputs: np.ndarray  # (n, d)
+    pending: np.ndarray  # int positions
+    failed: np.ndarray  # int positions
+    pending_batches: int
 
 
 class ApiError(Exception):
@@ -168,22 +185,52 @@ class Client:
         self._check(r)
         return r.headers["LWL-Batch-Id"], np.load(io.BytesIO(r.content), allow_pickle=False)
 
-    def tell(self, job, batch_id: str, labels) -> dict:
-        """Send one batch's labels (one per input, in order); returns the job's answer."""
-        buf = io.BytesIO()
-        np.save(buf, np.asarray(labels, dtype=np.float64), allow_pickle=False)
-        r = self.http.post(f"/v1/jobs/{self._id(job)}/labels", params={"batch_id": batch_id},
-                           content=buf.getvalue(), headers={"Content-Type": "application/x-npy"})
-        return self._check(r).json()
+    def queries(self, job) -> Queries | None:
+        """The next batch with its points' outcomes so far (:class:`Queries`), or None when the
+        job is not waiting for labels."""
+        r = self.http.get(f"/v1/jobs/{self._id(job)}/queries")
+        if r.status_code == 409:
+            return None
+        doc = self._check(r).json()
+        d = doc["d"]
+        return Queries(doc["batch_id"], np.asarray(doc["inputs"], dtype=np.float64).reshape(-1, d),
+                       np.asarray(doc["pending"], dtype=np.int64), np.asarray(doc["failed"], dtype=np.int64),
+                       doc["pending_batches"])
 
-    def label_loop(self, job, label_fn, *, poll: float = 0.2, timeout: float | None = None) -> dict:
-        """Ask, label with ``label_fn(inputs) -> labels`` and tell until the job ends."""
+    def tell(self, job, batch_id: str, labels, *, indices=None, failed=None) -> dict:
+        """Send labels of one batch; returns the job's answer. ``labels``: one per point, in order
+        (or one per position of ``indices``: a part of the batch, the rest stays pending).
+        ``failed``: positions in the batch whose measurement failed (their labels, NaN or None,
+        are sent as null); they count as labels spent and are never used as data."""
+        url = f"/v1/jobs/{self._id(job)}/labels"
+        if indices is None and not failed:  # a whole batch: .npy, exact floats and compact
+            buf = io.BytesIO()
+            np.save(buf, np.asarray(labels, dtype=np.float64), allow_pickle=False)
+            r = self.http.post(url, params={"batch_id": batch_id}, content=buf.getvalue(),
+                               headers={"Content-Type": "application/x-npy"})
+            return self._check(r).json()
+        failed = sorted(int(i) for i in (failed if failed is not None else ()))
+        at = list(range(len(labels))) if indices is None else [int(i) for i in indices]
+        gone = set(failed)
+        values = [None if i in gone else float(v) for i, v in zip(at, np.asarray(labels, dtype=object).tolist())]
+        body = {"batch_id": batch_id, "labels": values, "failed": failed}
+        if indices is not None:
+            body["indices"] = at
+        return self._check(self.http.post(url, content=json.dumps(body),
+                                          headers={"Content-Type": "application/json"})).json()
+
+    def label_loop(self, job, label_fn, *, poll: float = 0.2, timeout: float | None = None,
+                   nan_fails: bool = False) -> dict:
+        """Ask, label with ``label_fn(inputs) -> labels`` and tell until the job ends.
+        ``nan_fails``: a NaN label tells its point as failed (else a NaN is refused, 422)."""
         job_id = self._id(job)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             batch = self.ask(job_id)
             if batch is not None:
-                self.tell(job_id, batch[0], label_fn(batch[1]))
+                y = np.asarray(label_fn(batch[1]), dtype=np.float64)
+                gone = np.flatnonzero(np.isnan(y)).tolist() if nan_fails else []
+                self.tell(job_id, batch[0], y, failed=gone)
                 continue
             doc = self.job(job_id)
             if _settled(doc, deadline, timeout):

@@ -17,6 +17,7 @@ from lwl.design.state import pack, unpack
 from lwl.design.stepper import State, Stepper
 from lwl.q_samples import DatasetResolver, _no_datasets
 from lwl.oracles import Oracle, as_numpy
+from lwl.outcomes import check_labels
 from lwl.registry import ALGORITHMS
 from lwl.spec import JobSpec, parse_job_spec
 
@@ -66,6 +67,7 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
         labels = stepper.cached_labels(state)
         if labels is None:
             labels = as_numpy(oracle.label(stepper.queries(state)))
+            check_labels(labels, oracle)  # NaN marks a failed point only where the oracle reports failures
         state = stepper.step(state, labels)
         state["elapsed_seconds"] = before + time.perf_counter() - t0
         if checkpoint is not None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv (once) and install lwl with the service and test extras. torch is pinned to the
-# CPU wheel that lies on this machine's disk and installed first, so nothing pulls a CUDA build.
+# Create .venv (once) and install lwl with the service, test and lab (Bluesky) extras. torch is
+# pinned to the CPU wheel that lies on this machine's disk and installed first, so nothing pulls a
+# CUDA build.
 # With --system, also install the Debian servers the distributed-mode tests start
 # (redis-server, PostgreSQL) and the browser the dashboard tests drive (chromium) when missing.
 set -euo pipefail
@@ -30,6 +31,6 @@ stamp=.venv/.lwl-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".[service,test]"
+  python -m pip install -q -e ".[service,test,lab]"
   touch "$stamp"
 fi

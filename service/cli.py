@@ -192,17 +192,22 @@ def ask(job: str = typer.Argument(..., help="job id"),
 def tell(job: str = typer.Argument(..., help="job id"),
          batch_id: str = typer.Argument(..., help="the batch id `lwl ask` printed"),
          labels: Path = typer.Argument(..., help=".npy file: one label per input, in order"),
+         nan_failed: bool = typer.Option(False, "--nan-failed",
+                                         help="a NaN label is a failed measurement (told as failed)"),
          url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Send the labels of one batch; the job resumes once its round is complete."""
     from lwl.client import ApiError
 
+    y = np.asarray(np.load(labels, allow_pickle=False), dtype=np.float64)
+    failed = np.flatnonzero(np.isnan(y.reshape(len(y), -1)).any(axis=1)).tolist() if nan_failed else None
     try:
         with _client(url, api_key) as c:
-            answer = c.tell(job, batch_id, np.load(labels, allow_pickle=False))
+            answer = c.tell(job, batch_id, y.reshape(-1) if failed else y, failed=failed)
     except ApiError as exc:
         console.print(f"[red]{exc}")
         raise typer.Exit(1)
-    console.print(f"batch {batch_id}: {answer['outcome']}; {answer['pending_batches']} batch(es) pending; "
+    gone = f", {answer['failed_points']} failed" if answer.get("failed_points") else ""
+    console.print(f"batch {batch_id}: {answer['outcome']}{gone}; {answer['pending_batches']} batch(es) pending; "
                   f"job {answer['status']}")
 
 

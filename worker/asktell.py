@@ -35,6 +35,7 @@ def round_key(x: np.ndarray) -> str:
 
 class StoreOracle(Oracle):
     name = "external"
+    reports_failures = True  # failed points come back as NaN rows (lwl.outcomes)
 
     def __init__(self, store: Store, job_id: str, lease: str, batch_size: int | None):
         super().__init__(None)

@@ -46,6 +46,7 @@ from lwl.measures import Measure
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
 from lwl.streams import STREAM_CHECK, STREAM_DESIGN
 from lwl.models import KernelRidge
+from lwl.outcomes import failed_rows, usable
 from lwl.spec import JobSpec
 
 PHASE_VALIDATION = "label_validation"
@@ -92,9 +93,9 @@ class BilevelDesign(StepperDefaults):
         self.q = q
         self.algo = spec.algorithm
         self.device = resolve_device(spec.device)
-        self._v = torch.as_tensor(np.concatenate(q.validation), dtype=DTYPE, device=self.device)
+        self._bound: bytes | None = b"unbound"
+        self._bind({})  # every validation point until a state says which came back
         a = MetaTestSamples.point_weights(q.validation, q.weights)
-        self._a = torch.as_tensor(a, dtype=DTYPE, device=self.device)
         centre, cov = moment_matched(np.concatenate(q.validation), a)
         self.coords = WhitenedGaussian(centre, regularised_cholesky(cov))
         self.family: BilevelFamily = build_bilevel_family(spec.family, self.coords, q)
@@ -119,6 +120,29 @@ class BilevelDesign(StepperDefaults):
             if why:
                 raise ValueError(f"test_distributions.members.{k}: {why}")
         return cls(fill_from_data(spec, q), q)
+
+    def _bind(self, state: dict[str, Any]) -> None:
+        """Point the adjoint, the checks and the noise estimates at the validation points whose
+        labels came back (``state["validation_ok"]``; all of them before the validation round or
+        when none failed): ``_v``, ``_a`` (weights w_k / M'_k over the M'_k usable points of
+        member k) and ``_val_parts``. A failed validation point is left out, not given a label."""
+        ok = state.get("validation_ok")
+        key = None if ok is None or ok.all() else np.asarray(ok, dtype=bool).tobytes()
+        if key == self._bound:
+            return
+        parts, start = [], 0
+        for k, x in enumerate(self.q.validation):
+            part = x if key is None else x[np.asarray(ok[start:start + len(x)], dtype=bool)]
+            start += len(x)
+            if len(part) == 0:
+                raise ValueError(f"labels: every validation label of test_distributions.members.{k} failed; "
+                                 "the design cannot score anything on that member")
+            parts.append(part)
+        self._v = torch.as_tensor(np.concatenate(parts), dtype=DTYPE, device=self.device)
+        self._a = torch.as_tensor(MetaTestSamples.point_weights(parts, self.q.weights), dtype=DTYPE,
+                                  device=self.device)
+        self._val_parts = parts
+        self._bound = key
 
     # -- stepper protocol -------------------------------------------------------------------
     def init(self) -> dict[str, Any]:
@@ -195,7 +219,7 @@ class BilevelDesign(StepperDefaults):
     def queries(self, state: dict[str, Any]) -> np.ndarray:
         phase = state["phase"]
         if phase == PHASE_VALIDATION:
-            return self._v.cpu().numpy()
+            return np.concatenate(self.q.validation)  # every validation point, whatever came back
         if phase == PHASE_DONE:
             return np.zeros((0, self.q.dim))
         # the loop asks for a batch and step() needs it again: draw once
@@ -210,16 +234,23 @@ class BilevelDesign(StepperDefaults):
         return self._queries_cache[1].copy()
 
     def step(self, state: dict[str, Any], labels) -> dict[str, Any]:
+        """The next state; a NaN label marks a point whose measurement failed (:mod:`lwl.outcomes`):
+        it counts as a label spent and is used nowhere."""
         labels = np.asarray(labels, dtype=np.float64).reshape(-1)
         if state["phase"] == PHASE_DONE:
             raise ValueError("step: the design is finished")
         expected = len(self.queries(state))
         if labels.shape[0] != expected:
             raise ValueError(f"labels: expected {expected} labels, got {labels.shape[0]}")
-        if not np.all(np.isfinite(labels)):
-            raise ValueError("labels: values must be finite")
+        failed = failed_rows(labels)
+        state = {**state, "labels_failed": int(state.get("labels_failed", 0)) + int(failed.sum())}
         if state["phase"] == PHASE_VALIDATION:
-            return {**state, "phase": PHASE_CHECK, "validation_labels": labels}
+            new = {**state, "phase": PHASE_CHECK, "validation_labels": labels[~failed]}
+            if failed.any():  # the adjoint and the checks use the points that came back
+                new["validation_ok"] = ~failed
+            self._bind(new)  # raises when a member of Q has no validation label left
+            return new
+        self._bind(state)
         if state["phase"] == PHASE_CHECK:
             return self._check(state, labels)
         return self._iterate(state, labels)
@@ -227,6 +258,7 @@ class BilevelDesign(StepperDefaults):
     def result(self, state: dict[str, Any]) -> dict[str, Any]:
         """The kept distribution (best checked iterate, or the last with ``keep: "last"``), the
         last iterate, the history, the checks and which iterate was selected and why."""
+        self._bind(state)
         last = self.distribution(state)
         checks = state["checks"]
         sel = self._selection(state)
@@ -291,13 +323,16 @@ class BilevelDesign(StepperDefaults):
             if note:
                 warnings.append(note)
         events = [h.get("event") for h in history] + [c.get("action") for c in checks]
-        labels_used = (len(self._v) + len(history) * self.algo.samples_per_iteration
+        # every label asked for, failed ones included: a failed measurement costs the lab as much
+        labels_used = (sum(len(x) for x in self.q.validation) + len(history) * self.algo.samples_per_iteration
                        + len(checks) * self.check_samples)
         best = self.family.measure(self._get(state, "best_"))
         out = {"distribution": self.family.measure(kept).to_spec(), "last_distribution": last.to_spec(),
                "best_distribution": best.to_spec(), "history": history,
                "checks": list(checks), "selected": selected, "warnings": warnings, "labels_used": labels_used,
-               "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted") if e in events}}
+               "labels_failed": int(state.get("labels_failed", 0)),
+               "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted", "failed_round")
+                          if e in events}}
         facts = self.family.diagnostics(kept)
         if facts:
             warnings.extend(facts.pop("warnings", []))
@@ -360,6 +395,7 @@ class BilevelDesign(StepperDefaults):
     def gradient_weights(self, state: dict[str, Any], U: np.ndarray, y: np.ndarray, sigma2: float):
         """(objective, validation Err, c) at the state's theta for data (U, y): the gradient is
         sum_i c_i grad log p_theta(u_i) (:func:`bilevel_gradient_weights`)."""
+        self._bind(state)
         model = KernelRidge(self.spec.model.kernel, state["lengthscale"], sigma2, device=str(self.device))
         model.fit(U, y)
         yv = torch.as_tensor(state["validation_labels"], dtype=DTYPE, device=self.device)
@@ -436,7 +472,7 @@ class BilevelDesign(StepperDefaults):
         diff = sq_new - sq_old
         delta = float(a @ diff) / den
         var, start = 0.0, 0
-        for x, w in zip(self.q.validation, self.q.weights):
+        for x, w in zip(self._val_parts, self.q.weights):
             part = diff[start:start + len(x)]
             start += len(x)
             if len(x) > 1:
@@ -461,6 +497,7 @@ class BilevelDesign(StepperDefaults):
         best check's improvement over theta0 in standard errors), ``within_noise`` (z below the
         bar), ``fallback`` (the surest significant check is returned instead), ``nearest`` (the
         start point returned when no check is significant) and its ``lengthscale``."""
+        self._bind(state)
         checks = state["checks"]
         out = {"z": None, "within_noise": False, "fallback": False, "nearest": None,
                "lengthscale": state["lengthscale"]}
@@ -569,10 +606,15 @@ class BilevelDesign(StepperDefaults):
         """Score theta_k on the fixed check batch; keep the best; revert and halve on stalls."""
         k = state["iteration"]
         new = dict(state)
-        U = self.queries(state)
+        failed = failed_rows(y)
+        U, y = usable(self.queries(state), y)  # the check trains on the points that came back
         record = {"iteration": k}
+        if failed.any():
+            record["failed"] = int(failed.sum())
         lengthscale = state["lengthscale"]
-        if self.selects_lengthscale:  # the pair (theta_k, lengthscale) with the lowest check Err
+        if len(y) == 0:  # the whole check batch failed: nothing to score, the check counts as lost
+            err, sq = float("inf"), None
+        elif self.selects_lengthscale:  # the pair (theta_k, lengthscale) with the lowest check Err
             tried = self.select_lengthscale(U, y, state["validation_labels"], self.lengthscale_grid(state, k))
             lengthscale = float(min(tried, key=lambda ell: tried[ell][0]))
             err, sq = tried[lengthscale]
@@ -616,16 +658,24 @@ class BilevelDesign(StepperDefaults):
         t0 = time.perf_counter()
         k = state["iteration"]
         step, sigma2 = self.schedules(k)
-        U = self.queries(state)
+        failed = failed_rows(y)
+        # the gradient is the one of the points that came back (N_k = how many did)
+        U, y = usable(self.queries(state), y)
         try:
+            if len(y) == 0:
+                raise np.linalg.LinAlgError("every point of the round failed")
             objective, err, *grads = self.gradient(state, U, y, sigma2)
-        except np.linalg.LinAlgError:  # a degenerate sample: no step this iteration
+        except np.linalg.LinAlgError:  # a degenerate sample (or no label came back): no step this iteration
             objective, err, grads = float("nan"), float("nan"), None
         update = self._adaptive if self.algo.optimizer == "adaptive" else self._plain
         new, event, grad_norm = update(state, grads, step)
+        if len(y) == 0:
+            event = "failed_round"
         record = {"iteration": k, "objective": objective, "validation_err": err,
                   "step_size": step * new.get("step_scale", 1.0), "nugget": sigma2, "grad_norm": grad_norm,
                   "event": event, "seconds": time.perf_counter() - t0}
+        if failed.any():
+            record["failed"] = int(failed.sum())
         k += 1
         new.update(iteration=k, history=[*state["history"], record])
         if k >= self.algo.iterations or k % self.algo.check_every == 0:
@@ -682,8 +732,9 @@ def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracl
 
     family = stepper.family
     initial = family.measure(family.initial()) if spec.family.name != "gaussian" else None
-    evaluation = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle,
-                                 np.asarray(state.get("validation_labels")), initial=initial)
+    # validation labels line up with Q's validation points only when none failed
+    labels = None if state.get("validation_ok") is not None else np.asarray(state.get("validation_labels"))
+    evaluation = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle, labels, initial=initial)
     sel = out.get("selected", {})
     returned_initial = sel.get("iteration") == 0 and sel.get("start", "given") == "given"
     v = verdict(evaluation, out.get("warnings", []), returned_initial=returned_initial,

@@ -48,6 +48,7 @@ from lwl.design.stepper import StepperDefaults
 from lwl.evaluation import relative_ood_error
 from lwl.measures import Measure
 from lwl.models import KernelRidge
+from lwl.outcomes import failed_rows
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
 from lwl.spec import JobSpec
 from lwl.streams import STREAM_BUDGET, STREAM_SURROGATE
@@ -151,11 +152,9 @@ class BudgetedBilevel(StepperDefaults):
         self.candidates.append(("q_mixture", self._in_domain(mixture(q)), None))
         self.total_steps = self.plan.total_rounds
         self._val_x = np.concatenate(self.qv.validation)
-        self._member = np.repeat(np.arange(len(q.members)), self.plan.per_member)
-        position = np.tile(np.arange(self.plan.per_member), len(q.members))
-        self._fold = position % 2  # two folds, alternating within each member
-        self._point_weights = MetaTestSamples.point_weights(self.qv.validation, q.weights)
+        self._member_all = np.repeat(np.arange(len(q.members)), self.plan.per_member)
         self._cache: tuple = (None, None)
+        self._val_cache: tuple = (None, None)
 
     def _in_domain(self, measure: Measure) -> Measure:
         """``measure`` restricted to the job's input domain, if it has one (the family already is)."""
@@ -170,10 +169,20 @@ class BudgetedBilevel(StepperDefaults):
         filled = BilevelDesign.from_spec(spec, resolve)  # Q's samples, degenerate members refused, defaults filled
         return cls(filled.spec, filled.q)
 
+    def validation(self, state: dict[str, Any]) -> "LabelledValidation":
+        """The labelled validation points of ``state`` (the first rows of X, y): those of the
+        validation round whose labels came back (``val_ok``)."""
+        ok = state.get("val_ok")
+        key = None if ok is None else np.asarray(ok, dtype=bool).tobytes()
+        if self._val_cache[0] != key or self._val_cache[1] is None:
+            self._val_cache = (key, LabelledValidation.of(self._member_all if ok is None else self._member_all[ok],
+                                                          np.asarray(self.q.weights, dtype=np.float64)))
+        return self._val_cache[1]
+
     # -- stepper protocol -------------------------------------------------------------------
     def init(self) -> dict[str, Any]:
         d = self.q.dim
-        return {"phase": PHASE_VALIDATION, "iteration": 0, "history": [],
+        return {"phase": PHASE_VALIDATION, "iteration": 0, "history": [], "failed_X": np.zeros((0, d)),
                 "X": np.zeros((0, d)), "y": np.zeros(0), "source": np.zeros(0, dtype=np.int64),
                 "round_of": np.zeros(0, dtype=np.int64), "alive": list(range(len(self.candidates))),
                 "scores": {}, "incumbent": None, "has_challenger": False,
@@ -228,22 +237,32 @@ class BudgetedBilevel(StepperDefaults):
         x = self.queries(state)
         if labels.shape[0] != len(x):
             raise ValueError(f"labels: expected {len(x)} labels, got {labels.shape[0]}")
-        if not np.all(np.isfinite(labels)):
-            raise ValueError("labels: values must be finite")
         new = dict(state)
         r = state["iteration"]
         if state["phase"] == PHASE_VALIDATION:
             src = np.full(len(x), VALIDATION)
         else:
             src = self._draws(state)[1]
-        new.update(X=np.concatenate([state["X"], x]), y=np.concatenate([state["y"], labels]),
-                   source=np.concatenate([state["source"], src]),
-                   round_of=np.concatenate([state["round_of"], np.full(len(x), r)]), iteration=r + 1)
+        # a failed point (NaN label, lwl.outcomes) is paid for but never data: it goes to failed_X,
+        # not into the training set, the scores or the surrogate
+        failed = failed_rows(labels)
+        ok = ~failed
+        n_failed = int(state.get("labels_failed", 0)) + int(failed.sum())
+        new.update(X=np.concatenate([state["X"], x[ok]]), y=np.concatenate([state["y"], labels[ok]]),
+                   source=np.concatenate([state["source"], src[ok]]),
+                   round_of=np.concatenate([state["round_of"], np.full(int(ok.sum()), r)]), iteration=r + 1,
+                   failed_X=np.concatenate([state.get("failed_X", np.zeros((0, x.shape[1]))), x[failed]]),
+                   labels_failed=n_failed)
         record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)),
-                                  "labels_used": int(len(new["y"]))}
+                                  "labels_used": int(len(new["y"])) + n_failed, "labels_failed": n_failed}
+        if failed.any():
+            record["failed"] = int(failed.sum())
         if state["phase"] == PHASE_VALIDATION:
             record["kind"] = "validation"
             new["phase"] = PHASE_ROUND
+            if failed.any():
+                new["val_ok"] = ok
+            self.validation(new)  # raises when a member of Q has fewer than two validation labels left
         elif state["incumbent"] is None:
             self._select(new, record)
         else:
@@ -260,21 +279,28 @@ class BudgetedBilevel(StepperDefaults):
 
     def result(self, state: dict[str, Any]) -> dict[str, Any]:
         X, y = state["X"], state["y"]
+        used = int(len(y)) + int(state.get("labels_failed", 0))  # failed measurements were paid for too
         inc = state["incumbent"]
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         measure = self.incumbent_measure(state) if inc is not None else self._best_alive_measure(state)
         warnings = []
-        if len(y) < self.plan.budget and state["phase"] == PHASE_DONE:
-            warnings.append(f"the design used {len(y)} of its {self.plan.budget} labels")
+        if used < self.plan.budget and state["phase"] == PHASE_DONE:
+            warnings.append(f"the design used {used} of its {self.plan.budget} labels")
+        failed_X = state.get("failed_X", np.zeros((0, self.q.dim)))
+        if len(failed_X):
+            warnings.append(f"{len(failed_X)} of the {used} labels asked for failed: counted against the budget, "
+                            f"left out of the training set")
         counts = {self._source_name(int(s)): int(n) for s, n in zip(*np.unique(state["source"], return_counts=True))}
         return {"distribution": measure.to_spec(), "history": [dict(h) for h in state["history"]],
-                "labels_used": int(len(y)), "budget": self.plan.budget, "rounds": int(state["iteration"]),
+                "labels_used": used, "labels_failed": int(len(failed_X)), "budget": self.plan.budget,
+                "rounds": int(state["iteration"]),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
                 "selected": {"candidate": name, "lengthscale": float(state["lengthscale"]),
                              "rule": "successive halving on two-fold validation, then bilevel steps on a surrogate "
                                      "with a challenger round",
                              "scores": dict(state["scores"])},
                 "training_set": {"inputs": X.tolist(), "labels": y.tolist()},
+                "failed_inputs": failed_X.tolist(),
                 "warnings": warnings}
 
     def resolved_spec(self, state: dict[str, Any]) -> JobSpec:
@@ -339,15 +365,16 @@ class BudgetedBilevel(StepperDefaults):
         validation points plus the pool rows ``extra`` (indices) and scored on the other half, so
         that every validation point is scored once: Err^2 = sum_i a_i e_i / sum_i a_i y_i^2 (a_i =
         w_k / M_k); the lowest over ``grid``. ``residuals=True`` adds the squared errors e_i."""
-        nv = self.plan.validation
+        val = self.validation(state)
+        nv = val.n
         Xv, yv = state["X"][:nv], state["y"][:nv]
         Xe, ye = state["X"][extra], state["y"][extra]
-        a = self._point_weights
+        a = val.weights
         best = (float("inf"), grid[0], None)
         for ell in grid:
             sq = np.full(nv, np.inf)
             for f in (0, 1):
-                train, test = self._fold != f, self._fold == f
+                train, test = val.fold != f, val.fold == f
                 X = np.concatenate([Xv[train], Xe])
                 Y = np.concatenate([yv[train], ye])
                 try:
@@ -361,14 +388,16 @@ class BudgetedBilevel(StepperDefaults):
                 best = (score, ell, sq)
         return best if residuals else best[:2]
 
-    def improvement_z(self, sq_new: np.ndarray, sq_old: np.ndarray, y: np.ndarray) -> float:
+    def improvement_z(self, sq_new: np.ndarray, sq_old: np.ndarray, y: np.ndarray,
+                      val: "LabelledValidation") -> float:
         """Standard errors by which Err^2 fell from ``sq_old`` to ``sq_new`` (paired on the
-        validation points, stratified by Q's members; as :meth:`BilevelDesign.improvement_z`)."""
-        a = self._point_weights
+        labelled validation points ``val``, stratified by Q's members; as
+        :meth:`BilevelDesign.improvement_z`)."""
+        a = val.weights
         den = float(a @ y**2)
         diff = sq_new - sq_old
-        var = sum((w / den) ** 2 * float(diff[self._member == k].var(ddof=1)) / self.plan.per_member
-                  for k, w in enumerate(self.q.weights) if self.plan.per_member > 1)
+        var = sum((w / den) ** 2 * float(diff[val.member == k].var(ddof=1)) / val.counts[k]
+                  for k, w in enumerate(self.q.weights) if val.counts[k] > 1)
         delta = float(a @ diff) / den
         return -delta / np.sqrt(var) if var > 0 else (float("inf") if delta < 0 else 0.0)
 
@@ -411,7 +440,8 @@ class BudgetedBilevel(StepperDefaults):
         grid = [float(new["lengthscale"])]
         s_inc, _, sq_inc = self.two_fold(new, np.concatenate([before, inc_idx]), grid, residuals=True)
         s_chal, _, sq_chal = self.two_fold(new, np.concatenate([before, chal_idx]), grid, residuals=True)
-        z = (self.improvement_z(sq_chal, sq_inc, new["y"][:self.plan.validation])
+        val = self.validation(new)
+        z = (self.improvement_z(sq_chal, sq_inc, new["y"][:val.n], val)
              if sq_inc is not None and sq_chal is not None else -float("inf"))
         # the challenger must beat the incumbent beyond validation noise (a one-sided 5% test)
         accept = bool(z >= ACCEPT_Z)
@@ -429,9 +459,11 @@ class BudgetedBilevel(StepperDefaults):
         # the surrogate is fitted to the design points only: fitted to the validation points too,
         # it would reproduce their labels exactly, and the inner objective would reward designs
         # that put their samples on the validation points
-        nv = self.plan.validation
+        nv = self.validation(new).n
         X, y = new["X"][nv:], new["y"][nv:]
         r = new["iteration"]
+        if len(X) == 0:  # every design label so far failed: no surrogate to move on
+            return
         if len(X) > SURROGATE_MAX:
             rng = np.random.default_rng([self.spec.seed, STREAM_SURROGATE, r, 10_000])
             keep = np.sort(rng.choice(len(X), SURROGATE_MAX, replace=False))
@@ -447,6 +479,8 @@ class BudgetedBilevel(StepperDefaults):
         m1, m2, t, grad_ms = np.zeros_like(phi), np.zeros_like(phi), 0, 0.0
         n = min(self.algo.samples_per_iteration or INNER_SAMPLES_MAX, INNER_SAMPLES_MAX)
         sub = {"lengthscale": ell, "validation_labels": new["y"][:nv]}
+        if new.get("val_ok") is not None:  # the adjoint on the validation points that came back
+            sub["validation_ok"] = new["val_ok"]
         objectives = []
         for s in range(self.algo.inner_steps):
             params = fam.from_phi(phi)
@@ -480,8 +514,34 @@ class BudgetedBilevel(StepperDefaults):
         grid = self._grid(around=ell)
         if len(grid) == 1:
             return ell
-        rest = np.arange(self.plan.validation, len(state["y"]))
+        rest = np.arange(self.validation(state).n, len(state["y"]))
         return float(self.two_fold(state, rest, grid)[1])
+
+
+@dataclass(frozen=True)
+class LabelledValidation:
+    """The validation points whose labels came back, as they lie at the head of a state's X, y:
+    ``member`` of each (Q's member index), ``fold`` (two folds alternating within each member),
+    ``weights`` w_k / M'_k (M'_k = ``counts[k]`` labelled points of member k)."""
+
+    member: np.ndarray
+    fold: np.ndarray
+    weights: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.member)
+
+    @classmethod
+    def of(cls, member: np.ndarray, weights: np.ndarray) -> "LabelledValidation":
+        counts = np.bincount(member, minlength=len(weights))
+        for k, c in enumerate(counts):
+            if c < 2:  # two-fold scores need a point of each member in each fold
+                raise ValueError(f"labels: {c} validation label(s) of test_distributions.members.{k} came back; "
+                                 "the budgeted design needs at least 2 per member")
+        position = np.concatenate([np.arange(c) for c in counts])
+        return cls(member=member, fold=position % 2, weights=weights[member] / counts[member], counts=counts)
 
 
 def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BudgetedBilevel:

@@ -24,6 +24,9 @@ class Oracle(ABC):
     #: None: a design chooses whole inputs. k: a design chooses k coordinates of each input
     #: (Q and the family live in R^k) and the algorithm completes the rows (eit: omega)
     design_dim: int | None = None
+    #: True: ``label`` may return NaN rows for points whose measurement failed (lwl.outcomes);
+    #: only the ask/tell oracle does, anywhere else a non-finite label is refused
+    reports_failures: bool = False
 
     def __init__(self, dim: int | None = None):
         if dim is not None and dim < self.min_dim:

@@ -25,6 +25,7 @@ class ExternalOracle(Oracle):
     """Ask/tell: labelled by a client of the service, ``batch_size`` inputs per batch."""
 
     external = True
+    reports_failures = True  # a lab tells failed points (lwl.outcomes)
 
     def __init__(self, batch_size: int | None = None, webhook_url: str | None = None):
         super().__init__(None)

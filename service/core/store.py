@@ -14,6 +14,8 @@ import json
 import math
 import time
 import uuid
+from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
@@ -83,10 +85,32 @@ label_batches = Table(
     Column("position", Integer, nullable=False),
     Column("n", Integer, nullable=False),
     Column("inputs", LargeBinary, nullable=False),  # .npy bytes
-    Column("labels", LargeBinary),  # .npy bytes once told
+    Column("labels", LargeBinary),  # .npy bytes once every point is told (NaN at failed points)
     Column("created_at", Float, nullable=False),
     Column("labelled_at", Float),
+    # per-point outcomes while a batch is told in parts (PointOutcome codes, .npy int8) and the
+    # labels told so far (.npy float64, NaN where pending or failed); NULL until the first tell
+    Column("outcomes", LargeBinary),
+    Column("partial", LargeBinary),
 )
+
+class PointOutcome(IntEnum):
+    """What became of one point of an ask/tell batch."""
+
+    PENDING = 0
+    LABELLED = 1
+    FAILED = 2  # the lab's measurement failed: paid for, never data (lwl.outcomes)
+
+
+@dataclass(frozen=True)
+class Told:
+    """One tell: ``labels`` of the points ``indices`` of a batch (positions in the batch), with
+    ``failed`` marking the points whose measurement failed (their labels are NaN)."""
+
+    indices: np.ndarray  # int64 (k,)
+    labels: np.ndarray  # float64 (k,)
+    failed: np.ndarray  # bool (k,)
+
 
 STATUSES = ("queued", "running", "awaiting_labels", "succeeded", "failed", "cancelled")
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -201,11 +225,13 @@ class Store:
         makes missing tables only); existing rows keep NULL there."""
         from sqlalchemy import inspect, text
 
-        have = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
         with self.engine.begin() as c:
-            for col in jobs.c:
-                if col.name not in have and col.nullable:
-                    c.execute(text(f"ALTER TABLE jobs ADD COLUMN {col.name} {col.type.compile(self.engine.dialect)}"))
+            for table in (jobs, label_batches):
+                have = {col["name"] for col in inspect(c).get_columns(table.name)}
+                for col in table.c:
+                    if col.name not in have and col.nullable:
+                        c.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} "
+                                       f"{col.type.compile(self.engine.dialect)}"))
 
     def ping(self) -> None:
         with self.engine.connect() as c:
@@ -454,7 +480,8 @@ class Store:
 
     def batch(self, job_id: str, batch_id: str) -> dict | None:
         with self.engine.connect() as c:
-            row = c.execute(select(label_batches.c.batch_id, label_batches.c.n, label_batches.c.step)
+            row = c.execute(select(label_batches.c.batch_id, label_batches.c.n, label_batches.c.step,
+                                   label_batches.c.labels, label_batches.c.outcomes, label_batches.c.partial)
                             .where(label_batches.c.job_id == job_id, label_batches.c.batch_id == batch_id)).mappings().first()
         return None if row is None else dict(row)
 
@@ -467,11 +494,36 @@ class Store:
                 label_batches.c.labels.is_(None)).order_by(label_batches.c.position)).mappings().all()
         return [dict(r) for r in rows]
 
-    def tell(self, job_id: str, batch_id: str, labels: np.ndarray) -> tuple[str, int | None]:
-        """Store a batch's labels. Returns (outcome, generation to enqueue or None):
-        ``accepted``, ``duplicate`` (same labels again: no change), ``conflict`` (other labels
-        for a labelled batch), ``stale`` (a batch of an earlier round), ``unknown``, ``shape``.
-        When the round is complete the job is requeued under a new generation."""
+    @staticmethod
+    def point_state(row) -> tuple[np.ndarray, np.ndarray]:
+        """(outcomes (n,) of PointOutcome codes, labels (n,) told so far, NaN elsewhere) of a
+        label_batches row."""
+        if row["labels"] is not None:
+            labels = _unnpy(row["labels"])
+            if row["outcomes"] is not None:
+                return _unnpy(row["outcomes"]), labels
+            return np.full(row["n"], PointOutcome.LABELLED, dtype=np.int8), labels  # told whole, before outcomes
+        if row["outcomes"] is None:
+            return np.full(row["n"], PointOutcome.PENDING, dtype=np.int8), np.full(row["n"], np.nan)
+        return _unnpy(row["outcomes"]), _unnpy(row["partial"])
+
+    def tell(self, job_id: str, batch_id: str, told: Told) -> tuple[str, int | None]:
+        """Store the outcomes of some points of a batch (all of them, or a part: the rest stays
+        pending). Returns (outcome, generation to enqueue or None): ``accepted``, ``duplicate``
+        (every point told before with the same outcome: no change), ``conflict`` (a point told
+        before with another label or outcome: nothing stored), ``stale`` (a batch of an earlier
+        round), ``unknown``. A failed point's outcome is final. When every point of the round
+        has an outcome the job is requeued under a new generation."""
+        for _ in range(20):
+            answer = self._tell_once(job_id, batch_id, told)
+            if answer is not None:
+                return answer
+        raise RuntimeError(f"batch {batch_id}: too many concurrent tells")
+
+    def _tell_once(self, job_id: str, batch_id: str, told: Told) -> tuple[str, int | None] | None:
+        """One attempt of :meth:`tell`; None when another tell of the same batch came in between
+        (the update is conditional on the outcomes read, so two partial tells cannot overwrite
+        each other's points)."""
         now = time.time()
         with self.engine.begin() as c:
             job = c.execute(select(jobs.c.ask_step, jobs.c.status, jobs.c.generation)
@@ -480,17 +532,32 @@ class Store:
                                                         label_batches.c.batch_id == batch_id)).mappings().first()
             if row is None:
                 return "unknown", None
-            if row["labels"] is not None:
-                same = np.array_equal(_unnpy(row["labels"]), labels)
-                return ("duplicate" if same else "conflict"), None
+            outcomes, values = self.point_state(row)
+            i = told.indices
+            was = outcomes[i]
+            known = was != PointOutcome.PENDING
+            want = np.where(told.failed, PointOutcome.FAILED, PointOutcome.LABELLED).astype(np.int8)
+            same = (was == want) & (told.failed | (values[i] == told.labels))
+            if np.any(known & ~same):
+                return "conflict", None
+            if known.all():
+                return "duplicate", None
             if row["step"] != job["ask_step"] or job["status"] != "awaiting_labels":
                 return "stale", None
-            if labels.shape != (row["n"],):
-                return "shape", None
-            c.execute(update(label_batches).where(label_batches.c.job_id == job_id,
-                                                  label_batches.c.batch_id == batch_id,
-                                                  label_batches.c.labels.is_(None))
-                      .values(labels=_npy(labels), labelled_at=now))
+            outcomes, values = outcomes.copy(), values.copy()
+            outcomes[i], values[i] = want, np.where(told.failed, np.nan, told.labels)
+            complete = not np.any(outcomes == PointOutcome.PENDING)
+            unchanged = (label_batches.c.outcomes.is_(None) if row["outcomes"] is None
+                         else label_batches.c.outcomes == row["outcomes"])
+            res = c.execute(update(label_batches).where(label_batches.c.job_id == job_id,
+                                                        label_batches.c.batch_id == batch_id,
+                                                        label_batches.c.labels.is_(None), unchanged)
+                            .values(outcomes=_npy(outcomes), partial=None if complete else _npy(values),
+                                    labels=_npy(values) if complete else None, labelled_at=now))
+            if res.rowcount != 1:
+                return None  # told by a concurrent request in between: read again
+            if not complete:
+                return "accepted", None
             missing = c.execute(select(func.count()).select_from(label_batches).where(
                 label_batches.c.job_id == job_id, label_batches.c.step == row["step"],
                 label_batches.c.labels.is_(None))).scalar()

@@ -14,48 +14,141 @@ from lwl.arrays import ArrayTooLarge, read_npy_bytes
 
 from service import problems
 from service.deps import EnqueueDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
+from service.core.store import PointOutcome, Told
 from service.problems import Problem
 from service.routers.jobs import NPY
 
 router = APIRouter()
 
+#: a position in a batch (bounded so that no number reaches numpy as an overflow)
+Position = Annotated[int, Field(ge=0, lt=2**31)]
+
 
 class LabelsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     batch_id: str = Field(max_length=64)
-    labels: list[float] = Field(description="one label per input of the batch, in order")
+    labels: list[float | None] = Field(
+        description="one label per point told, in the order of `indices` (default: every point of the batch, "
+                    "in order); null exactly for the points listed in `failed`")
+    indices: list[Position] | None = Field(
+        default=None, description="positions in the batch (0-based) of the points told; omitted: every point, "
+                                  "in order. Points not told stay pending (a partial batch)")
+    failed: list[Position] = Field(
+        default_factory=list,
+        description="positions in the batch of the points whose measurement failed (their labels are null): "
+                    "they count as labels spent and are never used as data")
+
+
+class PointsOut(BaseModel):
+    """What a tell left of its batch."""
+
+    batch_id: str
+    outcome: str = Field(description="accepted, or duplicate (every point told before, the same way)")
+    pending_points: int = Field(description="points of this batch still without an outcome")
+    failed_points: int = Field(description="points of this batch whose measurement failed")
+    pending_batches: int
+    status: str
+
+
+def _indices(values, n: int, field: str) -> np.ndarray:
+    """Positions in a batch of n points: in range and distinct, else 422 naming ``field.k``."""
+    out = np.asarray(values, dtype=np.int64).reshape(-1)
+    for k in np.flatnonzero((out < 0) | (out >= n))[:1]:
+        raise Problem(422, "Index out of range", f"{field}.{k}: position {int(out[k])} is not in the batch's "
+                      f"0..{n - 1}", field=f"{field}.{k}")
+    uniq, first = np.unique(out, return_index=True)
+    if len(uniq) != len(out):
+        k = sorted(set(range(len(out))) - set(first.tolist()))[0]
+        raise Problem(422, "Repeated index", f"{field}.{k}: position {int(out[k])} is listed twice",
+                      field=f"{field}.{k}")
+    return out
+
+
+def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed) -> Told:
+    """Check one tell against its batch of ``n`` points: ``labels`` (NaN for null) of the points
+    ``indices`` (None: all, in order), ``failed`` positions. A label is null exactly when its
+    point is listed in ``failed``; 422 naming the field otherwise."""
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.ndim != 1:
+        raise Problem(422, "Wrong shape of labels", f"batch {batch_id}: one scalar label per point, got shape "
+                      f"{tuple(labels.shape)}", field="labels", batch_id=batch_id)
+    if indices is None:
+        if len(labels) != n:
+            raise Problem(422, "Wrong number of labels", f"batch {batch_id} needs {n} labels (one per input), "
+                          f"got shape {tuple(labels.shape)}; tell a part of it with indices", field="labels",
+                          batch_id=batch_id)
+        idx = np.arange(n, dtype=np.int64)
+    else:
+        idx = _indices(indices, n, "indices")
+        if len(idx) != len(labels):
+            raise Problem(422, "Indices do not match labels", f"batch {batch_id}: {len(idx)} indices for "
+                          f"{len(labels)} labels", field="indices", batch_id=batch_id)
+    bad = _indices(failed, n, "failed")
+    for k in np.flatnonzero(~np.isin(bad, idx))[:1]:
+        raise Problem(422, "Failed point not told", f"failed.{k}: point {int(bad[k])} of batch {batch_id} is not "
+                      "among the points told (indices)", field=f"failed.{k}", batch_id=batch_id)
+    is_failed = np.isin(idx, bad)
+    null = np.isnan(labels)
+    for j in np.flatnonzero(null & ~is_failed)[:1]:
+        raise Problem(422, "Null label", f"labels.{j}: batch {batch_id}, point {int(idx[j])} has no label "
+                      "(null or NaN) but is not listed in failed", field=f"labels.{j}", batch_id=batch_id)
+    for j in np.flatnonzero(is_failed & ~null)[:1]:
+        k = int(np.flatnonzero(bad == idx[j])[0])
+        raise Problem(422, "Failed point with a label", f"failed.{k}: batch {batch_id}, point {int(idx[j])} is "
+                      "listed as failed but has a label (send null)", field=f"failed.{k}", batch_id=batch_id)
+    for j in np.flatnonzero(np.isinf(labels))[:1]:
+        raise Problem(422, "Non-finite labels", f"labels.{j}: batch {batch_id}: labels must be finite (a failed "
+                      "point is null and listed in failed)", field=f"labels.{j}", batch_id=batch_id)
+    return Told(indices=idx, labels=labels, failed=is_failed)
 
 
 @router.get("/v1/jobs/{job_id}/queries", tags=["ask/tell"],
             responses={200: {"content": {"application/json": {}, NPY: {}}}, **problems.responses(401, 404, 409)})
 def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
-    """The next batch an ask/tell job needs labelled: ``batch_id`` and ``inputs`` (JSON),
-    or the inputs as ``.npy`` (``Accept: application/x-npy``) with the id in the
-    ``LWL-Batch-Id`` header."""
+    """The next batch an ask/tell job needs labelled: ``batch_id``, ``inputs`` (every point of
+    the batch, positions fixed), ``pending`` (positions still to be told) and ``failed``
+    (positions told as failed) in JSON; or the inputs as ``.npy`` (``Accept: application/x-npy``)
+    with the id in the ``LWL-Batch-Id`` header and the number of pending points in
+    ``LWL-Pending-Points``."""
     job = own_job(store, job_id, owner)
     pending = store.pending_batches(job_id) if job["status"] == "awaiting_labels" else []
     if not pending:
         raise Problem(409, "No pending queries", f"the job is {job['status']}", job_status=job["status"])
     batch = pending[0]
     inputs = np.load(io.BytesIO(batch["inputs"]), allow_pickle=False)
-    headers = {"LWL-Batch-Id": batch["batch_id"], "LWL-Pending-Batches": str(len(pending))}
+    outcomes, _ = store.point_state(batch)
+    waiting = np.flatnonzero(outcomes == PointOutcome.PENDING)
+    failed = np.flatnonzero(outcomes == PointOutcome.FAILED)
+    headers = {"LWL-Batch-Id": batch["batch_id"], "LWL-Pending-Batches": str(len(pending)),
+               "LWL-Pending-Points": str(len(waiting))}
     if NPY in request.headers.get("accept", ""):
         return Response(batch["inputs"], media_type=NPY, headers=headers)
     payload = orjson.dumps({"batch_id": batch["batch_id"], "n": int(inputs.shape[0]), "d": int(inputs.shape[1]),
-                            "pending_batches": len(pending), "inputs": inputs},
+                            "pending_batches": len(pending), "pending": waiting, "failed": failed,
+                            "inputs": inputs},
                            option=orjson.OPT_SERIALIZE_NUMPY)
     return Response(payload, media_type="application/json", headers=headers)
 
-@router.post("/v1/jobs/{job_id}/labels", tags=["ask/tell"], responses=problems.responses(400, 401, 404, 409, 413, 415, 422),
+
+@router.post("/v1/jobs/{job_id}/labels", tags=["ask/tell"], response_model=PointsOut,
+             responses=problems.responses(400, 401, 404, 409, 413, 415, 422),
              openapi_extra={"requestBody": {"required": True, "content": {
               "application/json": {"schema": {"$ref": "#/components/schemas/LabelsRequest"}},
               NPY: {"schema": {"type": "string", "format": "binary"}}}}})
 async def post_labels(job_id: str, request: Request, store: StoreDep, owner: OwnerDep, settings: SettingsDep,
-                      enqueue: EnqueueDep, batch_id: Annotated[str | None, Query(max_length=64)] = None) -> dict:
-    """Labels for one batch: JSON ``{"batch_id", "labels"}``, or ``.npy`` bytes with
-    ``?batch_id=``. The job resumes on any worker once its round is complete. Posting the
-    same labels again is harmless; partial batches, wrong shapes, non-finite values and
-    stale or unknown batch ids are refused and change nothing."""
+                      enqueue: EnqueueDep, batch_id: Annotated[str | None, Query(max_length=64)] = None,
+                      indices: Annotated[list[Position] | None,
+                                         Query(description="with .npy labels: positions told")] = None,
+                      failed: Annotated[list[Position] | None, Query(description="with .npy labels: failed positions "
+                                                                            "(NaN there)")] = None) -> dict:
+    """Outcomes of points of one batch: JSON ``{"batch_id", "labels", "indices"?, "failed"?}``,
+    or ``.npy`` bytes with ``?batch_id=`` (and ``&indices=``, ``&failed=`` repeated; NaN at a
+    failed point). A point's label is null exactly when it is listed in ``failed``; the points
+    not told stay pending. The job resumes on any worker once every point of its round has an
+    outcome. Telling a point again the same way is harmless; another label for a told point,
+    wrong shapes, infinite values and stale or unknown batch ids are refused and change
+    nothing."""
     job = own_job(store, job_id, owner)
     raw = await read_body(request, settings.max_body_bytes)
     if request.headers.get("content-type", "").startswith(NPY):
@@ -69,6 +162,7 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
             raise Problem(400, "Unreadable labels", f"expected .npy bytes: {exc}", field="labels") from None
         if labels.dtype.kind not in "fiu":
             raise Problem(422, "Labels must be numeric", f"dtype {labels.dtype}", field="labels")
+        failed = failed or []
     else:
         doc = parse_json(raw)
         try:
@@ -76,27 +170,26 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
         except ValidationError as exc:
             errs = [(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"]) for e in exc.errors()]
             raise problems.spec_problem(errs, "Invalid labels") from None
-        batch_id = body.batch_id
-        labels = np.asarray(body.labels, dtype=np.float64)
+        batch_id, indices, failed = body.batch_id, body.indices, body.failed
+        labels = np.asarray([np.nan if v is None else v for v in body.labels], dtype=np.float64)
     labels = np.asarray(labels, dtype=np.float64)
-    if labels.ndim == 2 and labels.shape[1] == 1:
-        labels = labels[:, 0]
-    if not np.all(np.isfinite(labels)):
-        raise Problem(422, "Non-finite labels", f"batch {batch_id}: labels must be finite (no NaN or infinity)",
-                      field="labels", batch_id=batch_id)
-    outcome, generation = store.tell(job_id, batch_id, labels)
+    batch = store.batch(job_id, batch_id)
+    if batch is None:
+        raise Problem(404, "Unknown batch", f"job {job_id} has no batch {batch_id!r}", field="batch_id")
+    told = told_points(batch_id, batch["n"], labels, indices, failed)
+    outcome, generation = store.tell(job_id, batch_id, told)
     if outcome == "unknown":
         raise Problem(404, "Unknown batch", f"job {job_id} has no batch {batch_id!r}", field="batch_id")
     if outcome == "stale":
         raise Problem(409, "Stale batch", f"batch {batch_id} is not part of the job's current round "
                       f"(the job is {job['status']})", field="batch_id")
     if outcome == "conflict":
-        raise Problem(409, "Batch already labelled", f"batch {batch_id} was told other labels", field="batch_id")
-    if outcome == "shape":
-        n = store.batch(job_id, batch_id)["n"]
-        raise Problem(422, "Wrong number of labels", f"batch {batch_id} needs {n} labels (one per input), "
-                      f"got shape {tuple(labels.shape)}", field="labels", batch_id=batch_id)
+        raise Problem(409, "Batch already labelled", f"batch {batch_id}: a point told here was told another "
+                      "label or outcome before", field="batch_id")
     if generation is not None:
         enqueue(job_id, generation)
+    outcomes, _ = store.point_state(store.batch(job_id, batch_id))
     return {"batch_id": batch_id, "outcome": outcome,
+            "pending_points": int(np.sum(outcomes == PointOutcome.PENDING)),
+            "failed_points": int(np.sum(outcomes == PointOutcome.FAILED)),
             "pending_batches": len(store.pending_batches(job_id)), "status": store.get_job(job_id)["status"]}

@@ -130,10 +130,11 @@ def test_bad_labels_are_refused(small_spec):
     U = design.queries(state)
     with pytest.raises(ValueError, match="labels"):
         design.step(state, oracle.label(U)[:-1])
+    # a NaN label is a failed point (lwl.outcomes): counted, left out, not an error here;
+    # the runner refuses it from an oracle that does not report failures (tests/lwl/test_outcomes.py)
     bad = oracle.label(U)
     bad[0] = np.nan
-    with pytest.raises(ValueError, match="finite"):
-        design.step(state, bad)
+    assert design.step(state, bad)["labels_failed"] == 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

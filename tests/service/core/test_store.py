@@ -55,3 +55,59 @@ def test_non_finite_numbers_in_records_are_stored_as_null(tmp_path):
                            {"iteration": 0, "objective": float("nan"), "grad_norm": float("inf"), "x": [1.0]})
     assert store.history(job["id"]) == [{"iteration": 0, "objective": None, "grad_norm": None, "x": [1.0]}]
     assert store.get_job(job["id"])["progress"]["objective"] is None
+
+
+def _asktell_round(store: Store, n: int = 8) -> tuple[str, list[str]]:
+    """A job paused in its first ask/tell round of one batch of ``n`` points."""
+    import numpy as np
+
+    job, _ = store.create_job("alice", small_job(), 30)
+    store.acquire(job["id"], 0, "lease-1", "w")
+    ids = store.open_round(job["id"], "lease-1", "key", np.arange(2.0 * n).reshape(n, 2), None)
+    return job["id"], ids
+
+
+def test_an_older_store_gains_the_outcome_columns_and_reads_told_batches_as_labelled(tmp_path):
+    import numpy as np
+
+    from service.core.store import PointOutcome, Told
+
+    path = tmp_path / "old.db"
+    store = Store(f"sqlite:///{path}")
+    job, (batch,) = _asktell_round(store)
+    store.tell(job, batch, Told(np.arange(8), np.arange(8.0), np.zeros(8, dtype=bool)))
+    store.engine.dispose()
+    with sqlite3.connect(path) as db:  # label_batches as lwl wrote it before per-point outcomes
+        db.execute("ALTER TABLE label_batches DROP COLUMN outcomes")
+        db.execute("ALTER TABLE label_batches DROP COLUMN partial")
+    again = Store(f"sqlite:///{path}")
+    outcomes, labels = again.point_state(again.batch(job, batch))
+    assert (outcomes == PointOutcome.LABELLED).all() and labels.tolist() == list(range(8))
+
+
+def test_concurrent_partial_tells_of_one_batch_keep_every_point(tmp_path):
+    import threading
+
+    import numpy as np
+
+    from service.core.store import PointOutcome, Told
+
+    store = Store(f"sqlite:///{tmp_path / 'jobs.db'}")
+    job, (batch,) = _asktell_round(store, n=40)
+    answers = []
+
+    def tell(i):  # forty tells of one point each, at once
+        answers.append(store.tell(job, batch, Told(np.array([i]), np.array([float(i)]), np.array([i % 10 == 3]))))
+
+    threads = [threading.Thread(target=tell, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(a[0] for a in answers) == ["accepted"] * 40
+    assert sum(a[1] is not None for a in answers) == 1  # the last point requeues the job, once
+    outcomes, labels = store.point_state(store.batch(job, batch))
+    failed = np.arange(40) % 10 == 3
+    assert (outcomes[failed] == PointOutcome.FAILED).all() and (outcomes[~failed] == PointOutcome.LABELLED).all()
+    assert np.isnan(labels[failed]).all() and labels[~failed].tolist() == np.arange(40)[~failed].tolist()
+    assert store.get_job(job)["status"] == "queued"
