@@ -52,7 +52,9 @@ def test_a_killed_worker_is_restarted_and_its_job_finishes_as_if_uninterrupted(t
             assert done["status"] == "succeeded", done
             assert done["attempts"] >= 2  # the slice that died, and the one that finished the job
             result = c.result(job)
-        assert recovered_in < 30, recovered_in
+        # the reaper re-enqueues after the stale heartbeat (seconds); the bound only catches a
+        # job left for dead, so it is generous for a loaded 2-core machine (31.6 s seen there)
+        assert recovered_in < 90, recovered_in
         new = _children(server.proc.pid)
         assert len(new) == 1 and new[0] != worker  # a fresh worker took over
         direct = run_job(spec)
@@ -85,7 +87,7 @@ def test_workers_recycle_after_their_slice_budget_and_jobs_carry_on(tmp_path):
             (first,) = _children(server.proc.pid)
             job = c.submit(spec)
             seen = {first}
-            deadline = time.monotonic() + 240  # each recycled worker boots anew (seconds)
+            deadline = time.monotonic() + 480  # each recycled worker boots anew (seconds; more on a loaded machine)
             while c.job(job)["status"] not in ("succeeded", "failed") and time.monotonic() < deadline:
                 seen.update(_children(server.proc.pid))
                 time.sleep(0.05)
