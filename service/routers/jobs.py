@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import ORJSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lwl.spec import MAX_SEED, SpecError, parse_job_spec
@@ -20,6 +20,7 @@ from service import problems
 from service.core.routing import DEVICE_OF_QUEUE, QUEUE_CPU, queue_for
 from service.core.store import STATUSES, TERMINAL, IdempotencyConflict, Store
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
+from service.jsonresponse import FastJSONResponse
 from service.problems import Problem
 
 NPY = "application/x-npy"
@@ -145,7 +146,7 @@ def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
     nxt = f"{rows[limit - 1]['created_at']!r}_{rows[limit - 1]['id']}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
 
-@router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=ORJSONResponse,
+@router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=FastJSONResponse,
             responses={200: {"model": JobView}, **problems.responses(401, 404)})
 async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
     """Status, progress (iteration/total, objective, validation error, elapsed), error, and
@@ -155,7 +156,7 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: Setti
     # FastAPI's encoder; the indexed primary-key reads take well under a millisecond
     job = own_job(store, job_id, owner)
     live = live_workers(store, settings) if job["status"] in ("queued", "running") else []
-    return ORJSONResponse(job_view(job, live, settings))
+    return FastJSONResponse(job_view(job, live, settings))
 
 @router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404, 422))
 def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
