@@ -26,11 +26,20 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
 
 
-def _check_spd(mean: list[float], cov: list[list[float]], what: str = "cov") -> None:
+def _check_spd(mean: list[float], cov: list[list[float]], what: str = "cov", blame_mean: bool = True) -> None:
+    """``cov`` is a symmetric positive definite d x d matrix for the d entries of ``mean``.
+    A square covariance of another size names the mean when ``blame_mean`` (a lone Gaussian:
+    the mean is the odd one out as often as the covariance, and its length is the simpler fix
+    to see), the covariance otherwise (a mixture's means were checked against each other)."""
     d = len(mean)
     if d == 0:
         raise ValueError("mean: must have at least one entry")
-    c = np.asarray(cov, dtype=np.float64)
+    try:
+        c = np.asarray(cov, dtype=np.float64)
+    except ValueError:  # ragged rows
+        raise ValueError(f"{what}: rows must all have the same length") from None
+    if blame_mean and c.ndim == 2 and c.shape[0] == c.shape[1] and c.shape[0] != d:
+        raise ValueError(f"mean: {d} entries, but {what} is a {c.shape[0]}x{c.shape[0]} matrix")
     if c.shape != (d, d):
         raise ValueError(f"{what}: expected a {d}x{d} matrix to match mean, got shape {c.shape}")
     if not np.allclose(c, c.T, rtol=1e-10, atol=1e-12):
@@ -335,7 +344,7 @@ class MixtureFamilySpec(StrictModel):
                 if len(m) != d:
                     raise ValueError(f"means.{k}: dimension {len(m)}, expected {d}")
                 try:
-                    _check_spd(m, c)
+                    _check_spd(m, c, blame_mean=False)
                 except ValueError as exc:
                     raise ValueError(f"covs.{k}: {str(exc).partition(': ')[2]}") from None
         return self
