@@ -144,7 +144,7 @@ class Client:
     def distribution(self, job) -> dict:
         return self._check(self.http.get(f"/v1/jobs/{self._id(job)}/distribution")).json()
 
-    def samples(self, job, n: int, seed: int, *, npy: bool = True) -> np.ndarray:
+    def samples(self, job, n: int, seed: int = 0, *, npy: bool = True) -> np.ndarray:
         headers = {"Accept": "application/x-npy"} if npy else {}
         r = self._check(self.http.post(f"/v1/jobs/{self._id(job)}/samples", json={"n": n, "seed": seed},
                                        headers=headers))
