@@ -184,6 +184,21 @@ class KLEParameters(StrictModel):
         return self.grid**2 if self.basis == "sine2d" else self.grid
 
 
+def _one_member_kind(schema: dict) -> None:
+    """The JSON schema says what :meth:`MemberSpec._one_source` enforces: exactly one kind,
+    given (not null), the others absent or null, and ``size`` with the kinds lwl draws from."""
+    props = schema["properties"]
+    branches = []
+    for kind in MEMBER_KINDS:
+        given = next(s for s in props[kind]["anyOf"] if s.get("type") != "null")
+        needs_size = kind in ("gaussian", "uniform", "lognormal")
+        branches.append({"required": [kind, "size"] if needs_size else [kind],
+                         "properties": {kind: given, **{k: {"type": "null"} for k in MEMBER_KINDS if k != kind},
+                                        **({"size": next(s for s in props["size"]["anyOf"] if s.get("type") != "null")}
+                                           if needs_size else {})}})
+    schema["oneOf"] = branches
+
+
 class MemberSpec(StrictModel):
     """One test distribution nu'_k of Q, given by exactly one of: ``gaussian`` parameters
     (lwl draws ``size`` samples from the job's seed), ``kle`` parameters (closed-form W2 for
@@ -191,6 +206,7 @@ class MemberSpec(StrictModel):
     KLE Gaussian with these parameters, e.g. scattering or conductivity fields; ``size``
     samples), ``samples`` (an (M, d) array the user drew), or ``dataset`` (the id of an uploaded
     array, resolved by the service or the CLI)."""
+    model_config = ConfigDict(json_schema_extra=_one_member_kind)
 
     gaussian: GaussianMember | None = None
     uniform: UniformMember | None = None
@@ -457,8 +473,8 @@ class AMINOSpec(StrictModel):
     channels [64, 128, 128, 256, 256, 512, 512, 512], trunk 8 x 512, latent 100, FNO 128 x 32 modes,
     500 epochs."""
     name: Literal["amino"] = "amino"
-    channels: list[int] = Field(default_factory=lambda: [16, 32, 32, 64, 64, 128, 128, 128],
-                                min_length=8, max_length=8)
+    channels: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [16, 32, 32, 64, 64, 128, 128, 128], min_length=8, max_length=8)
     trunk_layers: int = Field(default=4, ge=1, le=32)
     trunk_width: int = Field(default=128, ge=1, le=4096)
     latent: int = Field(default=64, ge=1, le=4096)
@@ -467,13 +483,6 @@ class AMINOSpec(StrictModel):
     epochs: int = Field(default=40, ge=1, le=100_000)
     batch_size: int = Field(default=16, ge=1, le=100_000)
     learning_rate: float = Field(default=1e-3, gt=0)
-
-    @field_validator("channels")
-    @classmethod
-    def _channels(cls, v: list[int]) -> list[int]:
-        if any(c < 1 or c > 4096 for c in v):
-            raise ValueError("every width must lie in 1..4096")
-        return v
 
 
 class DeepONetSpec(StrictModel):

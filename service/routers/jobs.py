@@ -27,6 +27,9 @@ NPY = "application/x-npy"
 NPZ = "application/x-npz"  # a numpy .npz archive (np.load reads it)
 STREAM_ABOVE = 8 * 1024 * 1024  # bytes of samples sent in one piece below this
 INLINE_FLOATS = 1_000_000  # sampling requests up to this size run on the event loop
+# a bound on n that the schema can state (the one on n * d depends on the job): at d <= 20 the
+# default LWL_MAX_SAMPLES admits every n up to it
+MAX_SAMPLE_N = 1_000_000
 
 router = APIRouter()
 CURSOR = r"^[0-9]{1,15}(\.[0-9]{1,17})?_[0-9a-f]{32}$"  # next_cursor: "<created_at>_<job id>"
@@ -34,7 +37,8 @@ CURSOR = r"^[0-9]{1,15}(\.[0-9]{1,17})?_[0-9a-f]{32}$"  # next_cursor: "<created
 
 class SampleRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    n: int = Field(ge=1, description="number of samples")
+    n: int = Field(ge=1, le=MAX_SAMPLE_N, description=f"number of samples, at most {MAX_SAMPLE_N:,}; n * d (the "
+                   f"job's dimension) at most LWL_MAX_SAMPLES floats (default 20,000,000), 422 otherwise")
     seed: int = Field(default=0, ge=0, le=MAX_SEED,
                       description="default 0; same seed, same samples as lwl.measures.from_spec(doc).sample(n, seed)")
 
@@ -98,7 +102,8 @@ class JobView(BaseModel):
                                                           "value": EXAMPLE_JOB}}}}}})
 async def create_job(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
                      settings: SettingsDep, enqueue: EnqueueDep,
-                     idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> dict:
+                     idempotency_key: Annotated[str | None, Header(max_length=200, json_schema_extra={"minLength": 1})]
+                     = None) -> dict:
     """Submit a job spec (the JSON ``lwl run`` takes). 202 with ``Location``. An empty
     ``Idempotency-Key`` is refused (400), not taken as a key."""
     if idempotency_key is not None and not idempotency_key.strip():
