@@ -16,6 +16,8 @@ from service.routers.jobs import EXAMPLE_JOB
 from tests.conftest import ROOT
 from tests.service.conftest import Server
 
+pytestmark = pytest.mark.server
+
 
 def tour() -> str:
     readme = (ROOT / "README.md").read_text()
