@@ -15,6 +15,7 @@ def lwl(*args, cwd=None):
                           cwd=cwd, timeout=900)
 
 
+@pytest.mark.slow
 def test_run_the_issue_spec(tmp_path):
     proc = lwl("run", str(ROOT / "examples" / "friedman1.json"), "--out", str(tmp_path), "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
@@ -51,6 +52,7 @@ def test_invalid_spec_names_the_field(tmp_path, issue_spec):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_dataset_member_resolved_next_to_the_spec(tmp_path, small_spec):
     np.save(tmp_path / "q0.npy", np.random.default_rng(0).standard_normal((300, 5)))
     small_spec["test_distributions"]["members"][0] = {"dataset": "q0.npy"}
@@ -80,6 +82,7 @@ def test_table1_quick_preset_orders_optimized_mixture_normal(tmp_path):
     assert "| Ours (bilevel) |" in (tmp_path / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
     """examples/friedman1_budget.json with the built-in oracle (a lab labels it through ask/tell)."""
     spec = json.loads((ROOT / "examples" / "friedman1_budget.json").read_text())
