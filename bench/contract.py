@@ -37,7 +37,9 @@ def main() -> int:
             run = subprocess.run([st, "--config-file", str(ROOT / "tests" / "service" / "schemathesis.toml"), "run",
                                   f"{server.url}/openapi.json", "-H", "Authorization: Bearer k-alice",
                                   "--max-time", str(args.seconds), "--seed", str(args.seed)],
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True,  # the hooks write valid .npy/.npz uploads
+                                 env={**os.environ, "SCHEMATHESIS_HOOKS": str(ROOT / "tests" / "service" /
+                                                                              "schemathesis_hooks.py")})
         finally:
             server.stop()
     text = re.sub(r"http://127\.0\.0\.1:\d+", "http://127.0.0.1:PORT", run.stdout)

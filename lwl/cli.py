@@ -12,10 +12,41 @@ from typing import Optional
 import numpy as np
 import typer
 from rich.console import Console
+from typer.core import TyperCommand
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="lwl: learning where to learn.")
+class _Command(TyperCommand):
+    """Usage lines name arguments as click does, ``lwl run [OPTIONS] SPEC_PATH``: typer 0.2x
+    writes a required argument as ``{spec_path}``, which reads as a placeholder to fill with
+    braces or as a set to pick from."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        out = []
+        for piece in super().collect_usage_pieces(ctx):
+            if piece.startswith("{") and piece.endswith("}"):
+                piece = piece[1:-1].upper()
+            out.append(piece)
+        return out
+
+
+# -h as well as --help, on every command: click's subcommand contexts inherit the names
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="lwl: learning where to learn.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 console = Console(stderr=True)
+
+def _version(value: bool) -> None:
+    if value:
+        from lwl import __version__
+
+        typer.echo(f"lwl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print lwl's version and exit.")) -> None:
+    """lwl: learning where to learn."""
+
 
 EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte", "eit", "budget")
 
@@ -80,7 +111,7 @@ def _file_resolver(base: Path):
 
 
 @app.command()
-def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
+def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spec (JSON)"),
         out: Path = typer.Option(Path("runs/latest"), "--out", help="output folder for result.json"),
         device: Optional[str] = typer.Option(None, help="override the spec's device: auto|cpu|cuda")):
     """Run one design job locally and write OUT/result.json."""
@@ -170,7 +201,7 @@ def run(spec_path: Path = typer.Argument(..., help="job spec (JSON)"),
 
 
 @app.command()
-def experiment(name: str = typer.Argument(..., help=f"one of {', '.join(EXPERIMENTS)}"),
+def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {', '.join(EXPERIMENTS)}"),
                preset: str = typer.Option("quick", help="quick (CI-sized), paper, or (ntd, darcy, burgers) paper-cpu: the paper's grid and network on a CPU budget"),
                out: Path = typer.Option(None, "--out", help="output folder (default runs/NAME-PRESET)"),
                runs: Optional[int] = typer.Option(None, help="override the preset's number of runs"),
@@ -363,9 +394,11 @@ def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[st
 
 
 @app.command()
-def sample(distribution: Path = typer.Argument(..., help="distribution spec JSON (or a result.json)"),
+def sample(distribution: Path = typer.Argument(..., metavar="DISTRIBUTION", help="distribution spec JSON (or a result.json)"),
            n: int = typer.Option(..., "-n", min=1, help="number of samples"),
-           seed: int = typer.Option(..., "--seed", min=0),
+           seed: int = typer.Option(0, "--seed", min=0, help="random seed: the same distribution and seed give the "
+                                                             "same samples, here, from lwl.measures.from_spec and from "
+                                                             "POST /v1/jobs/{id}/samples"),
            out: Path = typer.Option(..., "--out", help=".npy file to write")):
     """Draw N samples from a distribution spec; the same spec and seed give the same bits."""
     from lwl.measures import from_spec
@@ -377,7 +410,7 @@ def sample(distribution: Path = typer.Argument(..., help="distribution spec JSON
 
 
 @app.command()
-def report(result: Path = typer.Argument(..., help="a result.json (lwl run, or GET /v1/jobs/{id}/result)"),
+def report(result: Path = typer.Argument(..., metavar="RESULT", help="a result.json (lwl run, or GET /v1/jobs/{id}/result)"),
            out: Path = typer.Option(..., "--out", help="HTML file to write")):
     """Write one finished job's dashboard page as a single self-contained HTML file."""
     from lwl.ui import offline_page
@@ -412,6 +445,9 @@ def _load_plugins() -> None:
     load_plugins()
     for ep in entry_points(group="lwl.cli"):
         ep.load()(app, console)
+    for command in app.registered_commands:  # every command, a plugin's too, writes its usage alike
+        if command.cls in (None, TyperCommand):
+            command.cls = _Command
 
 
 _load_plugins()

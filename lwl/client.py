@@ -142,9 +142,7 @@ class Client:
                 if bar is not None:
                     if task is None:
                         task = bar.add_task("", total=p.get("total") or 1, info="")
-                    err = p.get("validation_err")
-                    bar.update(task, completed=p.get("iteration", 0),
-                               info=f"{doc['status']}" + (f"  Err {err:.4f}" if err is not None else ""))
+                    bar.update(task, **bar_fields(doc))
                 if _settled(doc, deadline, timeout):
                     if bar is not None:
                         _print_verdict(bar.console, doc)
@@ -161,7 +159,7 @@ class Client:
     def distribution(self, job) -> dict:
         return self._check(self.http.get(f"/v1/jobs/{self._id(job)}/distribution")).json()
 
-    def samples(self, job, n: int, seed: int, *, npy: bool = True) -> np.ndarray:
+    def samples(self, job, n: int, seed: int = 0, *, npy: bool = True) -> np.ndarray:
         headers = {"Accept": "application/x-npy"} if npy else {}
         r = self._check(self.http.post(f"/v1/jobs/{self._id(job)}/samples", json={"n": n, "seed": seed},
                                        headers=headers))
@@ -247,6 +245,23 @@ class Client:
 
     def catalog(self) -> dict:
         return self._check(self.http.get("/v1/catalog")).json()
+
+
+def bar_fields(doc: dict) -> dict:
+    """A job's progress bar: ``completed``, ``total`` and ``info`` for rich's ``update``.
+
+    A job that has ended fills its bar: a run that stopped early (the optimiser's stopping
+    rule, a cancel) shows the iterations it ran as the total and says where it stopped, so the
+    bar does not end part-filled at, say, 425/1000 beside "succeeded"."""
+    p = doc.get("progress") or {}
+    done, planned = int(p.get("iteration") or 0), int(p.get("total") or 1)
+    err = p.get("validation_err")
+    info = doc["status"] + (f"  Err {err:.4f}" if err is not None else "")
+    if doc["status"] not in TERMINAL:
+        return {"completed": done, "total": planned, "info": info}
+    if done < planned:
+        info += f"  (stopped at iteration {done} of {planned})"
+    return {"completed": max(done, 1), "total": max(done, 1), "info": info}
 
 
 def _print_verdict(console, doc: dict) -> None:

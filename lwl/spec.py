@@ -26,11 +26,20 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
 
 
-def _check_spd(mean: list[float], cov: list[list[float]], what: str = "cov") -> None:
+def _check_spd(mean: list[float], cov: list[list[float]], what: str = "cov", blame_mean: bool = True) -> None:
+    """``cov`` is a symmetric positive definite d x d matrix for the d entries of ``mean``.
+    A square covariance of another size names the mean when ``blame_mean`` (a lone Gaussian:
+    the mean is the odd one out as often as the covariance, and its length is the simpler fix
+    to see), the covariance otherwise (a mixture's means were checked against each other)."""
     d = len(mean)
     if d == 0:
         raise ValueError("mean: must have at least one entry")
-    c = np.asarray(cov, dtype=np.float64)
+    try:
+        c = np.asarray(cov, dtype=np.float64)
+    except ValueError:  # ragged rows
+        raise ValueError(f"{what}: rows must all have the same length") from None
+    if blame_mean and c.ndim == 2 and c.shape[0] == c.shape[1] and c.shape[0] != d:
+        raise ValueError(f"mean: {d} entries, but {what} is a {c.shape[0]}x{c.shape[0]} matrix")
     if c.shape != (d, d):
         raise ValueError(f"{what}: expected a {d}x{d} matrix to match mean, got shape {c.shape}")
     if not np.allclose(c, c.T, rtol=1e-10, atol=1e-12):
@@ -175,6 +184,21 @@ class KLEParameters(StrictModel):
         return self.grid**2 if self.basis == "sine2d" else self.grid
 
 
+def _one_member_kind(schema: dict) -> None:
+    """The JSON schema says what :meth:`MemberSpec._one_source` enforces: exactly one kind,
+    given (not null), the others absent or null, and ``size`` with the kinds lwl draws from."""
+    props = schema["properties"]
+    branches = []
+    for kind in MEMBER_KINDS:
+        given = next(s for s in props[kind]["anyOf"] if s.get("type") != "null")
+        needs_size = kind in ("gaussian", "uniform", "lognormal")
+        branches.append({"required": [kind, "size"] if needs_size else [kind],
+                         "properties": {kind: given, **{k: {"type": "null"} for k in MEMBER_KINDS if k != kind},
+                                        **({"size": next(s for s in props["size"]["anyOf"] if s.get("type") != "null")}
+                                           if needs_size else {})}})
+    schema["oneOf"] = branches
+
+
 class MemberSpec(StrictModel):
     """One test distribution nu'_k of Q, given by exactly one of: ``gaussian`` parameters
     (lwl draws ``size`` samples from the job's seed), ``kle`` parameters (closed-form W2 for
@@ -182,6 +206,7 @@ class MemberSpec(StrictModel):
     KLE Gaussian with these parameters, e.g. scattering or conductivity fields; ``size``
     samples), ``samples`` (an (M, d) array the user drew), or ``dataset`` (the id of an uploaded
     array, resolved by the service or the CLI)."""
+    model_config = ConfigDict(json_schema_extra=_one_member_kind)
 
     gaussian: GaussianMember | None = None
     uniform: UniformMember | None = None
@@ -374,7 +399,7 @@ class MixtureFamilySpec(StrictModel):
                 if len(m) != d:
                     raise ValueError(f"means.{k}: dimension {len(m)}, expected {d}")
                 try:
-                    _check_spd(m, c)
+                    _check_spd(m, c, blame_mean=False)
                 except ValueError as exc:
                     raise ValueError(f"covs.{k}: {str(exc).partition(': ')[2]}") from None
         return self
@@ -487,8 +512,8 @@ class AMINOSpec(StrictModel):
     channels [64, 128, 128, 256, 256, 512, 512, 512], trunk 8 x 512, latent 100, FNO 128 x 32 modes,
     500 epochs."""
     name: Literal["amino"] = "amino"
-    channels: list[int] = Field(default_factory=lambda: [16, 32, 32, 64, 64, 128, 128, 128],
-                                min_length=8, max_length=8)
+    channels: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        default_factory=lambda: [16, 32, 32, 64, 64, 128, 128, 128], min_length=8, max_length=8)
     trunk_layers: int = Field(default=4, ge=1, le=32)
     trunk_width: int = Field(default=128, ge=1, le=4096)
     latent: int = Field(default=64, ge=1, le=4096)
@@ -497,13 +522,6 @@ class AMINOSpec(StrictModel):
     epochs: int = Field(default=40, ge=1, le=100_000)
     batch_size: int = Field(default=16, ge=1, le=100_000)
     learning_rate: float = Field(default=1e-3, gt=0)
-
-    @field_validator("channels")
-    @classmethod
-    def _channels(cls, v: list[int]) -> list[int]:
-        if any(c < 1 or c > 4096 for c in v):
-            raise ValueError("every width must lie in 1..4096")
-        return v
 
 
 class DeepONetSpec(StrictModel):

@@ -11,7 +11,12 @@ independent numpy/scipy KRR (kernel exp(-r^2 / l^2) with the lengthscale of the 
 Q's mixture and the initial Normal, each trained on its own 1,024 draws. lwl is used only to
 run the job and to sample the returned distribution.
 
-Usage: OPENBLAS_NUM_THREADS=1 python scripts/independent_check.py given|selected [PART PARTS]
+Modes ``given-auto`` / ``selected-auto`` leave the family out (lwl's default, ``auto``). The
+judge trains each candidate on DRAWS training sets and calls the design better / tie / worse than
+Q's mixture from a t interval of the draw-wise difference; the script counts the problems where
+lwl's verdict said ``better`` while the judge's mean Err of the design is above the mixture's.
+
+Usage: OPENBLAS_NUM_THREADS=1 python scripts/independent_check.py given|selected|given-auto|selected-auto [PART PARTS]
 (``PART PARTS`` splits the problems over processes: problem i runs in part i mod PARTS).
 """
 
@@ -53,15 +58,28 @@ def krr_err(x: np.ndarray, y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray
     return float(np.linalg.norm(pred - test_y) / np.linalg.norm(test_y))
 
 
+DRAWS = 5  # training draws per candidate for the judge (its own, not lwl's)
+
+
+def mixture_verdict(result: dict) -> str:
+    """lwl's own verdict of the design against Q's mixture (at the better lengthscale)."""
+    ev = result["evaluation"]
+    own = (ev.get("err_own_lengthscale") or {}).get("mixture")
+    if own is not None and own["err"] < ev["err"]["mixture"]:
+        return own["comparison"]["outcome"]
+    return ev["comparisons"]["mixture"]["outcome"]
+
+
 def main() -> None:
     mode = sys.argv[1]
     part, parts = (int(sys.argv[2]), int(sys.argv[3])) if len(sys.argv) > 3 else (0, 1)
-    wins = total = 0
+    wins = total = contradictions = 0
     for i, (p, seed) in enumerate(fresh_problems()):
         if i % parts != part:
             continue
         spec = problem_spec(p, size=3000, validation=500, iterations=None, seed=seed,
-                            lengthscale_factor=0.5 if mode == "given" else None)
+                            lengthscale_factor=0.5 if mode == "given" else None,
+                            family="auto" if mode.endswith("auto") else "gaussian")
         t0 = time.time()
         result = run_job(spec)
         resolved = parse_job_spec(result["spec"])
@@ -76,15 +94,25 @@ def main() -> None:
             return krr_err(x, np.asarray(oracle.label(x)).reshape(-1), test_x, test_y, ell)
 
         n = 1024
-        design = judge(from_spec(result["distribution"]).sample(n, seed=[5, seed]))
-        mixture = judge(np.stack([rng.multivariate_normal(*members[k]) for k in rng.integers(0, len(members), n)]))
-        initial = judge(rng.multivariate_normal(np.array(resolved.family.mean), np.array(resolved.family.cov), n))
-        win = design < mixture and design < initial
-        wins, total = wins + win, total + 1
-        print(f"{p.key} seed {seed} {mode}: design {design:.4f} mixture {mixture:.4f} initial {initial:.4f} "
-              f"{'WIN' if win else 'LOSS'} | lwl's held-out verdict {result['verdict']['err']:.4f} "
+        design = np.array([judge(from_spec(result["distribution"]).sample(n, seed=[5, seed, r]))
+                           for r in range(DRAWS)])
+        mixture = np.array([judge(np.stack([rng.multivariate_normal(*members[k])
+                                            for k in rng.integers(0, len(members), n)])) for _ in range(DRAWS)])
+        # the judge's own call: the mean over draws, and a t interval of the draw-wise difference
+        diff = design - mixture
+        half = 2.776 * diff.std(ddof=1) / np.sqrt(DRAWS)  # t_{0.975, 4}
+        judged = "better" if diff.mean() + half < 0 else "worse" if diff.mean() - half > 0 else "tie"
+        said = mixture_verdict(result)
+        # a contradiction: lwl says better where the judge measures the design worse (mean Err)
+        wrong = said == "better" and design.mean() > mixture.mean()
+        contradictions += wrong
+        wins, total = wins + (judged == "better"), total + 1
+        print(f"{p.key} seed {seed} {mode}: design {design.mean():.4f} mixture {mixture.mean():.4f} "
+              f"judge {judged} | lwl: {said} ({result['selected'].get('family', '-')}), "
+              f"held-out {result['verdict']['err']:.4f}{' CONTRADICTION' if wrong else ''} "
               f"({time.time() - t0:.0f} s)", flush=True)
-    print(f"{wins} of {total} beat both the mixture and the initial Normal")
+    print(f"judge: design better than Q's mixture on {wins} of {total}; lwl said better where the judge "
+          f"measured worse on {contradictions}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,25 @@
 # Install what the tests need (Python packages, redis-server and PostgreSQL from Debian) and
 # run the whole suite: library, embedded service, distributed mode, the dashboard in headless
 # chromium (about 10 minutes on 2 cores).
+#
+#   ./scripts/test.sh --fast [pytest args]   the quick loop: no server, browser, distributed or
+#                                            slow tests (markers in pyproject.toml), no Debian
+#                                            packages; under 3 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh --system
+fast=0
+if [ "${1:-}" = "--fast" ]; then
+  fast=1
+  shift
+fi
+if [ "$fast" = 1 ]; then
+  ./scripts/setup.sh
+else
+  ./scripts/setup.sh --system
+fi
 . .venv/bin/activate
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=2 MKL_NUM_THREADS=1
+if [ "$fast" = 1 ]; then
+  exec python -m pytest -m "not server and not browser and not distributed and not slow" "$@"
+fi
 exec python -m pytest "$@"

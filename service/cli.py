@@ -8,6 +8,7 @@ missing extra gives a clear message, not an ImportError at ``lwl --help``.
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -86,10 +87,21 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
             supervisor.stop()
 
 
+class LogLevel(str, Enum):
+    """Celery's log levels (``--loglevel``): a typo is refused by the CLI, with the choices."""
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+    critical = "critical"
+
+
 def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (takes lwl.gpu, then lwl.cpu) "
                                                    "or auto (cuda when CUDA is available)"),
-           data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
-           loglevel: str = typer.Option("warning"),
+           data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded store and broker (LWL_DATA_DIR); "
+                                                                            "the same folder as lwl serve's"),
+           loglevel: LogLevel = typer.Option(LogLevel.warning, "--loglevel", case_sensitive=False,
+                                             help="the worker's log level"),
            gpus: Optional[str] = typer.Option(None, "--gpus", help="e.g. 0,1: one supervised GPU worker process "
                                                                     "per device")):
     """Run one Celery worker process (one job slice at a time), or one per GPU with --gpus."""
@@ -98,6 +110,7 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
     if device not in ("auto", "cpu", "cuda"):
         console.print("[red]--device must be auto, cpu or cuda")
         raise typer.Exit(2)
+    loglevel = LogLevel(loglevel).value
     if gpus:
         return _gpu_workers(gpus, data_dir, loglevel)
     # a test-only switch: a worker that takes the GPU queue on a machine without CUDA, so that
@@ -169,7 +182,7 @@ URL_OPT = typer.Option("http://127.0.0.1:8000", "--url", envvar="LWL_URL", help=
 KEY_OPT = typer.Option(None, "--api-key", envvar="LWL_API_KEY", help="bearer key")
 
 
-def ask(job: str = typer.Argument(..., help="job id"),
+def ask(job: str = typer.Argument(..., metavar="JOB", help="job id"),
         out: Path = typer.Option(Path("inputs.npy"), "--out", help="where to write the batch's inputs"),
         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Fetch the next batch an ask/tell job needs labelled; prints its batch id."""
@@ -189,9 +202,9 @@ def ask(job: str = typer.Argument(..., help="job id"),
     sys.stdout.write(batch[0] + "\n")
 
 
-def tell(job: str = typer.Argument(..., help="job id"),
-         batch_id: str = typer.Argument(..., help="the batch id `lwl ask` printed"),
-         labels: Path = typer.Argument(..., help=".npy file: one label per input, in order"),
+def tell(job: str = typer.Argument(..., metavar="JOB", help="job id"),
+         batch_id: str = typer.Argument(..., metavar="BATCH_ID", help="the batch id `lwl ask` printed"),
+         labels: Path = typer.Argument(..., metavar="LABELS", help=".npy file: one label per input, in order"),
          nan_failed: bool = typer.Option(False, "--nan-failed",
                                          help="a NaN label is a failed measurement (told as failed)"),
          url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):

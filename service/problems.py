@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM = "application/problem+json"
+BODY_PARSE_ERROR = "There was an error parsing the body"  # FastAPI's HTTPException(400) detail
 
 
 class Problem(Exception):
@@ -51,6 +52,14 @@ def install(app) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
+        # a body FastAPI could not parse is malformed JSON (400), as service.deps.parse_json
+        # answers for the routes that read their body themselves: one answer on every route
+        for e in exc.errors():
+            if e.get("type") == "json_invalid":
+                why = (e.get("ctx") or {}).get("error", e.get("msg", ""))
+                where = e["loc"][-1] if isinstance(e["loc"][-1], int) else None
+                return problem_response(Problem(400, "Malformed JSON", f"{why}" + (
+                    f" (char {where})" if where is not None else "")), request)
         errors = []
         for e in exc.errors():
             loc = [str(p) for p in e["loc"] if p not in ("body", "query", "path", "header")]
@@ -61,6 +70,9 @@ def install(app) -> None:
     async def _http(request: Request, exc: StarletteHTTPException):
         titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized"}
         headers = getattr(exc, "headers", None)
+        if exc.status_code == 400 and exc.detail == BODY_PARSE_ERROR:  # e.g. JSON nested past the parser's recursion limit
+            return problem_response(Problem(400, "Malformed JSON", "the body could not be parsed as JSON "
+                                            "(nested too deeply?)"), request)
         if exc.status_code == 405:  # Starlette names the first matching route's methods only
             headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
         return problem_response(Problem(exc.status_code, titles.get(exc.status_code, "HTTP error"),

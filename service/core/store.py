@@ -338,14 +338,16 @@ class Store:
             text = c.execute(select(jobs.c.spec).where(jobs.c.id == job_id)).scalar()
         return _unjson(text)
 
-    def request_cancel(self, job_id: str) -> None:
-        """Queued jobs are cancelled at once; running ones at their next step boundary."""
+    def request_cancel(self, job_id: str) -> bool:
+        """Queued jobs are cancelled at once; running ones at their next step boundary. False
+        when the job had already ended (nothing changed)."""
         now = time.time()
         with self.engine.begin() as c:
-            c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "awaiting_labels")))
-                      .values(status="cancelled", cancel_requested=True, finished_at=now, updated_at=now))
-            c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "running")
-                      .values(cancel_requested=True, updated_at=now))
+            stopped = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "awaiting_labels")))
+                                .values(status="cancelled", cancel_requested=True, finished_at=now, updated_at=now))
+            asked = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "running")
+                              .values(cancel_requested=True, updated_at=now))
+        return stopped.rowcount + asked.rowcount > 0
 
     def iteration_totals(self) -> tuple[int, float]:
         with self.engine.connect() as c:

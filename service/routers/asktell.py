@@ -137,13 +137,16 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
               "application/json": {"schema": {"$ref": "#/components/schemas/LabelsRequest"}},
               NPY: {"schema": {"type": "string", "format": "binary"}}}}})
 async def post_labels(job_id: str, request: Request, store: StoreDep, owner: OwnerDep, settings: SettingsDep,
-                      enqueue: EnqueueDep, batch_id: Annotated[str | None, Query(max_length=64)] = None,
+                      enqueue: EnqueueDep,
+                      batch_id: Annotated[str | None, Query(max_length=64, description=(
+                          ".npy labels: the batch they label; default: the job's one pending batch "
+                          "(409 when it has none or several)"))] = None,
                       indices: Annotated[list[Position] | None,
                                          Query(description="with .npy labels: positions told")] = None,
                       failed: Annotated[list[Position] | None, Query(description="with .npy labels: failed positions "
                                                                             "(NaN there)")] = None) -> dict:
     """Outcomes of points of one batch: JSON ``{"batch_id", "labels", "indices"?, "failed"?}``,
-    or ``.npy`` bytes with ``?batch_id=`` (and ``&indices=``, ``&failed=`` repeated; NaN at a
+    or ``.npy`` bytes with ``?batch_id=`` (default: the job's only pending batch; and ``&indices=``, ``&failed=`` repeated; NaN at a
     failed point). A point's label is null exactly when it is listed in ``failed``; the points
     not told stay pending. The job resumes on any worker once every point of its round has an
     outcome. Telling a point again the same way is harmless; another label for a told point,
@@ -153,7 +156,7 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     raw = await read_body(request, settings.max_body_bytes)
     if request.headers.get("content-type", "").startswith(NPY):
         if batch_id is None:
-            raise Problem(422, "Missing batch id", "send ?batch_id= with .npy labels", field="batch_id")
+            batch_id = only_pending_batch(store, job)
         try:
             labels = read_npy_bytes(raw, settings.max_body_bytes)  # .npy only: an .npz is refused here
         except ArrayTooLarge as exc:
@@ -193,3 +196,16 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
             "pending_points": int(np.sum(outcomes == PointOutcome.PENDING)),
             "failed_points": int(np.sum(outcomes == PointOutcome.FAILED)),
             "pending_batches": len(store.pending_batches(job_id)), "status": store.get_job(job_id)["status"]}
+
+
+def only_pending_batch(store, job: dict) -> str:
+    """The batch .npy labels without ``?batch_id=`` are for: the job's one pending batch. A job
+    with none or several pending is in the wrong state for that (409), not a wrong request."""
+    pending = store.pending_batches(job["id"]) if job["status"] == "awaiting_labels" else []
+    if not pending:
+        raise Problem(409, "No pending queries", f"the job is {job['status']}", field="batch_id",
+                      job_status=job["status"])
+    if len(pending) > 1:
+        raise Problem(409, "Several batches pending", f"{len(pending)} batches wait for labels: "
+                      f"name one with ?batch_id=", field="batch_id", job_status=job["status"])
+    return pending[0]["batch_id"]

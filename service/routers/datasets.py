@@ -11,16 +11,21 @@ from service import problems
 from service.problems import Problem
 
 router = APIRouter()
+# what the contract names (service.guard takes any type a browser cannot send cross-site)
+DATASET_TYPES = ("application/octet-stream", "application/x-npy", "application/x-npz")
+ARRAY_BYTES = ("the bytes of a .npy file, or of an .npz archive holding one array: a non-empty (M, d) array of "
+               "finite real numbers (np.save / np.savez; never pickled objects)")
 
 
 @router.post("/v1/datasets", status_code=201, tags=["datasets"], responses=problems.responses(400, 401, 413, 415, 422),
              openapi_extra={"requestBody": {"required": True, "content": {
-              "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+              media: {"schema": {"type": "string", "format": "binary", "description": ARRAY_BYTES}}
+              for media in DATASET_TYPES}}})
 async def upload_dataset(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
                          settings: SettingsDep) -> dict:
     """Upload an (M, d) array as ``.npy`` or single-array ``.npz`` bytes (``Content-Type:
-    application/octet-stream``); a job spec then names it with ``{"dataset": id}``. The body
-    and the uncompressed array (as float64) are each at most ``LWL_MAX_DATASET_BYTES`` (413)."""
+    application/octet-stream``, ``application/x-npy`` or ``application/x-npz``); a job spec
+    then names it with ``{"dataset": id}``. The body and the uncompressed array (as float64) are each at most ``LWL_MAX_DATASET_BYTES`` (413)."""
     raw = await read_body(request, settings.max_dataset_bytes)
     meta = store.put_dataset(owner, load_array(raw, settings.max_dataset_bytes))
     response.headers["Location"] = f"/v1/datasets/{meta['id']}"

@@ -12,20 +12,24 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import ORJSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lwl.spec import MAX_SEED, SpecError, parse_job_spec
 from service import problems
 from service.core.routing import DEVICE_OF_QUEUE, QUEUE_CPU, queue_for
-from service.core.store import STATUSES, TERMINAL, IdempotencyConflict, Store
+from service.core.store import STATUSES, IdempotencyConflict, Store
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
+from service.jsonresponse import FastJSONResponse
 from service.problems import Problem
 
 NPY = "application/x-npy"
 NPZ = "application/x-npz"  # a numpy .npz archive (np.load reads it)
 STREAM_ABOVE = 8 * 1024 * 1024  # bytes of samples sent in one piece below this
 INLINE_FLOATS = 1_000_000  # sampling requests up to this size run on the event loop
+# a bound on n that the schema can state (the one on n * d depends on the job): at d <= 20 the
+# default LWL_MAX_SAMPLES admits every n up to it
+MAX_SAMPLE_N = 1_000_000
 
 router = APIRouter()
 CURSOR = r"^[0-9]{1,15}(\.[0-9]{1,17})?_[0-9a-f]{32}$"  # next_cursor: "<created_at>_<job id>"
@@ -33,9 +37,10 @@ CURSOR = r"^[0-9]{1,15}(\.[0-9]{1,17})?_[0-9a-f]{32}$"  # next_cursor: "<created
 
 class SampleRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    n: int = Field(ge=1, description="number of samples")
-    seed: int = Field(ge=0, le=MAX_SEED,
-                      description="same seed, same samples as lwl.measures.from_spec(doc).sample(n, seed)")
+    n: int = Field(ge=1, le=MAX_SAMPLE_N, description=f"number of samples, at most {MAX_SAMPLE_N:,}; n * d (the "
+                   f"job's dimension) at most LWL_MAX_SAMPLES floats (default 20,000,000), 422 otherwise")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED,
+                      description="default 0; same seed, same samples as lwl.measures.from_spec(doc).sample(n, seed)")
 
     @field_validator("n", "seed", mode="before")
     @classmethod
@@ -79,6 +84,8 @@ class JobView(BaseModel):
     error: str | None = None
     attempts: int
     worker: str | None = None
+    cancel_requested: bool = Field(description="a cancel was asked for: a running job stops at its next "
+                                                 "step boundary, then shows status cancelled")
     kind: dict[str, str] | None = None  # {"algorithm", "family", "oracle"} names
     queue: str | None = None
     conditions: list[dict[str, Any]]
@@ -95,7 +102,8 @@ class JobView(BaseModel):
                                                           "value": EXAMPLE_JOB}}}}}})
 async def create_job(request: Request, response: Response, store: StoreDep, owner: OwnerDep,
                      settings: SettingsDep, enqueue: EnqueueDep,
-                     idempotency_key: Annotated[str | None, Header(max_length=200)] = None) -> dict:
+                     idempotency_key: Annotated[str | None, Header(max_length=200, json_schema_extra={"minLength": 1})]
+                     = None) -> dict:
     """Submit a job spec (the JSON ``lwl run`` takes). 202 with ``Location``. An empty
     ``Idempotency-Key`` is refused (400), not taken as a key."""
     if idempotency_key is not None and not idempotency_key.strip():
@@ -145,7 +153,7 @@ def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
     nxt = f"{rows[limit - 1]['created_at']!r}_{rows[limit - 1]['id']}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
 
-@router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=ORJSONResponse,
+@router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=FastJSONResponse,
             responses={200: {"model": JobView}, **problems.responses(401, 404)})
 async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
     """Status, progress (iteration/total, objective, validation error, elapsed), error, and
@@ -155,7 +163,7 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: Setti
     # FastAPI's encoder; the indexed primary-key reads take well under a millisecond
     job = own_job(store, job_id, owner)
     live = live_workers(store, settings) if job["status"] in ("queued", "running") else []
-    return ORJSONResponse(job_view(job, live, settings))
+    return FastJSONResponse(job_view(job, live, settings))
 
 @router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404, 422))
 def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
@@ -176,18 +184,34 @@ def get_spec(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     return store.spec(job_id)
 
 @router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"],
-             responses={202: {"model": JobView}, **problems.responses(401, 404)})
+             responses={202: {"model": JobView}, **problems.responses(401, 404, 409)})
 def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
-    """Stop the job between iterations (at once when still queued)."""
-    job = own_job(store, job_id, owner)
-    if job["status"] not in TERMINAL:
-        store.request_cancel(job_id)
+    """Stop the job between iterations (at once when queued or awaiting labels): 202 with the
+    job, ``cancel_requested: true`` (a running job shows ``running`` until its current step
+    ends). A job that has ended (succeeded, failed, cancelled) cannot be cancelled: 409 naming
+    its status."""
+    own_job(store, job_id, owner)
+    if not store.request_cancel(job_id):  # one conditional update: no race with the job's end
+        status = store.get_job(job_id)["status"]
+        raise Problem(409, "Job has ended", f"the job is {status}; only a queued, running or "
+                      f"awaiting_labels job can be cancelled", field="status", job_status=status)
     return job_view(store.get_job(job_id))
+
+
+def no_result(job: dict) -> Problem:
+    """409 for a job without a result: still on its way, or ended without one (then say so)."""
+    status = job["status"]
+    if status in ("cancelled", "failed"):
+        return Problem(409, f"Job {status}", f"the job is {status}: it has no result and will have none",
+                       field="status", job_status=status)
+    return Problem(409, "Job has no result yet", f"the job is {status}; wait until it has succeeded "
+                   f"(GET /v1/jobs/{job['id']})", field="status", job_status=status)
+
 
 def finished_result(job_id: str, store: Store, owner: str) -> dict:
     job = own_job(store, job_id, owner)
     if job["status"] != "succeeded":
-        raise Problem(409, "Job has no result yet", f"the job is {job['status']}", status_text=job["status"])
+        raise no_result(job)
     return store.result(job_id)
 
 @router.get("/v1/jobs/{job_id}/result", tags=["results"], responses=problems.responses(401, 404, 409))
@@ -230,7 +254,7 @@ async def post_samples(job_id: str, body: SampleRequest, request: Request, store
     with ``Accept: application/x-npy`` (streamed)."""
     job = own_job(store, job_id, owner)
     if job["status"] != "succeeded":
-        raise Problem(409, "Job has no result yet", f"the job is {job['status']}")
+        raise no_result(job)
     measure = measure_for(job_id)
     floats = body.n * measure.dim
     if floats > settings.max_samples:
@@ -280,6 +304,7 @@ def conditions(job: dict, live: list[dict], settings) -> list[dict]:
 def job_view(job: dict, live: list[dict] | None = None, settings=None) -> dict:
     out = {k: job.get(k) for k in ("id", "status", "created_at", "updated_at", "started_at", "finished_at",
                                     "progress", "error", "attempts", "worker", "kind", "queue")}
+    out["cancel_requested"] = bool(job.get("cancel_requested"))
     out["conditions"] = conditions(job, live, settings) if live is not None and settings is not None else []
     progress = job.get("progress") or {}
     # a finished bilevel job: held-out Err against the baselines, and anything the user must know

@@ -54,6 +54,7 @@ def test_labels_used_never_exceed_the_budget_counted_by_the_oracle(budget_spec, 
     assert oracle.calls == res["rounds"] == len(res["history"]) == res["plan"]["total_rounds"]
 
 
+@pytest.mark.slow
 def test_the_audit_is_counted_apart_from_the_budget(budget_spec):
     oracle = counting(budget_spec)
     res = run_job(budget_spec, oracle=oracle)
@@ -115,6 +116,7 @@ def test_same_spec_and_seed_give_the_same_training_set_and_a_checkpoint_resumes_
     assert c["training_set"] != a["training_set"]
 
 
+@pytest.mark.slow
 def test_lengthscale_left_to_lwl(budget_spec):
     del budget_spec["model"]["lengthscale"]
     oracle = counting(budget_spec)
@@ -124,6 +126,7 @@ def test_lengthscale_left_to_lwl(budget_spec):
     assert "model.lengthscale" in res["spec"]["derived"]
 
 
+@pytest.mark.slow
 def test_surrogate_steps_move_a_challenger_within_the_budget(budget_spec):
     budget_spec["budget"] = 2000  # enough for a broadened Gaussian to beat Q's mixture beyond noise
     budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3, "samples_per_iteration": 64}

@@ -15,6 +15,7 @@ def lwl(*args, cwd=None):
                           cwd=cwd, timeout=900)
 
 
+@pytest.mark.slow
 def test_run_the_issue_spec(tmp_path):
     proc = lwl("run", str(ROOT / "examples" / "friedman1.json"), "--out", str(tmp_path), "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
@@ -51,6 +52,7 @@ def test_invalid_spec_names_the_field(tmp_path, issue_spec):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_dataset_member_resolved_next_to_the_spec(tmp_path, small_spec):
     np.save(tmp_path / "q0.npy", np.random.default_rng(0).standard_normal((300, 5)))
     small_spec["test_distributions"]["members"][0] = {"dataset": "q0.npy"}
@@ -80,6 +82,7 @@ def test_table1_quick_preset_orders_optimized_mixture_normal(tmp_path):
     assert "| Ours (bilevel) |" in (tmp_path / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
     """examples/friedman1_budget.json with the built-in oracle (a lab labels it through ask/tell)."""
     spec = json.loads((ROOT / "examples" / "friedman1_budget.json").read_text())
@@ -95,3 +98,62 @@ def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
     assert res["labels_used"] <= 400 and np.array_equal(X, np.asarray(res["training_set"]["inputs"]))
     assert "labels used: 400 of a budget of 400" in proc.stderr
     assert "verdict at equal labels (400)" in proc.stderr and res["verdict"]["kind"] == "equal_labels"
+
+
+# -- the command line's own surface: version, -h, usage lines, help texts ---------------------
+
+def _help(*args) -> str:
+    from typer.testing import CliRunner
+
+    from lwl.cli import app
+
+    result = CliRunner().invoke(app, [*args], prog_name="lwl", env={"COLUMNS": "200", "TERMINAL_WIDTH": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _commands() -> dict:
+    import typer.main
+
+    from lwl.cli import app
+
+    return typer.main.get_command(app).commands
+
+
+def test_version():
+    from lwl import __version__
+
+    proc = lwl("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"lwl {__version__}", proc.stdout + proc.stderr
+
+
+def test_every_command_takes_h_and_writes_its_arguments_in_capitals():
+    commands = _commands()
+    assert {"run", "experiment", "sample", "report", "serve", "worker", "ask", "tell"} <= set(commands)
+    assert "-h" in _help("-h") and "--version" in _help("-h")
+    for name in commands:
+        out = _help(name, "-h")
+        usage = next(line for line in out.splitlines() if "Usage:" in line)
+        assert f"lwl {name} [OPTIONS]" in usage and "{" not in usage, usage
+    assert "lwl run [OPTIONS] SPEC_PATH" in _help("run", "-h")
+    assert "lwl tell [OPTIONS] JOB BATCH_ID LABELS" in _help("tell", "-h")
+
+
+def test_every_option_has_a_help_text():
+    missing = [f"{name} {p.opts[0]}" for name, cmd in _commands().items() for p in cmd.params
+               if p.param_type_name == "option" and not p.help]
+    assert missing == []
+    assert "random seed" in _help("sample", "-h") and "LWL_DATA_DIR" in _help("worker", "-h")
+
+
+def test_loglevel_lists_its_choices_and_refuses_others():
+    from typer.testing import CliRunner
+
+    from lwl.cli import app
+
+    loglevel = next(p for p in _commands()["worker"].params if p.name == "loglevel")
+    assert type(loglevel.type).__name__.endswith("Choice")  # typer carries its own click
+    assert list(loglevel.type.choices) == ["debug", "info", "warning", "error", "critical"]
+    assert "debug|info|warning|error|critical" in _help("worker", "-h").replace(" ", "").replace("\n", "")
+    refused = CliRunner().invoke(app, ["worker", "--loglevel", "loud"])
+    assert refused.exit_code == 2 and "loud" in refused.output

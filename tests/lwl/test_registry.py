@@ -84,6 +84,7 @@ def test_registry_refuses_a_name_that_its_model_does_not_carry():
         Registry("family").register("mine", Wrong)
 
 
+@pytest.mark.server
 def test_the_embedded_service_loads_plugins(tmp_path, small_spec):
     from tests.service.conftest import Server, wait_until
 

@@ -52,6 +52,7 @@ def test_samples_members_and_weights(small_spec):
     assert res["evaluation"]["held_out"] == 150 + 200
 
 
+@pytest.mark.slow
 def test_ama_job_runs_resumes_and_reproduces(ama_spec):
     ama_spec["algorithm"]["select"] = "bound"  # the paper's AMA: a monotone bound, the last iterate
     seen, blobs = [], []
@@ -71,6 +72,7 @@ def test_ama_job_runs_resumes_and_reproduces(ama_spec):
     assert [r["objective"] for r in resumed["history"]] == objectives
 
 
+@pytest.mark.slow
 def test_particle_ama_job_runs_resumes_and_reproduces(particle_spec):
     particle_spec["algorithm"]["select"] = "bound"  # the paper's: a monotone bound, the last iterate
     seen, blobs = [], []
@@ -94,6 +96,7 @@ def test_particle_ama_job_runs_resumes_and_reproduces(particle_spec):
     assert [r["objective"] for r in resumed["history"]] == objectives
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["ama", "particle_ama"])
 def test_operator_jobs_default_to_validated_selection(which, ama_spec, particle_spec):
     spec = ama_spec if which == "ama" else particle_spec

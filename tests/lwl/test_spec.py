@@ -28,9 +28,9 @@ def _errors(doc):
 
 @pytest.mark.parametrize("mutate,field", [
     (lambda s: s["family"]["cov"][0].__setitem__(0, -1.0), "family.cov"),
-    (lambda s: s["family"].__setitem__("mean", [0.0] * 4), "family"),
+    (lambda s: s["family"].__setitem__("mean", [0.0] * 4), "family.mean"),
     (lambda s: s["test_distributions"]["members"][1]["gaussian"].__setitem__("mean", [0] * 4),
-     "test_distributions.members.1.gaussian.cov"),
+     "test_distributions.members.1.gaussian.mean"),
     (lambda s: s.__setitem__("extra", 1), "extra"),
     (lambda s: s["model"].__setitem__("lengthscale", float("inf")), "model.lengthscale"),
     (lambda s: s["model"].__setitem__("lengthscale", -1.0), "model.lengthscale"),
@@ -50,6 +50,29 @@ def test_invalid_specs_name_the_field(issue_spec, mutate, field):
     mutate(doc)
     errors = _errors(doc)
     assert any(loc.startswith(field) for loc in errors), errors
+
+
+@pytest.mark.parametrize("family,field,words", [
+    # a square covariance of another size than the mean: the mean is named, with both sizes
+    ({"mean": [0.0] * 4, "cov": np.eye(5).tolist()}, "family.mean", "4 entries, but cov is a 5x5"),
+    # a covariance that is not square for the mean: the covariance
+    ({"mean": [0.0] * 5, "cov": np.eye(5)[:4].tolist()}, "family.cov", "expected a 5x5"),
+    ({"mean": [0.0] * 5, "cov": [[1.0] * 5] + [[1.0]] * 4}, "family.cov", "same length"),
+    # a mixture's means agree with each other: the odd covariance is named
+    ({"name": "mixture", "weights": [1, 1], "means": [[0.0] * 5] * 2, "covs": [np.eye(5).tolist(), np.eye(4).tolist()]},
+     "family.covs.1", "expected a 5x5"),
+])
+def test_a_mean_and_covariance_that_disagree_name_the_odd_one(issue_spec, family, field, words):
+    doc = copy.deepcopy(issue_spec)
+    doc["family"] = family
+    errors = _errors(doc)
+    assert list(errors) == [field] and words in errors[field], errors
+
+
+def test_a_member_mean_shorter_than_its_covariance_names_the_mean(issue_spec):
+    doc = copy.deepcopy(issue_spec)
+    doc["test_distributions"]["members"][0] = {"gaussian": {"mean": [0.0] * 4, "cov": np.eye(5).tolist()}, "size": 100}
+    assert list(_errors(doc)) == ["test_distributions.members.0.gaussian.mean"]
 
 
 def test_nan_in_json_text_is_refused(issue_spec):

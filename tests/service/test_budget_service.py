@@ -16,6 +16,8 @@ from lwl.client import Client
 from lwl.oracles import make_oracle
 from tests.service.conftest import Server, small_job, wait_until
 
+pytestmark = pytest.mark.server
+
 FRIEDMAN = make_oracle({"name": "friedman1"})
 BUDGET = 300
 

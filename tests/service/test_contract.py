@@ -1,10 +1,12 @@
-"""The API contract: schemathesis against a real ``lwl serve`` with keys (every check, zero
-failures), and a client generated from the committed openapi.json by openapi-python-client
-that submits a job, waits for it and draws samples."""
+"""The API contract: schemathesis against a real ``lwl serve`` with keys (every check, positive
+data acceptance included, zero failures), the rules openapi.json states, and a client generated
+from the committed openapi.json by openapi-python-client that submits a job, waits for it and
+draws samples."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,8 +20,11 @@ from service.routers.jobs import EXAMPLE_JOB
 from tests.conftest import ROOT
 from tests.service.conftest import Server, wait_until
 
+pytestmark = pytest.mark.server
+
 KEYS = "alice:k-alice,bob:k-bob"
 CONFIG = Path(__file__).with_name("schemathesis.toml")
+HOOKS = Path(__file__).with_name("schemathesis_hooks.py")  # how to write a valid .npy/.npz upload
 BIN = Path(sys.executable).parent
 
 
@@ -36,11 +41,60 @@ def test_schemathesis_finds_no_failure(keyed):
     assert st, "schemathesis is part of the test extra"
     run = subprocess.run([st, "--config-file", str(CONFIG), "run", f"{keyed.url}/openapi.json",
                           "-H", "Authorization: Bearer k-alice", "--max-time", "100", "--seed", "20261126"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)})
     summary = run.stdout[run.stdout.rfind("SUMMARY"):]
     assert run.returncode == 0, run.stdout[-8000:]
     assert "Failures" not in summary and "Errors" not in summary, summary
     assert "passed" in summary
+
+
+def test_positive_data_acceptance_is_on_for_every_operation():
+    """No operation switches the check off; only POST /v1/jobs widens it, to 422 (the rules of
+    a job spec that have no JSON-schema form)."""
+    import tomllib
+
+    config = tomllib.loads(CONFIG.read_text())
+    assert config["checks"]["positive_data_acceptance"]["enabled"] is True
+    for op in config.get("operations", []):
+        check = op.get("checks", {}).get("positive_data_acceptance", {})
+        assert check.get("enabled", True) is True, op
+        if "expected-statuses" in check:
+            assert op["include-name"] == "POST /v1/jobs" and "400" not in check["expected-statuses"], op
+
+
+def _validator(component: str):
+    import jsonschema_rs  # schemathesis's own validator
+
+    doc = json.loads((ROOT / "openapi.json").read_text())
+    return jsonschema_rs.validator_for({"$ref": f"#/components/schemas/{component}", "components": doc["components"]})
+
+
+def test_openapi_states_what_the_validators_enforce():
+    from lwl.spec import MemberSpec
+    from service.routers.jobs import SampleRequest
+
+    gaussian = {"mean": [0.0], "cov": [[1.0]]}
+    members = [{}, {"gaussian": gaussian}, {"gaussian": gaussian, "size": 3}, {"dataset": "d", "samples": [[1.0]]},
+               {"dataset": "d"}, {"samples": [[1.0], [2.0]]}, {"gaussian": gaussian, "size": 3, "kle": None},
+               {"uniform": {"low": [0.0], "high": [1.0]}}]
+    schema = _validator("MemberSpec")
+    for m in members:
+        try:
+            MemberSpec.model_validate(m)
+            accepted = True
+        except ValueError:
+            accepted = False
+        assert schema.is_valid(m) == accepted, m
+    requests = _validator("SampleRequest")
+    assert requests.is_valid({"n": 1_000_000}) and not requests.is_valid({"n": 1_000_001})
+    with pytest.raises(ValueError):
+        SampleRequest.model_validate({"n": 1_000_001})
+    doc = json.loads((ROOT / "openapi.json").read_text())
+    upload = doc["paths"]["/v1/datasets"]["post"]["requestBody"]["content"]
+    assert set(upload) == {"application/octet-stream", "application/x-npy", "application/x-npz"}
+    key = next(p for p in doc["paths"]["/v1/jobs"]["post"]["parameters"] if p["name"] == "idempotency-key")
+    assert key["schema"]["minLength"] == 1  # an empty key is refused (400)
 
 
 def _generate(tmp_path: Path) -> Path:

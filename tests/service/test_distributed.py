@@ -7,10 +7,13 @@ import os
 import signal
 
 import httpx
+import pytest
 
 from lwl import run_job
 from lwl.client import Client
 from tests.service.conftest import Server, small_job, start_worker, wait_until
+
+pytestmark = [pytest.mark.server, pytest.mark.distributed]
 
 
 def test_killed_worker_job_completes_elsewhere_with_the_same_result(tmp_path, redis_url, postgres_url):

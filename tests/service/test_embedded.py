@@ -16,6 +16,8 @@ from lwl.client import ApiError, Client
 from lwl.measures import from_spec
 from tests.service.conftest import Server, small_job, wait_until
 
+pytestmark = pytest.mark.server
+
 ALICE, BOB = "key-alice", "key-bob"
 PROBLEM = "application/problem+json"
 

@@ -3,6 +3,7 @@ against a small lab server on loopback."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -16,6 +17,8 @@ from lwl import run_job, webhooks
 from lwl.client import Client
 from lwl.oracles import make_oracle
 from tests.service.conftest import Server, free_port, small_job, wait_until
+
+pytestmark = pytest.mark.server
 
 SECRET = webhooks.new_secret()
 ENV = {"LWL_ORACLE_ALLOWED_HOSTS": "127.0.0.1,10.1.2.3", "LWL_ORACLE_ALLOWED_NETWORKS": "127.0.0.1/32",
@@ -59,6 +62,13 @@ def test_asktell_job_equals_the_builtin_run_and_refuses_bad_labels(server):
         def post(batch_id, labels):
             return httpx.post(url, json={"batch_id": batch_id, "labels": labels})
 
+        def post_npy(labels):  # .npy labels without ?batch_id=: for the job's one pending batch
+            buf = io.BytesIO()
+            np.save(buf, np.asarray(labels, dtype=np.float64))
+            return httpx.post(url, content=buf.getvalue(), headers={"Content-Type": "application/x-npy"})
+
+        several = post_npy(y)
+        assert several.status_code == 409 and several.json()["title"] == "Several batches pending"
         partial = post("1.0", y[:-1].tolist())
         assert partial.status_code == 422 and partial.json()["field"] == "labels"
         nan = httpx.post(url, content=json.dumps({"batch_id": "1.0", "labels": [float("nan")] * 64}),
@@ -69,6 +79,13 @@ def test_asktell_job_equals_the_builtin_run_and_refuses_bad_labels(server):
         assert post("1.0", y.tolist()).json()["outcome"] == "accepted"
         assert post("1.0", y.tolist()).json()["outcome"] == "duplicate"  # harmless
         assert post("1.0", (y + 1).tolist()).status_code == 409
+        for _ in range(2):  # label all but the round's last batch, which then needs no id
+            q = httpx.get(f"{server.url}/v1/jobs/{job}/queries").json()
+            assert post(q["batch_id"], FRIEDMAN.label(np.asarray(q["inputs"])).tolist()).json()["outcome"] == "accepted"
+        last = httpx.get(f"{server.url}/v1/jobs/{job}/queries").json()
+        assert last["pending_batches"] == 1
+        told = post_npy(FRIEDMAN.label(np.asarray(last["inputs"])))
+        assert told.status_code == 200 and told.json()["batch_id"] == last["batch_id"], told.text
         done = c.label_loop(job, FRIEDMAN.label, timeout=120)
         assert done["status"] == "succeeded" and done["progress"]["iteration"] == 4
         assert c.distribution(job) == builtin_distribution(spec)  # bit for bit

@@ -17,6 +17,8 @@ from service.core.routing import QUEUE_CPU, QUEUE_GPU, queue_for, worker_queues
 from service.processes import ENV_BASE, Proc
 from tests.service.conftest import Server, small_job, wait_until
 
+pytestmark = pytest.mark.server
+
 
 def test_queue_rules():
     assert queue_for({"device": "cuda", "algorithm": {"name": "bilevel"}}, gpu_alive=False) == QUEUE_GPU

@@ -27,6 +27,8 @@ from service.openapi import generate
 from tests.lwl.test_arrays import npy, npy_header, zip_bomb
 from tests.service.conftest import Server, free_port, small_job, wait_until
 
+pytestmark = pytest.mark.server
+
 ALICE, BOB = "key-alice", "key-bob"
 PROBLEM = "application/problem+json"
 MB = 1 << 20

@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lwl import run_job
 from lwl.client import Client
 from tests.service.conftest import Server, small_job, wait_until
+
+pytestmark = pytest.mark.server
 
 
 def _children(pid: int) -> list[int]:

@@ -26,8 +26,9 @@ ALICE, BOB, CAROL = "key-alice", "key-bob", "key-carol"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = os.environ.get("LWL_SCREENSHOTS")
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
-                                                         "(scripts/setup.sh --system installs it)")
+pytestmark = [pytest.mark.server, pytest.mark.browser,
+              pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                                                          "(scripts/setup.sh --system installs it)")]
 
 
 @pytest.fixture(scope="module")

@@ -80,6 +80,7 @@ def test_bound_gradient_matches_finite_differences():
     assert value == pytest.approx(design.objective(theta, state, model))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adam", "lbfgsb", "differential_evolution"])
 def test_objective_history_never_rises(optimizer):
     design, oracle = _darcy(optimizer, iterations=3)
@@ -91,6 +92,7 @@ def test_objective_history_never_rises(optimizer):
     assert state["lipschitz_oracle"] > 0 and state["lipschitz_model"] > 0
 
 
+@pytest.mark.slow
 def test_a_step_that_raises_the_objective_is_rejected(monkeypatch):
     design, oracle = _darcy()
     monkeypatch.setattr(design, "_optimise", lambda theta, state, model: theta + np.array([1.9, 5.0]))
@@ -100,6 +102,7 @@ def test_a_step_that_raises_the_objective_is_rejected(monkeypatch):
     np.testing.assert_array_equal(state["theta"], design.family.theta0())
 
 
+@pytest.mark.slow
 def test_lipschitz_constants_can_be_given():
     design, oracle = _darcy(lipschitz_oracle=0.05, lipschitz_model=0.07)
     state = design.init()
@@ -108,6 +111,7 @@ def test_lipschitz_constants_can_be_given():
     assert design.result(state)["lipschitz"] == {"oracle": 0.05, "model": 0.07}
 
 
+@pytest.mark.slow
 def test_resume_from_a_packed_checkpoint_equals_the_uninterrupted_run():
     design, oracle = _darcy()
     whole = _run(design, oracle)

@@ -101,6 +101,7 @@ def test_steps_follow_the_schedules_and_fixed_parameters_stay(small_spec):
     assert all(np.isfinite(h["objective"]) and 0 < h["validation_err"] for h in hist)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lengthscale", ["given", "selected"])
 def test_checkpoint_resume_equals_uninterrupted_run(small_spec, lengthscale):
     if lengthscale == "selected":  # the lengthscale moves with the checks, and must resume too
@@ -324,6 +325,7 @@ def test_paper_optimizer_keep_last_warns_when_worse_than_the_start(small_spec):
     assert res["verdict"]["warnings"] == res["warnings"]
 
 
+@pytest.mark.slow
 def test_spec_without_mean_cov_or_lengthscale_gets_data_derived_values(small_spec):
     from lwl import run_job
     from lwl.defaults import median_distance

@@ -36,6 +36,7 @@ def test_pair_rows_repeat_each_conductivity_for_its_pairs():
     np.testing.assert_array_equal(rows[3:, 2:], np.repeat(c[1:], 3, axis=0))
 
 
+@pytest.mark.slow
 def test_job_keeps_the_candidate_with_the_smallest_validation_error(eit_spec):
     out = run_job(eit_spec)
     hist = out["history"]

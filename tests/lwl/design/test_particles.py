@@ -54,6 +54,7 @@ def test_wasserstein_gradient_matches_finite_differences():
         assert grad[idx] == pytest.approx(fd, rel=1e-4, abs=1e-8)
 
 
+@pytest.mark.slow
 def test_objective_never_rises_and_particles_approach_q():
     design, oracle = _design()
     state = _run(design, oracle)

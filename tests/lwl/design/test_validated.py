@@ -9,6 +9,8 @@ from tests.lwl.design.test_ama import _darcy, _run
 from tests.lwl.design.test_particles import _design as _particles
 from tests.lwl.design.test_particles import _run as _run_particles
 
+pytestmark = pytest.mark.slow  # whole studies and AMA designs: left out of ./scripts/test.sh --fast
+
 
 class _Model:
     def __init__(self, w):

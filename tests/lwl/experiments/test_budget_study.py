@@ -3,9 +3,12 @@ every comparison three-valued, the outputs written."""
 
 import json
 
+import pytest
+
 from lwl.experiments import budget
 
 
+@pytest.mark.slow
 def test_smoke_study_holds_every_budget_and_writes_its_outputs(tmp_path):
     doc = budget.run("smoke")
     (B,) = doc["settings"]["budgets"]

@@ -3,12 +3,14 @@
 import json
 
 import numpy as np
+import pytest
 
 from lwl.experiments import eit
 from lwl.oracles import make_oracle
 from lwl.design.interval_search import pair_rows
 
 
+@pytest.mark.slow
 def test_smoke_study_writes_table_and_figures_and_reuses_its_data(tmp_path):
     cache = tmp_path / "cache"
     doc = eit.run("smoke", cache=cache)

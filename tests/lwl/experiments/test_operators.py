@@ -9,6 +9,8 @@ import pytest
 from lwl.design.active import k_center_greedy, qbc_scores
 from lwl.experiments import operators, rte
 
+pytestmark = pytest.mark.slow  # whole studies and AMA designs: left out of ./scripts/test.sh --fast
+
 
 @pytest.mark.parametrize("name", ["ntd", "darcy", "burgers"])
 def test_tiny_study_runs_and_the_ood_error_falls(tmp_path, name):

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from lwl.experiments import robustness
 from lwl.spec import parse_job_spec
@@ -28,6 +29,7 @@ def test_problem_specs_use_defaults_and_their_starts():
             assert np.linalg.norm(np.array(spec.family.mean) - centre) > 3.9 * np.sqrt(p.dim)
 
 
+@pytest.mark.slow
 def test_smoke_preset_writes_the_study(tmp_path):
     doc = robustness.run("smoke")
     assert doc["summary"]["problems"] == 4 and len(doc["problems"]) == 4

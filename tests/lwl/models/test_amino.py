@@ -1,6 +1,7 @@
 """AMINO: the Fourier layer against a direct DFT computation, shapes and the pair average."""
 
 import numpy as np
+import pytest
 import torch
 
 from lwl.models.amino import AMINO, AMINORegressor, SpectralConv2d, relative_l1
@@ -42,6 +43,7 @@ def test_amino_maps_pairs_to_a_field_and_averages_over_pairs():
     torch.testing.assert_close(net(f.repeat(1, 2, 1), g.repeat(1, 2, 1)), out)  # an average, not a sum
 
 
+@pytest.mark.slow
 def test_paper_sizes_build_at_the_paper_grid():
     net = AMINO(70)  # the paper's channels, trunk 8 x 512, p = 100, FNO 128 channels x 32 modes
     assert net.spectral.modes == 32 and net.lift.out_channels == 128
@@ -50,6 +52,7 @@ def test_paper_sizes_build_at_the_paper_grid():
     assert out.shape == (1, 70, 70)
 
 
+@pytest.mark.slow
 def test_regressor_learns_a_map_from_pairs_and_is_seeded():
     rng = np.random.default_rng(0)
     M, L, n = 9, 3, 48

@@ -16,6 +16,7 @@ def _averaging_operator(n_samples, J=16, seed=0):
     return U, Y, x
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", devices())
 def test_learns_a_linear_operator_and_is_reproducible(device):
     U, Y, x = _averaging_operator(300)
@@ -31,6 +32,7 @@ def test_learns_a_linear_operator_and_is_reproducible(device):
         np.testing.assert_array_equal(again.predict(Ut), model.predict(Ut))
 
 
+@pytest.mark.slow
 def test_early_stopping_keeps_the_best_weights():
     U, Y, x = _averaging_operator(100)
     model = DeepONetRegressor([16, 8, 8], [1, 8, 8], lr=1e-1, max_iters=5000, patience=20, min_delta=1e-3).fit(U, Y, x)

@@ -27,6 +27,7 @@ def test_a_spec_without_family_is_auto_and_a_gaussian_block_stays_gaussian():
     assert parse_job_spec({**spec, "family": {"mean": [0.0] * 5}}).family.name == "gaussian"
 
 
+@pytest.mark.slow
 def test_where_q_mixture_is_best_auto_returns_it_and_the_verdict_ties():
     res = run_job(_two_clusters())
     sel = res["selected"]
@@ -43,6 +44,7 @@ def test_where_q_mixture_is_best_auto_returns_it_and_the_verdict_ties():
     assert checks["gaussian"] > checks["given"]
 
 
+@pytest.mark.slow
 def test_a_named_gaussian_family_stays_gaussian():
     spec = _two_clusters(iterations=10)
     spec["family"] = {"name": "gaussian"}
