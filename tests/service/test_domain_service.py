@@ -13,6 +13,8 @@ from lwl.measures import from_spec
 from lwl.oracles import make_oracle
 from tests.service.conftest import Server, small_job
 
+pytestmark = pytest.mark.server
+
 PROBLEM = "application/problem+json"
 D = 5
 LOW, HIGH = [0.0, 0.0, 0.0, -0.5, 0.0], [1.0, 1.0, 1.5, 0.5, 1.0]

@@ -17,6 +17,8 @@ from lwl.oracles import make_oracle
 from tests.lwl.test_outcomes import FlakyLab, fails
 from tests.service.conftest import Server, small_job, wait_until
 
+pytestmark = pytest.mark.server
+
 FRIEDMAN = make_oracle({"name": "friedman1"})
 
 

@@ -63,6 +63,7 @@ def server(tmp_path_factory):
     srv.stop()
 
 
+@pytest.mark.server
 def test_a_runengine_labels_a_budgeted_job_with_failed_measurements(server):
     axes, det = devices(5)
     RE = RunEngine({})
