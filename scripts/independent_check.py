@@ -78,7 +78,7 @@ def main() -> None:
         if i % parts != part:
             continue
         spec = problem_spec(p, size=3000, validation=500, iterations=None, seed=seed,
-                            lengthscale_factor=0.5 if mode == "given" else None,
+                            lengthscale_factor=0.5 if mode.startswith("given") else None,
                             family="auto" if mode.endswith("auto") else "gaussian")
         t0 = time.time()
         result = run_job(spec)
