@@ -256,6 +256,38 @@ class MemberSpec(StrictModel):
         return self.size
 
 
+class InitialDataSpec(StrictModel):
+    """Inputs and labels a lab already has (a budgeted job's free labels, kept in its training set):
+    ``inputs`` an (n, d) array, ``labels`` (n,) or (n, 1)."""
+
+    inputs: list[list[float]] = Field(min_length=1, description="(n, d) inputs already labelled")
+    labels: list[float] | list[list[float]] = Field(
+        min_length=1, description="their labels: (n,) or (n, 1) (the budgeted design takes one label per input)")
+
+    @model_validator(mode="after")
+    def _shapes(self):
+        import numpy as np
+
+        _check_rectangular(self.inputs, "inputs")
+        if not np.all(np.isfinite(np.asarray(self.inputs, dtype=np.float64))):
+            raise ValueError("inputs: values must be finite")
+        if isinstance(self.labels[0], list):
+            width = _check_rectangular(self.labels, "labels")
+            if width != 1:
+                raise ValueError(f"labels: the budgeted design takes one label per input, got {width} per row")
+        if not np.all(np.isfinite(np.asarray(self.labels, dtype=np.float64))):
+            raise ValueError("labels: values must be finite (a failed measurement is no initial data)")
+        if len(self.labels) != len(self.inputs):
+            raise ValueError(f"labels: {len(self.labels)} labels for {len(self.inputs)} inputs")
+        return self
+
+    def arrays(self):
+        import numpy as np
+
+        return (np.asarray(self.inputs, dtype=np.float64),
+                np.asarray(self.labels, dtype=np.float64).reshape(len(self.inputs)))
+
+
 class TestDistributionsSpec(StrictModel):
     """The meta test distribution Q = sum_k w_k delta_{nu'_k}."""
 
@@ -739,6 +771,9 @@ class JobSpec(StrictModel):
         default=None, ge=1, le=1_000_000_000,
         description="the most oracle labels the job may use, everything included (Q's validation labels, design "
                     "rounds, checks); the labelled points are returned as the training set. Default: no limit")
+    initial_data: InitialDataSpec | None = Field(
+        default=None, description="budgeted jobs: inputs and labels the lab already has; free labels that count "
+                                  "toward the budget as already paid and are kept in the training set")
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -817,6 +852,8 @@ class JobSpec(StrictModel):
             entry.check(self)
         if self.domain is not None:
             _check_domain(self, entry)
+        if self.initial_data is not None:
+            _check_initial_data(self)
         if self.budget is not None:
             _check_budget(self, entry)
         return self
@@ -911,6 +948,18 @@ def _check_initial_in_domain(family, domain, seed: int) -> None:
     if share < MIN_DESIGN_SHARE:
         raise ValueError(f"{field}: the initial distribution puts {share:.2%} of its mass inside the domain "
                          f"(a design restricted to it keeps at least {MIN_DESIGN_SHARE:.0%})")
+
+
+def _check_initial_data(spec: JobSpec) -> None:
+    """Initial data: a budgeted job's, with inputs of the job's input dimension."""
+    if spec.budget is None:
+        raise ValueError("initial_data: only jobs with a label budget (budget) take initial data")
+    d = spec.test_distributions.dim
+    if d is None:
+        d = spec.dim
+    width = len(spec.initial_data.inputs[0])
+    if d is not None and width != d:
+        raise ValueError(f"initial_data.inputs: rows of {width} inputs, the job's inputs have dimension {d}")
 
 
 def _check_budget(spec: JobSpec, entry) -> None:
@@ -1074,7 +1123,8 @@ def parse_job_spec(doc: dict[str, Any] | str | bytes, *, strict: bool = False) -
         errors, tags = [], _union_tags()
         for e in exc.errors(include_url=False):
             msg = e["msg"].removeprefix("Value error, ")
-            loc = list(e["loc"])
+            # the branch names of plain unions (initial_data.labels: "list[float]") are no field
+            loc = [p for p in e["loc"] if not (isinstance(p, str) and "[" in p)]
             # tagged unions (family, model, algorithm): report "model.lengthscale", not "model.krr.lengthscale"
             if len(loc) >= 2 and loc[1] in tags.get(loc[0], ()):
                 del loc[1]

@@ -28,6 +28,11 @@ labelled point, Q's validation labels included. The rounds, in order:
    the incumbent when its points, added to everything bought before, validate better beyond
    noise (ACCEPT_Z standard errors of the paired difference on the validation points).
 
+**Initial data** (``initial_data``: points the lab already labelled) count toward the budget as
+paid: the oracle is asked for ``budget - n`` labels at most. They join the pool after the validation
+round (source INITIAL): every candidate's score trains on them, as do the refinement scores and the
+surrogate, and they are part of the returned training set.
+
 The returned distribution is the final incumbent (for drawing more inputs later); the product
 is the training set. A state is a flat dict of arrays and JSON values; every draw derives from
 (seed, stream, round, slot), so a state restored from a checkpoint continues bit for bit.
@@ -64,7 +69,7 @@ PHASE_VALIDATION = "label_validation"
 PHASE_ROUND = "round"
 PHASE_DONE = "done"
 # source codes of pool points besides the candidates' indices (and the incumbent's code once it moved)
-VALIDATION, CHALLENGER, MOVED = -1, -2, -3
+VALIDATION, CHALLENGER, MOVED, INITIAL = -1, -2, -3, -4
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,7 @@ class BudgetPlan:
     members: int
     per_member: int
     rounds: tuple[int, ...]
+    initial: int = 0  # labels the lab already has (initial_data): part of the budget, paid before the job
 
     @property
     def validation(self) -> int:
@@ -86,15 +92,21 @@ class BudgetPlan:
         return 1 + len(self.rounds)
 
     def to_json(self) -> dict:
-        return {"budget": self.budget, "validation_labels": self.validation, "per_member": self.per_member,
+        return {"budget": self.budget, "initial_labels": self.initial, "validation_labels": self.validation, "per_member": self.per_member,
                 "rounds": list(self.rounds), "total_rounds": self.total_rounds}
 
 
+def initial_count(spec: JobSpec) -> int:
+    """Labelled points of the job's ``initial_data`` (0 without)."""
+    return 0 if spec.initial_data is None else len(spec.initial_data.inputs)
+
+
 def minimum_budget(spec: JobSpec) -> int:
-    """The fixed needs of a budgeted job: MIN_VALIDATION validation labels per member of Q (or
-    all of ``validation_per_member`` when fewer) and MIN_DESIGN design labels."""
+    """The fixed needs of a budgeted job: its initial data (already paid), MIN_VALIDATION
+    validation labels per member of Q (or all of ``validation_per_member`` when fewer) and
+    MIN_DESIGN design labels."""
     tests = spec.test_distributions
-    return len(tests.members) * min(MIN_VALIDATION, tests.validation_per_member) + MIN_DESIGN
+    return initial_count(spec) + len(tests.members) * min(MIN_VALIDATION, tests.validation_per_member) + MIN_DESIGN
 
 
 def plan_budget(spec: JobSpec) -> BudgetPlan:
@@ -106,11 +118,14 @@ def plan_budget(spec: JobSpec) -> BudgetPlan:
     tests, algo = spec.test_distributions, spec.algorithm
     K = len(tests.members)
     need = minimum_budget(spec)
+    n0 = initial_count(spec)
     if B < need:
         m = min(MIN_VALIDATION, tests.validation_per_member)
-        raise ValueError(f"budget: {B} labels cannot cover this job's fixed needs ({m} validation labels for each of "
-                         f"the {K} members of Q and at least {MIN_DESIGN} design labels); the smallest budget it "
-                         f"runs with is {need}")
+        given = f"the {n0} initial labelled points, " if n0 else ""
+        raise ValueError(f"budget: {B} labels cannot cover this job's fixed needs ({given}{m} validation labels for "
+                         f"each of the {K} members of Q and at least {MIN_DESIGN} design labels); the smallest "
+                         f"budget it runs with is {need}")
+    B_total, B = B, B - n0  # the initial points are paid for: the oracle is asked for the rest
     m_min = min(MIN_VALIDATION, tests.validation_per_member)
     per = min(tests.validation_per_member, max(m_min, int(algo.validation_fraction * B) // K))
     per = min(per, (B - MIN_DESIGN) // K)
@@ -125,7 +140,7 @@ def plan_budget(spec: JobSpec) -> BudgetPlan:
         size = min(256, max(64, B // 16))
         size = max(size, math.ceil(design / (algo.max_rounds - 1)))
     rounds = [size] * (design // size) + ([design % size] if design % size else [])
-    return BudgetPlan(budget=B, members=K, per_member=per, rounds=tuple(rounds))
+    return BudgetPlan(budget=B_total, members=K, per_member=per, rounds=tuple(rounds), initial=n0)
 
 
 def check_budget(spec: JobSpec) -> None:
@@ -155,6 +170,14 @@ class BudgetedBilevel(StepperDefaults):
         self._member_all = np.repeat(np.arange(len(q.members)), self.plan.per_member)
         self._cache: tuple = (None, None)
         self._val_cache: tuple = (None, None)
+        # initial data (the lab's labelled points): joins the pool after the validation round
+        if spec.initial_data is not None:
+            self.X0, self.y0 = spec.initial_data.arrays()
+            if self.X0.shape[1] != q.dim:
+                raise ValueError(f"initial_data.inputs: rows of {self.X0.shape[1]} inputs, Q's samples have "
+                                 f"dimension {q.dim}")
+        else:
+            self.X0, self.y0 = np.zeros((0, q.dim)), np.zeros(0)
 
     def _in_domain(self, measure: Measure) -> Measure:
         """``measure`` restricted to the job's input domain, if it has one (the family already is)."""
@@ -248,13 +271,18 @@ class BudgetedBilevel(StepperDefaults):
         failed = failed_rows(labels)
         ok = ~failed
         n_failed = int(state.get("labels_failed", 0)) + int(failed.sum())
-        new.update(X=np.concatenate([state["X"], x[ok]]), y=np.concatenate([state["y"], labels[ok]]),
-                   source=np.concatenate([state["source"], src[ok]]),
-                   round_of=np.concatenate([state["round_of"], np.full(int(ok.sum()), r)]), iteration=r + 1,
+        x_new, y_new, src_new = x[ok], labels[ok], src[ok]
+        if state["phase"] == PHASE_VALIDATION and len(self.y0):  # the initial data follows the validation points
+            x_new, y_new = np.concatenate([x_new, self.X0]), np.concatenate([y_new, self.y0])
+            src_new = np.concatenate([src_new, np.full(len(self.y0), INITIAL)])
+        new.update(X=np.concatenate([state["X"], x_new]), y=np.concatenate([state["y"], y_new]),
+                   source=np.concatenate([state["source"], src_new]),
+                   round_of=np.concatenate([state["round_of"], np.full(len(y_new), r)]), iteration=r + 1,
                    failed_X=np.concatenate([state.get("failed_X", np.zeros((0, x.shape[1]))), x[failed]]),
                    labels_failed=n_failed)
         record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)),
-                                  "labels_used": int(len(new["y"])) + n_failed, "labels_failed": n_failed}
+                                  "labels_used": int(len(new["y"])) - len(self.y0) + n_failed,
+                                  "labels_failed": n_failed}
         if failed.any():
             record["failed"] = int(failed.sum())
         if state["phase"] == PHASE_VALIDATION:
@@ -279,20 +307,23 @@ class BudgetedBilevel(StepperDefaults):
 
     def result(self, state: dict[str, Any]) -> dict[str, Any]:
         X, y = state["X"], state["y"]
-        used = int(len(y)) + int(state.get("labels_failed", 0))  # failed measurements were paid for too
+        n0 = int(np.sum(state["source"] == INITIAL))  # the initial data: in the training set, not asked for
+        used = int(len(y)) - n0 + int(state.get("labels_failed", 0))  # failed measurements were paid for too
         inc = state["incumbent"]
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         measure = self.incumbent_measure(state) if inc is not None else self._best_alive_measure(state)
         warnings = []
-        if used < self.plan.budget and state["phase"] == PHASE_DONE:
-            warnings.append(f"the design used {used} of its {self.plan.budget} labels")
+        if used + self.plan.initial < self.plan.budget and state["phase"] == PHASE_DONE:
+            warnings.append(f"the design used {used} of the {self.plan.budget - self.plan.initial} labels its "
+                            f"budget left to ask for")
         failed_X = state.get("failed_X", np.zeros((0, self.q.dim)))
         if len(failed_X):
             warnings.append(f"{len(failed_X)} of the {used} labels asked for failed: counted against the budget, "
                             f"left out of the training set")
         counts = {self._source_name(int(s)): int(n) for s, n in zip(*np.unique(state["source"], return_counts=True))}
         return {"distribution": measure.to_spec(), "history": [dict(h) for h in state["history"]],
-                "labels_used": used, "labels_failed": int(len(failed_X)), "budget": self.plan.budget,
+                "labels_used": used, "initial_labels": n0, "labels_failed": int(len(failed_X)),
+                "budget": self.plan.budget,
                 "rounds": int(state["iteration"]),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
                 "selected": {"candidate": name, "lengthscale": float(state["lengthscale"]),
@@ -320,7 +351,7 @@ class BudgetedBilevel(StepperDefaults):
         return {prefix + n: np.asarray(v, dtype=np.float64) for n, v in params.items()}
 
     def _source_name(self, s: int) -> str:
-        return {VALIDATION: "validation", CHALLENGER: "challenger", MOVED: "moved"}.get(s) or self.candidates[s][0]
+        return {VALIDATION: "validation", CHALLENGER: "challenger", MOVED: "moved", INITIAL: "initial"}.get(s) or self.candidates[s][0]
 
     def incumbent_name(self, state: dict[str, Any]) -> str | None:
         inc = state["incumbent"]
@@ -407,7 +438,9 @@ class BudgetedBilevel(StepperDefaults):
         scores, ells = dict(new["scores"]), dict(new["ell_of"])
         for c in alive:
             name = self.candidates[c][0]
-            scores[name], ells[name] = self.two_fold(new, np.flatnonzero(new["source"] == c), self._grid())
+            # every candidate's score trains on its own points plus the initial data (labels it did not buy)
+            given = np.flatnonzero((new["source"] == c) | (new["source"] == INITIAL))
+            scores[name], ells[name] = self.two_fold(new, given, self._grid())
         ranked = sorted(alive, key=lambda c: (scores[self.candidates[c][0]], c))
         keep = ranked[:max(1, math.ceil(len(alive) / 2))]
         new.update(scores=scores, ell_of=ells, alive=sorted(keep))
