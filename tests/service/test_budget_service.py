@@ -90,7 +90,7 @@ def test_a_job_without_budget_has_no_training_set_and_a_small_budget_is_refused(
         job = c.submit(small_job(iterations=3))
         c.wait(job, progress=False, timeout=60)
         r = httpx.get(f"{server.url}/v1/jobs/{job}/training-set")
-        assert r.status_code == 404 and r.json()["field"] == "budget"
+        assert r.status_code == 409 and r.json()["field"] == "budget"  # the job exists; its kind has none
     spec = budget_spec()
     spec["budget"] = 20
     r = httpx.post(f"{server.url}/v1/jobs", json=spec)
