@@ -170,7 +170,7 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
         else:
             console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
     v = result.get("verdict")
-    if v and v.get("kind") == "equal_labels":
+    if v and v.get("kind") in ("equal_labels", "validation"):
         from lwl.budget_evaluation import verdict_sentence as budget_sentence
 
         console.print(budget_sentence(v), highlight=False)
@@ -211,7 +211,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers: reuse the trials (runs) in "
                                                        "OUT/results.json made with the same settings (grow a study, "
                                                        "or resume one)"),
-               family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool)"),
+               family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool, auto)"),
                merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
                                                               "runs (one of them gaussian): write one table of all "
                                                               "families to OUT instead of running"),
@@ -221,7 +221,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
                                                          "validation (validated AMA: Q's validation samples accept "
                                                          "steps and select the returned model)"),
-               workers: int = typer.Option(1, min=1, help="robustness: problems run in this many processes"),
+               workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes"),
                cache: Path = typer.Option(Path.home() / ".cache" / "lwl", "--cache",
                                           help="eit: where the generated data are kept (npz) and reused")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
@@ -234,7 +234,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
     if name == "robustness":
         return _robustness_study(preset, out, workers)
     if name == "budget":
-        return _budget_study(preset, out, columns)
+        return _budget_study(preset, out, columns, workers)
     if name == "eit":
         return _eit_study(preset, out, cache)
     if name != "table1":
@@ -295,7 +295,7 @@ def _robustness_study(preset: str, out: Path | None, workers: int = 1) -> None:
     _report(robustness.write_outputs(doc, out), out)
 
 
-def _budget_study(preset: str, out: Path | None, problems: str | None) -> None:
+def _budget_study(preset: str, out: Path | None, problems: str | None, workers: int = 1) -> None:
     """Budgeted designs at equal labels (lwl.experiments.budget): one tick per problem, seed and budget;
     ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...)."""
     from lwl.experiments import budget
@@ -309,7 +309,8 @@ def _budget_study(preset: str, out: Path | None, problems: str | None) -> None:
     total = (len(keys) if keys else cfg["columns"] + cfg["robustness"]) * len(cfg["seeds"]) * len(cfg["budgets"])
     with _progress() as bar:
         task = bar.add_task(f"budget ({preset})", total=total, info="")
-        doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys)
+        doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys,
+                         workers=workers)
     _report(budget.write_outputs(doc, out), out)
 
 

@@ -358,10 +358,10 @@ OUTCOME_WORDS = {"better": "better than", "tie": "within noise of", "worse": "WO
 def verdict_sentence(v: dict) -> str | None:
     """The verdict in one line, as ``lwl run`` and the client print it (None without baselines);
     a budgeted job's verdict at equal labels in its own words."""
-    if v.get("kind") == "equal_labels":
-        from lwl.budget_evaluation import verdict_sentence as at_equal_labels
+    if v.get("kind") in ("equal_labels", "validation"):
+        from lwl.budget_evaluation import verdict_sentence as of_a_budgeted_job
 
-        return at_equal_labels(v)
+        return of_a_budgeted_job(v)
     best = v.get("best_baseline")
     if not best:
         return None

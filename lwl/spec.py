@@ -651,6 +651,10 @@ class BilevelSpec(StrictModel):
         default=0.25, gt=0.0, lt=1.0,
         description="budgeted jobs: share of the budget spent on labels of Q's validation samples (at most "
                     "validation_per_member per member; they are also training data)")
+    hedge: float = Field(default=0.25, ge=0.0, lt=1.0,
+                         description="budgeted jobs: share of each round after selection drawn from Q's mixture "
+                                     "while it races the selected candidate at equal numbers of points (0: off; "
+                                     "see docs/method.md)")
     inner_steps: int = Field(default=0, ge=0, le=100_000,
                              description="budgeted jobs: bilevel steps on a surrogate of G* between two rounds, "
                                          "whose result competes for the next round's labels (0: off; see "

@@ -113,6 +113,9 @@ FAMILY_BLOCKS = {  # the family block of a column's job spec, per --family
                              "cov": np.eye(col.dim).tolist()},
     "mixture": lambda col: {"name": "mixture"},
     "pool": lambda col: {"name": "pool"},
+    # lwl's default when a spec names no family (issue #29): the Gaussian and the mixture
+    # family compete on validation, Q's mixture itself among the candidates
+    "auto": lambda col: {"name": "auto"},
 }
 
 

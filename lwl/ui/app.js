@@ -390,6 +390,17 @@ function evaluationPanel(result) {
           `Against ${v.initial_label || "the initial distribution"} (Err ${Plots.fmt(v.initial_err)}): ${v.initial_outcome}.`));
       }
     }
+  } else if (result.verdict && result.verdict.kind === "validation" && result.verdict.outcome) {
+    // a budgeted job with no audit (ask/tell): its verdict from its own validation labels
+    const v = result.verdict;
+    const text = v.returned_initial
+      ? `Q's mixture was returned (validation Err ${Plots.fmt(v.err)}).`
+      : `${v.selected}'s points validate ${{ better: "better than", tie: "within noise of", worse: "WORSE than" }[v.outcome]} ` +
+        `Q's mixture's at ${v.points_each} points each (Err ${Plots.fmt(v.err)} vs ${Plots.fmt(v.best_baseline_err)}; ` +
+        `ratio ${Plots.fmt(v.ratio)}; z ${Plots.fmt(v.z)}).`;
+    box.append(el("p", { class: { better: "verdict good", tie: "verdict tie", worse: "verdict bad" }[v.outcome], id: "verdict" },
+      `Verdict on validation, no held-out labels: ${text}`));
+    box.append(el("p", { class: "muted", id: "verdict-basis" }, `Basis: ${v.basis}.`));
   } else if (typeof ev.relative_ood_error === "number") {
     box.append(el("p", { id: "verdict" }, `Relative OOD error of the final model: ${Plots.fmt(ev.relative_ood_error)}`));
   } else {

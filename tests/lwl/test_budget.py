@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lwl import run_job
-from lwl.design.budgeted import MIN_DESIGN, MIN_VALIDATION, plan_budget
+from lwl.design.budgeted import MIN_DESIGN, MIN_VALIDATION, RIVAL_Z, plan_budget
 from lwl.design.nipv import integrated_variance, nipv_select
 from lwl.design.state import pack, unpack
 from lwl.oracles import Oracle, make_oracle
@@ -174,3 +174,103 @@ def test_laplace_kernel_nipv_integrated_variance_falls():
     assert len(set(order)) == 10 and all(b < c for b, c in zip(integrated[1:], integrated))
     np.testing.assert_allclose(integrated[-1], integrated_variance(pool[order], z, a, kernel="laplace",
                                                                    lengthscale=1.0, noise=1e-3), rtol=1e-9)
+
+
+def _after_selection(spec: dict, incumbent: str):
+    """The budgeted stepper of ``spec`` and its state once selection is over, ``incumbent``
+    forced as the selected candidate (the race's own logic is what is tested)."""
+    from lwl.design.budgeted import BudgetedBilevel
+
+    stepper = BudgetedBilevel.from_spec(parse_job_spec(spec))
+    oracle = make_oracle(parse_job_spec(spec).oracle.model_dump())
+    state = stepper.init()
+    while state["incumbent"] is None:
+        state = stepper.step(state, oracle.label(stepper.queries(state)))
+    names = [c[0] for c in stepper.candidates]
+    c = names.index(incumbent)
+    state = dict(state, incumbent=c, incumbent_name=incumbent, rival=names.index("q_mixture"))
+    if stepper.candidates[c][2] is not None:
+        state.update(stepper._put(stepper.candidates[c][2], "inc_"))
+    return stepper, oracle, state
+
+
+def test_q_mixture_races_the_selected_candidate_with_its_hedge_share(budget_spec):
+    budget_spec["budget"] = 1000
+    stepper, oracle, state = _after_selection(budget_spec, "broadened_4")
+    src = stepper._draws(state)[1]
+    n = len(src)
+    rival = stepper._q_mixture_index()
+    assert int(np.sum(src == rival)) == round(n * stepper.algo.hedge) > 0  # the default share, 1/4
+    assert int(np.sum(src == state["incumbent"])) == n - round(n * stepper.algo.hedge)
+    budget_spec["algorithm"]["hedge"] = 0.0
+    off, _, off_state = _after_selection(budget_spec, "broadened_4")
+    off_state["rival"] = None  # hedge 0: selection names no rival
+    assert set(off._draws(off_state)[1]) == {off_state["incumbent"]}
+
+
+def test_the_rival_takes_over_when_its_points_validate_better_beyond_noise(budget_spec):
+    budget_spec["budget"] = 1000
+    stepper, oracle, state = _after_selection(budget_spec, "broadened_4")
+    state = stepper.step(state, oracle.label(stepper.queries(state)))  # a round with the rival's share
+    rival = stepper._q_mixture_index()
+    record: dict = {}
+    mine = state["source"] == state["incumbent"]
+    assert mine.sum() > 0 and (state["source"] == rival).sum() > 0
+    # the incumbent's points moved far from Q: the same labels' worth, useless for Q's inputs
+    sabotaged = dict(state, X=state["X"].copy(), y=state["y"].copy())
+    sabotaged["X"][mine] += 25.0
+    sabotaged["y"][mine] = oracle.label(sabotaged["X"][mine])
+    stepper._race(sabotaged, record)
+    assert record["race"]["z"] >= RIVAL_Z and record["race"]["outcome"] == "rival won"
+    assert sabotaged["incumbent"] == rival and sabotaged["rival"] is None
+    assert stepper.incumbent_name(sabotaged) == "q_mixture"
+    # the same race on the real points: the rival stays (or wins) by the same rule, never silently
+    record = {}
+    stepper._race(state, record)
+    assert (state["incumbent"] == rival) == (record["race"]["z"] >= RIVAL_Z)
+
+
+def test_a_run_with_the_race_keeps_the_budget_and_reports_it(budget_spec):
+    budget_spec["budget"] = 1000
+    oracle = counting(budget_spec)
+    res = run_job(budget_spec, oracle=oracle, evaluate=False)
+    assert oracle.labels == res["labels_used"] == 1000
+    races = [h["race"] for h in res["history"] if "race" in h]
+    selected = next(h["incumbent"] for h in res["history"] if h.get("kind") == "selection" and "incumbent" in h)
+    assert bool(races) == (selected != "q_mixture")  # Q's mixture races whatever else selection picked
+    assert all(r["points_each"] > 0 for r in races)
+    assert all((r.get("outcome") == "rival won") == (r["z"] is not None and r["z"] >= RIVAL_Z) for r in races)
+    assert sum(r.get("outcome") == "rival won" for r in races) <= 1  # a won race ends it
+
+
+def test_without_an_audit_the_verdict_comes_from_validation_and_says_so(budget_spec):
+    from lwl.evaluation import verdict_sentence
+
+    budget_spec["budget"] = 1000
+    budget_spec["evaluation"] = {"enabled": False}
+    res = run_job(budget_spec)
+    v = res["verdict"]
+    assert v == res["validation_verdict"] and v["kind"] == "validation"
+    assert v["validation_points"] == res["plan"]["validation_labels"] and "no held-out label" in v["basis"]
+    if v["returned_initial"]:
+        assert v["outcome"] == "tie" and res["selected"]["candidate"] == "q_mixture"
+    else:  # the design's points against Q's mixture's at equal numbers; z > 0: the design validates better
+        assert v["outcome"] == ("better" if v["z"] >= 1.645 else "worse" if v["z"] <= -1.645 else "tie")
+        assert v["ratio"] == pytest.approx(v["err"] / v["best_baseline_err"])
+        assert 0 < v["points_each"] <= res["labels_by_source"]["q_mixture"]
+    assert verdict_sentence(v).startswith("verdict on validation (no held-out labels)")
+    # with the audit, the verdict at equal labels replaces it; the validation verdict stays beside it
+    budget_spec["evaluation"] = {"enabled": True, "baselines": ["mixture"]}
+    audited = run_job(budget_spec)
+    assert audited["verdict"]["kind"] == "equal_labels" and audited["validation_verdict"] == v
+
+
+def test_q_mixture_returned_gives_a_tie_on_validation(budget_spec):
+    budget_spec["budget"] = 1000
+    stepper, oracle, state = _after_selection(budget_spec, "q_mixture")
+    state["rival"] = None
+    while not stepper.done(state):
+        state = stepper.step(state, oracle.label(stepper.queries(state)))
+    v = stepper.result(state)["verdict"]
+    assert v["returned_initial"] and v["outcome"] == "tie" and v["ratio"] == 1.0
+    assert np.isfinite(v["err"])

@@ -366,6 +366,24 @@ def test_a_budgeted_job_asks_inside_the_domain_and_its_training_set_lies_there()
     assert box.contains(from_spec(result["distribution"]).sample(20_000, 1)).all()
 
 
+def test_initial_data_outside_the_domain_is_used_and_named_in_a_warning():
+    rng = np.random.default_rng(0)
+    x0 = rng.uniform(0.0, 1.0, (40, D))
+    x0[:3, 0] = [1.5, -0.2, 2.0]  # three earlier measurements outside today's limits
+    y0 = np.asarray(parse_job_spec(_spec()).oracle.build().label(x0), dtype=float).reshape(-1)
+    doc = _spec(budget=300, algorithm={"name": "bilevel"}, evaluation={"enabled": False},
+                initial_data={"inputs": x0.tolist(), "labels": y0.tolist()})
+    result = run_job(doc)
+    assert any("3 of the 40 initial_data inputs lie outside the job's domain" in w for w in result["warnings"])
+    X = np.asarray(result["training_set"]["inputs"])
+    assert {tuple(r) for r in x0.tolist()} <= {tuple(r) for r in X.tolist()}  # kept as training data
+    box = parse_job_spec(doc).domain.build()
+    assert int((~box.contains(X)).sum()) == 3  # and nothing the job asked for lies outside
+    inside = _spec(budget=300, algorithm={"name": "bilevel"}, evaluation={"enabled": False},
+                   initial_data={"inputs": x0[3:].tolist(), "labels": y0[3:].tolist()})
+    assert not any("initial_data" in w for w in run_job(inside)["warnings"])
+
+
 def test_the_design_steps_keep_mass_in_the_domain():
     """A restricted family refuses steps to laws with (almost) no mass inside the domain."""
     spec = parse_job_spec(_spec())

@@ -204,3 +204,7 @@ def test_budgeted_asktell_counts_failed_points_and_keeps_them_out_of_its_trainin
     assert result["training_set"] == local["training_set"] and result["failed_inputs"] == local["failed_inputs"]
     v = lab_verdict(result, X, yy)
     assert v["outcome"] in ("better", "tie", "worse") and v["best_baseline"] == "mixture" and np.isfinite(v["err"])
+    # and the job's own verdict, from the labels it paid for (no held-out label): in the result and the GET
+    own = result["verdict"]
+    assert own["kind"] == "validation" and own["outcome"] in ("better", "tie", "worse") and np.isfinite(own["err"])
+    assert doc["verdict"] == own and own == local["verdict"]

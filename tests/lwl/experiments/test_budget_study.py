@@ -26,3 +26,14 @@ def test_smoke_study_holds_every_budget_and_writes_its_outputs(tmp_path):
     assert {p.name for p in paths} == {"results.json", "results.md", "err_vs_labels.png"}
     assert json.loads((tmp_path / "results.json").read_text())["experiment"] == "budget"
     assert "| 120 |" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_rows_of_one_process():
+    one, two = budget.run("smoke"), budget.run("smoke", workers=2)
+    assert [(r["problem"], r["seed"]) for r in two["rows"]] == [(r["problem"], r["seed"]) for r in one["rows"]]
+    for a, b in zip(one["rows"], two["rows"]):
+        for B, cell in a["budgets"].items():
+            assert b["budgets"][B]["err"] == cell["err"]  # seeded jobs: the same numbers in any process
+            assert b["budgets"][B]["mixture"]["other_err"] == cell["mixture"]["other_err"]
+    assert two["workers"] == 2
