@@ -158,6 +158,26 @@ def test_finished_job_pages_render_without_console_errors(tab, finished, kind):
     assert tab.errors == []
 
 
+def test_a_budgeted_job_without_an_audit_shows_its_validation_verdict(tab, alice):
+    spec = small_job()
+    spec.update(budget=300, algorithm={"name": "bilevel"}, evaluation={"enabled": False})
+    job = alice.submit(spec)
+    wait_status(alice, job, "succeeded")
+    v = alice.result(job)["verdict"]
+    assert v["kind"] == "validation"
+    page = tab.go(f"#/jobs/{job}")
+    page.wait_for_selector("#evaluation-section #verdict")
+    text = page.inner_text("#verdict")
+    assert text.startswith("Verdict on validation, no held-out labels")
+    if v["returned_initial"]:
+        assert "Q's mixture was returned" in text
+    else:
+        words = {"better": "better than", "tie": "within noise of", "worse": "WORSE than"}[v["outcome"]]
+        assert f"validate {words} Q's mixture's at {v['points_each']} points each" in text
+    assert "which also chose the distribution" in page.inner_text("#verdict-basis")
+    assert tab.errors == []
+
+
 def shown_number(text: str) -> float:
     """The first number in a cell's text (the page prints 3 significant digits)."""
     return float(re.search(r"[0-9.]+(?:e-?[0-9]+)?", text).group())
