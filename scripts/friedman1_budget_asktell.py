@@ -93,6 +93,8 @@ def main() -> None:
                            "budget": spec["budget"], "rounds": len(rounds), "selected": result["selected"]["candidate"],
                            "err_training_set": cmp.err, "err_q_mixture": cmp.other_err, "ratio": cmp.ratio,
                            "ratio_interval": cmp.ratio_interval, "outcome": cmp.outcome.value,
+                           # the job's own verdict, from the labels it paid for (no held-out label)
+                           "job_verdict": result["verdict"]["outcome"], "job_verdict_z": result["verdict"]["z"],
                            "seconds": round(seconds, 1)}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
@@ -101,7 +103,8 @@ def main() -> None:
     wins = sum(r["outcome"] == "better" for r in rows)
     print(f"training set better than {rows[0]['labels_used']} Q-mixture samples beyond noise on {wins}/{len(rows)} "
           f"seeds; labels <= budget on all: {all(r['labels_client'] == r['labels_used'] <= r['budget'] for r in rows)}; "
-          f"rounds <= 20 on all: {all(r['rounds'] <= 20 for r in rows)}")
+          f"rounds <= 20 on all: {all(r['rounds'] <= 20 for r in rows)}; the job's own validation verdict: "
+          f"{', '.join(r['job_verdict'] for r in rows)}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ labelled point, Q's validation labels included. The rounds, in order:
 3. **The race against Q's mixture.** When selection picks another candidate, Q's mixture gets
    a ``hedge`` share (1/4) of every later round, and after each round the two are compared at
    equal numbers of their own points (two-fold, paired); Q's mixture takes over when it validates
-   better beyond noise. Rankings at a hundred points can reverse at a thousand (:meth:`_race`).
+   better by RIVAL_Z standard errors (a lower bar than a challenger's: switching to the baseline
+   the verdict compares with risks part of a gain, staying risks a loss). Rankings at a hundred
+   points can reverse at a thousand (:meth:`_race`).
 4. **Refinement rounds** (the bilevel method on a surrogate). Between two rounds the bilevel
    gradient (:mod:`lwl.design.bilevel`: adjoint on the labelled validation points, score-function
    gradient, the adaptive optimiser) takes ``inner_steps`` steps from the incumbent, with the
@@ -68,7 +70,7 @@ SURROGATE_MAX = 4000  # the surrogate of G* is fitted to at most this many label
 SCORE_POOL_MAX = 2000  # refinement scores add at most this many earlier points to each candidate's
 INNER_SAMPLES_MAX = 1024  # N of one bilevel step on the surrogate
 ACCEPT_Z = 1.645  # a challenger replaces the incumbent when it validates better by this many standard errors
-RIVAL_Z = 1.645  # Q's mixture takes over from the incumbent when it validates better by this many (_race)
+RIVAL_Z = 1.0  # Q's mixture takes over when it validates better by this many standard errors (_race; asymmetric: docs/method.md)
 
 PHASE_VALIDATION = "label_validation"
 PHASE_ROUND = "round"
@@ -485,7 +487,7 @@ class BudgetedBilevel(StepperDefaults):
         """After a round with a rival (Q's mixture, given a ``hedge`` share of the round): compare
         incumbent and rival at equal numbers of points, each added to the same half of the
         validation points (two-fold, paired). The rival becomes the incumbent when it validates
-        better beyond noise (ACCEPT_Z), and is never dropped before: a candidate that wins with a
+        better by RIVAL_Z (1) standard errors, and is never dropped before: a candidate that wins with a
         hundred points can lose with a thousand (Table 1's g4: the given N(1/2, I) against Q's
         mixture, docs/method.md), so the race goes on at the sizes the budget reaches, and until it
         is decided a ``hedge`` share of the labels is Q's own."""
