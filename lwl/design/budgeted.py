@@ -36,8 +36,10 @@ labelled point, Q's validation labels included. The rounds, in order:
 
 **Initial data** (``initial_data``: points the lab already labelled) count toward the budget as
 paid: the oracle is asked for ``budget - n`` labels at most. They join the pool after the validation
-round (source INITIAL): every candidate's score trains on them, as do the refinement scores and the
-surrogate, and they are part of the returned training set.
+round (source INITIAL): the refinement scores and the surrogate train on them, and they are part of
+the returned training set. The selection scores and the race do not: against 500 initial points
+the few dozen points a candidate has in the first rounds change nothing, and selection went by noise
+(docs/method.md, "Initial data").
 
 The returned distribution is the final incumbent (for drawing more inputs later); the product
 is the training set. A state is a flat dict of arrays and JSON values; every draw derives from
@@ -70,6 +72,7 @@ SURROGATE_MAX = 4000  # the surrogate of G* is fitted to at most this many label
 SCORE_POOL_MAX = 2000  # refinement scores add at most this many earlier points to each candidate's
 INNER_SAMPLES_MAX = 1024  # N of one bilevel step on the surrogate
 ACCEPT_Z = 1.645  # a challenger replaces the incumbent when it validates better by this many standard errors
+RACE_MIN_POINTS = 128  # the race switches only once each side has this many points
 RIVAL_Z = 1.0  # Q's mixture takes over when it validates better by this many standard errors (_race; asymmetric: docs/method.md)
 
 PHASE_VALIDATION = "label_validation"
@@ -461,7 +464,9 @@ class BudgetedBilevel(StepperDefaults):
         for c in alive:
             name = self.candidates[c][0]
             # every candidate's score trains on its own points plus the initial data (labels it did not buy)
-            given = np.flatnonzero((new["source"] == c) | (new["source"] == INITIAL))
+            # a candidate's own points only: added to the initial data, a handful of points per
+            # candidate changes nothing and selection goes by noise (docs/method.md, initial data)
+            given = np.flatnonzero(new["source"] == c)
             scores[name], ells[name] = self.two_fold(new, given, self._grid())
         ranked = sorted(alive, key=lambda c: (scores[self.candidates[c][0]], c))
         keep = ranked[:max(1, math.ceil(len(alive) / 2))]
@@ -497,7 +502,8 @@ class BudgetedBilevel(StepperDefaults):
             return
         record["race"] = {"rival": "q_mixture", **race}
         z = race["z"] if race["z"] is not None else 0.0
-        if z >= RIVAL_Z:
+        # a few dozen points each decide nothing (and a look every round would switch on noise)
+        if z >= RIVAL_Z and race["points_each"] >= RACE_MIN_POINTS:
             record["race"]["overtook"] = self.incumbent_name(new)
             name = self.candidates[rival][0]
             new.update(incumbent=rival, incumbent_name=name, rival=None,
@@ -508,7 +514,7 @@ class BudgetedBilevel(StepperDefaults):
     def versus(self, state: dict[str, Any], other: int) -> dict | None:
         """The incumbent's points against candidate ``other``'s at equal numbers n (the first n
         of each), each added to the same half of the labelled validation points and scored on
-        the other half (two-fold, paired): ``{"points_each", "incumbent_score", "rival_score",
+        the other half (two-fold, paired), as the selection scores: ``{"points_each", "incumbent_score", "rival_score",
         "z"}``, z > 0 when ``other`` validates better (in standard errors); None when either has
         no point."""
         mine = np.flatnonzero(state["source"] == state["incumbent"])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lwl import run_job
-from lwl.design.budgeted import MIN_DESIGN, MIN_VALIDATION, RIVAL_Z, plan_budget
+from lwl.design.budgeted import MIN_DESIGN, MIN_VALIDATION, RACE_MIN_POINTS, RIVAL_Z, plan_budget
 from lwl.design.nipv import integrated_variance, nipv_select
 from lwl.design.state import pack, unpack
 from lwl.oracles import Oracle, make_oracle
@@ -208,18 +208,25 @@ def test_q_mixture_races_the_selected_candidate_with_its_hedge_share(budget_spec
     assert set(off._draws(off_state)[1]) == {off_state["incumbent"]}
 
 
-def test_the_rival_takes_over_when_its_points_validate_better_beyond_noise(budget_spec):
+def test_the_rival_takes_over_when_its_points_validate_better_beyond_noise(budget_spec, monkeypatch):
+    import lwl.design.budgeted as budgeted
+
     budget_spec["budget"] = 1000
     stepper, oracle, state = _after_selection(budget_spec, "broadened_4")
     state = stepper.step(state, oracle.label(stepper.queries(state)))  # a round with the rival's share
     rival = stepper._q_mixture_index()
     record: dict = {}
     mine = state["source"] == state["incumbent"]
-    assert mine.sum() > 0 and (state["source"] == rival).sum() > 0
+    assert mine.sum() > 0 and 0 < (state["source"] == rival).sum() < RACE_MIN_POINTS
     # the incumbent's points moved far from Q: the same labels' worth, useless for Q's inputs
     sabotaged = dict(state, X=state["X"].copy(), y=state["y"].copy())
     sabotaged["X"][mine] += 25.0
     sabotaged["y"][mine] = oracle.label(sabotaged["X"][mine])
+    early = dict(sabotaged)
+    stepper._race(early, record)  # too few points each to decide: the race goes on
+    assert record["race"]["z"] >= RIVAL_Z and "outcome" not in record["race"] and early["incumbent"] != rival
+    monkeypatch.setattr(budgeted, "RACE_MIN_POINTS", 1)  # as if each side had enough
+    record = {}
     stepper._race(sabotaged, record)
     assert record["race"]["z"] >= RIVAL_Z and record["race"]["outcome"] == "rival won"
     assert sabotaged["incumbent"] == rival and sabotaged["rival"] is None
@@ -239,7 +246,8 @@ def test_a_run_with_the_race_keeps_the_budget_and_reports_it(budget_spec):
     selected = next(h["incumbent"] for h in res["history"] if h.get("kind") == "selection" and "incumbent" in h)
     assert bool(races) == (selected != "q_mixture")  # Q's mixture races whatever else selection picked
     assert all(r["points_each"] > 0 for r in races)
-    assert all((r.get("outcome") == "rival won") == (r["z"] is not None and r["z"] >= RIVAL_Z) for r in races)
+    assert all((r.get("outcome") == "rival won")
+               == (r["z"] is not None and r["z"] >= RIVAL_Z and r["points_each"] >= RACE_MIN_POINTS) for r in races)
     assert sum(r.get("outcome") == "rival won" for r in races) <= 1  # a won race ends it
 
 
