@@ -463,7 +463,6 @@ class BudgetedBilevel(StepperDefaults):
         scores, ells = dict(new["scores"]), dict(new["ell_of"])
         for c in alive:
             name = self.candidates[c][0]
-            # every candidate's score trains on its own points plus the initial data (labels it did not buy)
             # a candidate's own points only: added to the initial data, a handful of points per
             # candidate changes nothing and selection goes by noise (docs/method.md, initial data)
             given = np.flatnonzero(new["source"] == c)
@@ -539,7 +538,6 @@ class BudgetedBilevel(StepperDefaults):
         comparison leans its way; said in ``basis``. Fields as :func:`lwl.evaluation.verdict`'s
         (``best_baseline`` "mixture", ``ratio`` of validation Errs), ``kind`` "validation"."""
         val_n = self.validation(state).n
-        races = [h["race"] for h in state["history"] if "race" in h]
         overtaken = next((h for h in state["history"] if h.get("race", {}).get("outcome") == "rival won"), None)
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         out = {"kind": "validation", "best_baseline": "mixture", "ratio_interval_95": None, "err_interval_95": None,
@@ -559,11 +557,8 @@ class BudgetedBilevel(StepperDefaults):
                 out["basis"] += (f"; Q's mixture overtook {last['overtook']} in round {overtaken['round']} "
                                  f"(z = {last['z']:.2f} at {last['points_each']} points each)")
             return out
-        if state["incumbent"] is None:
-            return {**out, "err": None, "best_baseline_err": None, "baselines": {}, "ratio": None, "outcome": None,
-                    "beats_best_baseline": None, "z": None, "points_each": None}
-        race = self.versus(state, self._q_mixture_index())
-        if race is None or race["z"] is None:
+        race = self.versus(state, self._q_mixture_index()) if state["incumbent"] is not None else None
+        if race is None or race["z"] is None:  # nothing to compare: no verdict
             return {**out, "err": None, "best_baseline_err": None, "baselines": {}, "ratio": None, "outcome": None,
                     "beats_best_baseline": None, "z": None, "points_each": None}
         z = race["z"]
@@ -572,7 +567,7 @@ class BudgetedBilevel(StepperDefaults):
                    baselines={"mixture": race["rival_score"]},
                    ratio=race["incumbent_score"] / race["rival_score"] if race["rival_score"] > 0 else None,
                    outcome=outcome, beats_best_baseline=outcome == "better", z=-z, points_each=race["points_each"],
-                   races=len(races))
+                   races=sum("race" in h for h in state["history"]))
         return out
 
     def _refine(self, old: dict[str, Any], new: dict[str, Any], record: dict) -> None:

@@ -124,16 +124,6 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
     return row
 
 
-def _run_one(args) -> dict:
-    """One (problem, seed) in a worker process, BLAS and torch on one thread."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        return run_problem(*args)
-
-
 def run(preset: str = "quick", *, progress=None, problems: list[str] | None = None, workers: int = 1) -> dict:
     """Every problem and seed of the preset; ``workers`` > 1 runs (problem, seed) pairs in that
     many processes (each job is deterministic from its spec and seed, so the rows are the same)."""
@@ -143,16 +133,14 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems
             for seed in cfg["seeds"]]
     if workers > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+        from lwl.experiments.report import in_processes
 
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for row in pool.map(_run_one, todo):
-                rows.append(row)
-                for B, c in row["budgets"].items():
-                    if progress:
-                        progress(f"{row['problem']} seed {row['seed']} B={B}: {c['err']:.3f} vs mixture "
-                                 f"{c['mixture']['other_err']:.3f} ({c['mixture']['outcome']})")
+        for row in in_processes(run_problem, todo, workers):
+            rows.append(row)
+            for B, c in row["budgets"].items():
+                if progress:
+                    progress(f"{row['problem']} seed {row['seed']} B={B}: {c['err']:.3f} vs mixture "
+                             f"{c['mixture']['other_err']:.3f} ({c['mixture']['outcome']})")
     else:
         for task in todo:
             rows.append(run_problem(*task, progress))

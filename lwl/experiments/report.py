@@ -37,3 +37,24 @@ def write_tables(doc: dict, out_dir, markdown) -> tuple[Path, dict | None, list[
     write_json(out / "results.json", doc)
     (out / "results.md").write_text(markdown(doc))
     return out, figs, [out / "results.json", out / "results.md"]
+
+
+def _single_threaded(task):
+    """``fn(*args)`` in a worker process with one thread of BLAS and torch, as the 2-core runs."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    fn, args = task
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        return fn(*args)
+
+
+def in_processes(fn, tasks, workers: int):
+    """``fn(*args)`` for every ``args`` of ``tasks`` in ``workers`` spawned processes, results in
+    order (a study's problems are deterministic from their specs: the same rows as in one process)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        yield from pool.map(_single_threaded, [(fn, args) for args in tasks])

@@ -153,16 +153,6 @@ def run_problem(p: Problem, cfg: dict) -> dict:
             "labels_used": res.get("labels_used"), "lengthscale": res["spec"]["model"]["lengthscale"]}
 
 
-def _run_one(args) -> dict:
-    """A worker process: one thread of BLAS / torch, like the 2-core runs."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        return run_problem(*args)
-
-
 def run(preset: str = "quick", *, count: int | None = None, progress=None, workers: int = 1) -> dict:
     """Every problem of the preset; ``workers`` > 1 runs problems in that many processes (each
     job is deterministic from its spec, so the rows are the same as in one process)."""
@@ -173,14 +163,12 @@ def run(preset: str = "quick", *, count: int | None = None, progress=None, worke
     t_all = time.perf_counter()
     todo = problems(max(n, 1))[:n]
     if workers > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
+        from lwl.experiments.report import in_processes
 
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for p, row in zip(todo, pool.map(_run_one, [(p, cfg) for p in todo])):
-                rows.append(row)
-                if progress:
-                    progress(p.key, row)
+        for p, row in zip(todo, in_processes(run_problem, [(p, cfg) for p in todo], workers)):
+            rows.append(row)
+            if progress:
+                progress(p.key, row)
     else:
         for p in todo:
             rows.append(run_problem(p, cfg))
