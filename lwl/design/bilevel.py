@@ -63,12 +63,11 @@ def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tens
     grad_theta J = sum_i c_i grad_theta log p_theta(u_i). ``a`` holds w_j / M_j per point of V.
     """
     n = model.X_.shape[0]
-    k_uv = model.kernel_matrix(model.X_, V)  # (N, |V|), the one large matrix of the iteration
-    residual_v = yV - model.predict_from_kernel(k_uv)  # G*(V) - G_hat(V), out of place
-    weighted = a * residual_v
-    lam = model.solve(k_uv @ weighted * n)
+    # G*(V) - G_hat(V) (out of place) and K(U, V)(a * residual), K(U, V) formed block by block
+    residual_v, rhs = model.adjoint_pass(V, yV, a)
+    lam = model.solve(rhs * n)
     train_residual = -n * model.sigma2 * model.coef_  # G_hat(U) - y
-    return float(weighted @ residual_v), train_residual * lam / n
+    return float(a @ residual_v.square()), train_residual * lam / n
 
 
 class BilevelDesign(StepperDefaults):
@@ -411,7 +410,7 @@ class BilevelDesign(StepperDefaults):
         evaluation's ridge; Err = sqrt(sum a e / sum a G*^2)."""
         ridge = self.spec.evaluation.ridge
         model = KernelRidge(self.spec.model.kernel, lengthscale, ridge / len(U), device=str(self.device)).fit(U, y)
-        pred = model.predict_from_kernel(model.kernel_matrix(model.X_, self._v)).cpu().numpy()
+        pred = model.predict(self._v)
         return (pred - validation_labels) ** 2
 
     def _checked(self, U, y, validation_labels, lengthscale) -> tuple[float, np.ndarray | None]:

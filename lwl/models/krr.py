@@ -4,6 +4,11 @@ Given training points U (N, d) and labels y, the model is G(x) = sum_n k(x, u_n)
 beta = (k(U, U) + N sigma^2 I)^{-1} y, solved by a float64 Cholesky factorisation that is kept
 (``chol_``) so the adjoint system of the same matrix (Lem. "adjoint state update") costs two
 triangular solves.
+
+Kernel matrices against many points (predictions, the adjoint's right-hand side) are formed in
+column blocks of about BLOCK_ELEMENTS entries and used at once, so no (N, m) matrix is held
+whole: a block stays in the CPU cache between its exponentials and its products (4.6x faster at
+N = 1024 against 5,000 validation points than one 40 MB matrix; bench/bilevel.py).
 """
 
 from __future__ import annotations
@@ -12,7 +17,16 @@ import numpy as np
 import torch
 
 from lwl.device import DTYPE, resolve_device
-from lwl.kernels import get_kernel
+from lwl.kernels import get_kernel, kernel_rows
+
+#: entries of one kernel block on a CPU (1 MiB of float64: an L2 cache); on a GPU the blocks
+#: only add launches, so they are as large as memory comfortably allows
+BLOCK_ELEMENTS = {"cpu": 1 << 17, "cuda": 1 << 26}
+
+
+def block_columns(device: torch.device, rows: int) -> int:
+    """Columns of a kernel block with ``rows`` rows (at least 64)."""
+    return max(64, BLOCK_ELEMENTS.get(device.type, BLOCK_ELEMENTS["cpu"]) // max(rows, 1))
 
 
 class KernelRidge:
@@ -50,20 +64,44 @@ class KernelRidge:
         if int(info) != 0:
             raise np.linalg.LinAlgError(
                 f"kernel matrix + N sigma^2 I is not positive definite (sigma2={self.sigma2:g}); raise the nugget")
-        self.coef_ = torch.cholesky_solve(y_t[:, None], self.chol_)[:, 0]
+        self.coef_ = self.solve(y_t)
         return self
 
     def solve(self, rhs: torch.Tensor) -> torch.Tensor:
-        """(k(U,U) + N sigma^2 I)^{-1} rhs with the stored factor."""
+        """(k(U,U) + N sigma^2 I)^{-1} rhs with the stored factor: L z = rhs, then L^T x = z.
+        (``torch.cholesky_solve`` copies the factor into LAPACK's layout on every call: 7x
+        slower at N = 1024.)"""
         rhs = self._tensor(rhs)
-        return torch.cholesky_solve(rhs.reshape(rhs.shape[0], -1), self.chol_).reshape(rhs.shape)
+        z = torch.linalg.solve_triangular(self.chol_, rhs.reshape(rhs.shape[0], -1), upper=False)
+        return torch.linalg.solve_triangular(self.chol_.mT, z, upper=True).reshape(rhs.shape)
 
     def predict_from_kernel(self, k_train_x: torch.Tensor) -> torch.Tensor:
         """Predictions given the (N, m) kernel matrix between training points and x."""
         return k_train_x.T @ self.coef_
 
-    def predict(self, X, batch: int = 8192) -> np.ndarray:
+    def predict_tensor(self, X) -> torch.Tensor:
+        """G_hat(X) as a tensor on the model's device, the kernel formed block by block."""
         X = self._tensor(X)
-        out = [self.predict_from_kernel(self.kernel_matrix(self.X_, X[i:i + batch]))
-               for i in range(0, X.shape[0], batch)]
-        return torch.cat(out).cpu().numpy() if out else np.zeros(0)
+        step = block_columns(self.device_, self.X_.shape[0])
+        rows = kernel_rows(self.kernel, self.X_, self.lengthscale)
+        out = [self.predict_from_kernel(rows(X[i:i + step])) for i in range(0, X.shape[0], step)]
+        return torch.cat(out) if out else torch.zeros(0, dtype=DTYPE, device=self.device_)
+
+    def predict(self, X) -> np.ndarray:
+        return self.predict_tensor(X).cpu().numpy()
+
+    def adjoint_pass(self, V: torch.Tensor, yV: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass over the points V with labels yV and weights a: the residuals
+        r = yV - G_hat(V) and K(U, V) (a * r), the right-hand side of the adjoint system
+        (paper Lem. "adjoint state update") before its factor N. Each block K(U, V_b) serves
+        both products while it is in cache."""
+        n = self.X_.shape[0]
+        step = block_columns(self.device_, n)
+        rhs = torch.zeros(n, dtype=DTYPE, device=self.device_)
+        residual = torch.empty_like(yV)
+        rows = kernel_rows(self.kernel, self.X_, self.lengthscale)
+        for i in range(0, V.shape[0], step):
+            k = rows(V[i:i + step])
+            r = torch.sub(yV[i:i + step], k.T @ self.coef_, out=residual[i:i + step])
+            rhs.addmv_(k, a[i:i + step] * r)
+        return residual, rhs

@@ -27,3 +27,26 @@ def test_krr_interpolates_with_tiny_ridge():
     X = np.linspace(-1, 1, 15)[:, None]
     model = KernelRidge("squared_exponential", 0.5, sigma2=1e-12).fit(X, X[:, 0] ** 2)
     np.testing.assert_allclose(model.predict(X), X[:, 0] ** 2, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("kernel", ["squared_exponential", "laplace"])
+def test_blocked_passes_match_one_dense_matrix(kernel, device, monkeypatch):
+    """Predictions and the adjoint's right-hand side, formed over many kernel blocks, equal the
+    same products with the whole (N, m) matrix (blocks of 64 columns: 5 blocks, the last partial)."""
+    import lwl.models.krr as krr
+
+    monkeypatch.setitem(krr.BLOCK_ELEMENTS, "cpu", 1)
+    monkeypatch.setitem(krr.BLOCK_ELEMENTS, "cuda", 1)
+    rng = np.random.default_rng(1)
+    X, V = rng.standard_normal((50, 2)), 1.5 * rng.standard_normal((300, 2))
+    model = KernelRidge(kernel, 0.8, sigma2=1e-3, device=device).fit(X, np.cos(X).prod(1))
+    assert krr.block_columns(model.device_, 50) == 64
+    K = model.kernel_matrix(X, V).cpu().numpy()
+    beta = model.coef_.cpu().numpy()
+    yv, a = np.cos(V).prod(1), rng.uniform(size=300)
+    np.testing.assert_allclose(model.predict(V), K.T @ beta, rtol=1e-12, atol=1e-14)
+    t = lambda z: torch.tensor(z, dtype=torch.float64, device=model.device_)  # noqa: E731
+    residual, rhs = model.adjoint_pass(t(V), t(yv), t(a))
+    np.testing.assert_allclose(residual.cpu().numpy(), yv - K.T @ beta, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(rhs.cpu().numpy(), K @ (a * (yv - K.T @ beta)), rtol=1e-10, atol=1e-13)
