@@ -1,7 +1,8 @@
 """Kernel ridge regression, the inner problem of the bilevel method (paper Lem. "model update").
 
 Given training points U (N, d) and labels y, the model is G(x) = sum_n k(x, u_n) beta_n with
-beta = (k(U, U) + N sigma^2 I)^{-1} y, solved by a float64 Cholesky factorisation that is kept
+beta = (k(U, U) + N sigma^2 I)^{-1} y, solved by a float64 Cholesky factorisation
+(:mod:`lwl.cholesky`) that is kept
 (``chol_``) so the adjoint system of the same matrix (Lem. "adjoint state update") costs two
 triangular solves.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from lwl.cholesky import cholesky_inplace
 from lwl.device import DTYPE, resolve_device
 from lwl.kernels import get_kernel, kernel_rows
 
@@ -60,8 +62,8 @@ class KernelRidge:
         n = self.X_.shape[0]
         gram = get_kernel(self.kernel)(self.X_, self.X_, self.lengthscale)
         gram.diagonal().add_(n * self.sigma2)
-        self.chol_, info = torch.linalg.cholesky_ex(gram)
-        if int(info) != 0:
+        self.chol_, ok = cholesky_inplace(gram)
+        if not ok:
             raise np.linalg.LinAlgError(
                 f"kernel matrix + N sigma^2 I is not positive definite (sigma2={self.sigma2:g}); raise the nugget")
         self.coef_ = self.solve(y_t)
