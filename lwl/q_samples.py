@@ -61,8 +61,8 @@ def share_outside(member, domain, seed: int, k: int) -> float:
 
 def check_member_domain(member, k: int, domain, outside: str, seed: int) -> None:
     """Refuse member ``k`` (a ``lwl.spec.MemberSpec``) when the domain cannot hold it: the
-    user's points outside it (``outside: "refuse"``; with ``"clip"``, points that clipping into
-    the box cannot bring inside A x <= b), a drawn member with more than MAX_OUTSIDE_SHARE of
+    user's points outside it (``outside: "refuse"``; ``"clip"`` moves them to the nearest point
+    of the domain), a drawn member with more than MAX_OUTSIDE_SHARE of
     its mass outside (``"refuse"``) or less than MIN_SHARE_INSIDE inside (either). Datasets are
     checked by :func:`member_in_domain` once resolved. Raises ValueError naming the member."""
     kind = _kind(member)
@@ -83,8 +83,9 @@ def check_member_domain(member, k: int, domain, outside: str, seed: int) -> None
 
 
 def member_in_domain(x: np.ndarray, k: int, kind: str, domain, outside: str) -> np.ndarray:
-    """The user's points of member ``k`` in the domain: unchanged when inside, clipped into the
-    box with ``outside: "clip"``, else refused (ValueError naming the member)."""
+    """The user's points of member ``k`` in the domain: unchanged when inside, moved to the
+    nearest point of the domain with ``outside: "clip"`` (:meth:`lwl.domain.Domain.clip`), else
+    refused (ValueError naming the member)."""
     inside = domain.contains(x)
     if inside.all():
         return x
@@ -93,8 +94,7 @@ def member_in_domain(x: np.ndarray, k: int, kind: str, domain, outside: str) -> 
         clipped = domain.clip(x)
         if domain.contains(clipped).all():
             return clipped
-        raise ValueError(f"{field}: {domain.describe_outside(clipped)} after clipping into the box (clip "
-                         "projects on the box only; points outside A x <= b are refused)")
+        raise ValueError(f"{field}: {domain.describe_outside(clipped)} after projecting on the domain")
     raise ValueError(f"{field}: {domain.describe_outside(x)}; set domain.outside to \"clip\" to clip them into "
                      "the domain")
 

@@ -322,7 +322,7 @@ class DomainSpec(StrictModel):
     input the job hands out (design batches, ask/tell batches, training sets, the evaluation's
     training draws, ``/samples``) lies in D. The designed distribution is the family restricted
     to D (docs/method.md "Input domains"). Test samples the user gives (``samples``,
-    ``dataset``) outside D are refused, or clipped into the box with ``outside: "clip"``;
+    ``dataset``) outside D are refused, or moved to the nearest point of D with ``outside: "clip"``;
     members lwl draws (``gaussian``, ``uniform``, ...) are drawn restricted to D, and refused
     when more than 1% of their mass lies outside unless ``outside`` is ``"clip"``."""
 
@@ -333,7 +333,7 @@ class DomainSpec(StrictModel):
     b: list[float] | None = Field(default=None, min_length=1, max_length=10_000)
     outside: Literal["refuse", "clip"] = Field(
         default="refuse", description="test samples outside the domain: refused (422 naming the member) or "
-                                      "clipped into the box")
+                                      "clipped: moved to the nearest point of the domain")
 
     @model_validator(mode="after")
     def _domain(self):

@@ -74,14 +74,50 @@ def test_test_samples_outside_the_domain_are_refused_or_clipped():
     spec = parse_job_spec(doc)
     q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, domain=spec.domain)
     assert q.members[1][7, 2] == 1.0 and Domain([0] * D, [1] * D).contains(np.concatenate(q.members)).all()
-    # clipping projects on the box only: a point outside A x <= b is refused even so
+    # with linear constraints a point is moved to the nearest point of D, not only into the box
     doc["domain"].update(A=[[1.0, 1.0, 1.0]], b=[2.5])
-    doc["test_distributions"]["members"][1]["samples"][3] = [0.1, 0.9, 0.9]
     doc["test_distributions"]["members"][0] = {"gaussian": {"mean": [0.5, 0.7, 0.5],
                                                             "cov": (0.002 * np.eye(D)).tolist()}, "size": 300}
-    assert parse_job_spec(doc)  # 1.9 <= 2.5
-    doc["test_distributions"]["members"][1]["samples"][3] = [0.9, 0.9, 0.9]
+    doc["test_distributions"]["members"][1]["samples"][3] = [0.9, 0.9, 0.9]  # 2.7 > 2.5
+    spec = parse_job_spec(doc)
+    q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, domain=spec.domain)
+    np.testing.assert_allclose(q.members[1][3], [2.5 / 3] * 3, atol=1e-9)
+    assert spec.domain.build().contains(np.concatenate(q.members)).all()
+    doc["domain"]["outside"] = "refuse"
     assert "test_distributions.members.1.samples" in _errors(doc)
+
+
+def _nearest_by_qp(domain: Domain, x: np.ndarray) -> np.ndarray:
+    """The nearest point of D to x by a general-purpose solver (SLSQP), the independent reference."""
+    from scipy.optimize import minimize
+
+    cons = [{"type": "ineq", "fun": lambda y: domain.b - domain.A @ y, "jac": lambda y: -domain.A}]
+    res = minimize(lambda y: 0.5 * np.sum((y - x) ** 2), np.clip(x, domain.low, domain.high),
+                   jac=lambda y: y - x, bounds=list(zip(domain.low, domain.high)), constraints=cons,
+                   method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
+    return res.x
+
+
+def test_projection_onto_a_polytope_is_the_nearest_point():
+    """Domain.clip with linear constraints gives the Euclidean projection onto box ∩ {A x <= b}:
+    the same point as a QP solver, inside D exactly, and (x - y).(z - y) <= 0 for points z of D
+    (the projection's characterisation); points inside stay put."""
+    rng = np.random.default_rng(3)
+    dom = Domain([0.0, 0.0, -1.0], [2.0, 1.0, 1.0], A=[[1.0, 1.0, 0.0], [-1.0, 2.0, 1.0], [0.5, -1.0, 2.0]],
+                 b=[2.2, 1.5, 1.0])
+    x = rng.uniform(-1.5, 3.0, size=(200, 3))
+    y = dom.clip(x)
+    assert dom.contains(y).all()
+    inside = dom.contains(x)
+    assert inside.any() and (~inside).any()
+    np.testing.assert_array_equal(y[inside], x[inside])
+    for i in np.flatnonzero(~inside)[:25]:
+        np.testing.assert_allclose(y[i], _nearest_by_qp(dom, x[i]), atol=1e-6)
+    z = rng.uniform(-1.0, 2.0, size=(20000, 3))
+    z = z[dom.contains(z)]
+    assert len(z) > 1000
+    worst = max(float(np.max((z - y[i]) @ (x[i] - y[i]))) for i in np.flatnonzero(~inside))
+    assert worst <= 1e-9
 
 
 def test_drawn_members_are_drawn_inside_and_refused_when_much_of_them_lies_outside():
