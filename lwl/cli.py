@@ -222,6 +222,9 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                                                          "validation (validated AMA: Q's validation samples accept "
                                                          "steps and select the returned model)"),
                workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes"),
+               q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
+                                                                        "parameters, paper (eqn customdist, the "
+                                                                        "default) or unit (lwl's earlier law)"),
                cache: Path = typer.Option(Path.home() / ".cache" / "lwl", "--cache",
                                           help="eit: where the generated data are kept (npz) and reused")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
@@ -238,7 +241,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
     if name == "eit":
         return _eit_study(preset, out, cache)
     if name != "table1":
-        return _operator_study(name, preset, out, runs, select, resume)
+        return _operator_study(name, preset, out, runs, select, resume, q_law)
     from lwl.experiments import table1
 
     if preset not in table1.PRESETS:
@@ -341,10 +344,16 @@ def _report(paths, out: Path) -> None:
 
 
 def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, select: str = "bound",
-                    resume: bool = False) -> None:
+                    resume: bool = False, q_law: str | None = None) -> None:
     """AMA studies (lwl.experiments.operators): one progress tick per AMA iteration; OUT is
     rewritten after every run, and ``resume`` reuses the runs of OUT/results.json."""
     from lwl.experiments import operators
+    from lwl.measures import cosine_law
+
+    if q_law is not None and (name not in ("ntd", "darcy") or q_law not in cosine_law.LAWS):
+        console.print(f"[red]--q-law: {q_law!r} is not a law of {name}'s test parameters "
+                      f"({'ntd and darcy only' if name not in ('ntd', 'darcy') else 'known: ' + ', '.join(cosine_law.LAWS)})")
+        raise typer.Exit(2)
 
     if preset not in operators.PRESETS[name]:
         console.print(f"[red]unknown preset {preset!r}; known: {', '.join(operators.PRESETS[name])}")
@@ -358,7 +367,7 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, 
     with _progress() as bar:
         task = bar.add_task(f"{name} ({preset})", total=ticks, info="")
         doc = operators.run(name, preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg),
-                            select=select, previous=previous,
+                            select=select, previous=previous, q_law=q_law,
                             checkpoint=lambda partial: operators.write_outputs(partial, out))
     _report(operators.write_outputs(doc, out), out)
 

@@ -33,21 +33,13 @@ from lwl.design.kle_family import KLEFamily
 from lwl.evaluation import member_relative_error
 from lwl.experiments.report import pyplot, write_tables
 from lwl.measures import KLEGaussian
+from lwl.measures import cosine_law
 from lwl.measures.kle import darcy_test_member
 from lwl.models import DeepONetRegressor
 from lwl.oracles import make_oracle
 from lwl.runner import iterate
 
 Q_SEED = 2025
-
-
-def rho(rng: np.random.Generator, lo: float, hi: float) -> float:
-    """One draw of the paper's custom density on [lo, hi] (eqn customdist), p ~ 1 - cos, by
-    rejection."""
-    while True:
-        u = rng.uniform()
-        if rng.uniform() * 2 <= 1 - math.cos(2 * math.pi * u):
-            return lo + (hi - lo) * u
 
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -126,6 +118,7 @@ def ntd_study(cfg: dict) -> Study:
     tmpl = KLEGaussian("sine1d", G, alpha=2.0, tau=3.0, sigma=3.0 ** 1.5, amplitude=10.0, omega=8 * math.pi)
     family = KLEFamily(tmpl, ["omega"], {"omega": (-8 * math.pi, 8 * math.pi)})
     rng = np.random.default_rng(Q_SEED)
+    rho = cosine_law.law(cfg.get("q_law", cosine_law.DEFAULT_LAW))  # the paper's eqn customdist
     members = []
     for _ in range(cfg["members"]):
         w, t = rho(rng, -2 * math.pi, 2 * math.pi), rho(rng, 0.0, 50.0)
@@ -143,7 +136,8 @@ def darcy_study(cfg: dict) -> Study:
     tmpl = KLEGaussian("sine2d", M, alpha=2.0, tau=3.0, sigma=3.0, shift=0.0, endpoints=True)
     family = KLEFamily(tmpl, ["shift"], {"shift": (-5.0, 5.0)})
     rng = np.random.default_rng(Q_SEED)
-    members = [darcy_test_member(rng, M, endpoints=True) for _ in range(cfg["members"])]
+    rho = cosine_law.law(cfg.get("q_law", cosine_law.DEFAULT_LAW))
+    members = [darcy_test_member(rng, M, endpoints=True, rho=rho) for _ in range(cfg["members"])]
     x = np.linspace(0, 1, M)
     z = np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2)
     ama = dict(optimizer="adam", learning_rate=1e-3, steps=cfg["steps"], rounds=cfg["rounds"])
@@ -327,16 +321,21 @@ def reusable_runs(previous: dict | None, name: str, cfg: dict, select: str) -> d
     none. Lets a paper-size study grow by runs, or resume after an interruption."""
     if not previous or previous.get("study") != name or previous.get("select", "bound") != select:
         return {}
-    same = {k: v for k, v in previous.get("config", {}).items() if k != "runs"} == \
-        {k: v for k, v in cfg.items() if k != "runs"}
+    before, now = dict(previous.get("config", {})), dict(cfg)
+    if name in ("ntd", "darcy"):
+        before.setdefault("q_law", "unit")  # results made before the paper's law was restored
+        now.setdefault("q_law", cosine_law.DEFAULT_LAW)
+    same = {k: v for k, v in before.items() if k != "runs"} == {k: v for k, v in now.items() if k != "runs"}
     return {int(r["seed"]): r for r in previous.get("per_run", [])} if same else {}
 
 
 def run(name: str, preset: str = "quick", *, runs: int | None = None, progress=None,
-        select: str = "bound", previous: dict | None = None, checkpoint=None) -> dict[str, Any]:
+        select: str = "bound", previous: dict | None = None, checkpoint=None, q_law: str | None = None) -> dict[str, Any]:
     """Run study ``name`` at ``preset``; returns the results document. Runs found in
     ``previous`` (an earlier results.json, same settings) are reused; ``checkpoint(doc)`` is
-    called after every new run with the results so far."""
+    called after every new run with the results so far. ``q_law`` (ntd, darcy): the law of the
+    test members' parameters (:mod:`lwl.measures.cosine_law`; the paper's by default, ``unit``
+    for results made before it was restored)."""
     if name not in STUDIES:
         raise ValueError(f"unknown study {name!r}; known: {', '.join(STUDIES)}")
     if preset not in PRESETS[name]:
@@ -344,6 +343,11 @@ def run(name: str, preset: str = "quick", *, runs: int | None = None, progress=N
     cfg = dict(PRESETS[name][preset])
     if runs is not None:
         cfg["runs"] = runs
+    if name in ("ntd", "darcy"):
+        cfg["q_law"] = q_law or cosine_law.DEFAULT_LAW
+        cosine_law.law(cfg["q_law"])  # an unknown name fails here, before any run
+    elif q_law is not None:
+        raise ValueError(f"q_law: only the ntd and darcy studies draw their test parameters from a law, not {name}")
     reuse = reusable_runs(previous, name, cfg, select)
     study = STUDIES[name](cfg)
     t0 = time.perf_counter()
@@ -398,13 +402,24 @@ def _document(name, preset, select, cfg, study, tests, watch, results, seconds) 
 
 
 # -- outputs -------------------------------------------------------------------------------------
+def _law_line(doc: dict) -> list[str]:
+    """Which law drew the test members' parameters (ntd, darcy; lwl.measures.cosine_law)."""
+    if doc["study"] not in ("ntd", "darcy"):
+        return []
+    if doc["config"].get("q_law", "unit") == "paper":
+        return ["Test members' parameters from the paper's law, density ∝ 1 − cos x on each raw interval "
+                "(eqn customdist)."]
+    return ["Test members' parameters from lwl's earlier law (1 − cos 2πu on [0, 1], rescaled: not the paper's; "
+            "`--q-law unit` reproduces these numbers, the paper's law is the default now)."]
+
+
 def markdown(doc: dict) -> str:
     name, cfg = doc["study"], doc["config"]
     lines = [f"# AMA study `{name}` (preset `{doc['preset']}`)", "",
              f"{doc['runs']} runs (seeds 0..{doc['runs'] - 1}), {cfg['iterations']} AMA iterations, "
              f"{cfg['n_train']} training samples per model step, wall {doc['seconds']:.0f} s on this machine.",
              f"Free parameters {doc['free']} from {np.round(doc['initial_theta'], 4).tolist()}.",
-             *_departures(doc), "",
+             *_law_line(doc), *_departures(doc), "",
              "| iteration | relative OOD error (mean ± 95% CI) | relative AMA loss | mean theta |",
              "|---|---|---|---|"]
     n_it = len(doc["relative_ood_error"])

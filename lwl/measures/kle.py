@@ -192,14 +192,13 @@ class LogNormal(Measure):
         return cls(from_spec(doc["base"]))
 
 
-def darcy_test_member(rng: np.random.Generator, grid: int, endpoints: bool = False) -> KLEGaussian:
+def darcy_test_member(rng: np.random.Generator, grid: int, endpoints: bool = False, rho=None) -> KLEGaussian:
     """One Darcy test member: m ~ rho([0,1]), alpha ~ rho([2,3]), tau ~ rho([1,4]),
-    sigma = tau^(alpha - 1), rho proportional to 1 - cos on the interval (paper SM Darcy)."""
-    def rho(lo, hi):
-        while True:  # rejection sampling of the density 1 - cos(2 pi (x - lo) / (hi - lo))
-            u = rng.uniform()
-            if rng.uniform() * 2 <= 1 - math.cos(2 * math.pi * u):
-                return lo + (hi - lo) * u
-    alpha, tau = rho(2, 3), rho(1, 4)
-    return KLEGaussian("sine2d", grid, modes=None, alpha=alpha, tau=tau, sigma=tau ** (alpha - 1), shift=rho(0, 1),
-                       endpoints=endpoints)
+    sigma = tau^(alpha - 1), rho the paper's law p ~ 1 - cos x on the interval (paper SM Darcy,
+    :mod:`lwl.measures.cosine_law`; ``rho`` another law's draw function)."""
+    from lwl.measures.cosine_law import draw_paper
+
+    rho = rho or draw_paper
+    alpha, tau = rho(rng, 2, 3), rho(rng, 1, 4)
+    return KLEGaussian("sine2d", grid, modes=None, alpha=alpha, tau=tau, sigma=tau ** (alpha - 1),
+                       shift=rho(rng, 0, 1), endpoints=endpoints)

@@ -157,3 +157,15 @@ def test_loglevel_lists_its_choices_and_refuses_others():
     assert "debug|info|warning|error|critical" in _help("worker", "-h").replace(" ", "").replace("\n", "")
     refused = CliRunner().invoke(app, ["worker", "--loglevel", "loud"])
     assert refused.exit_code == 2 and "loud" in refused.output
+
+
+@pytest.mark.parametrize("args,why", [(["burgers", "--q-law", "paper"], "ntd and darcy only"),
+                                      (["ntd", "--q-law", "uniform"], "known: paper, unit")])
+def test_q_law_is_refused_where_it_does_not_apply(args, why):
+    from typer.testing import CliRunner
+
+    from lwl.cli import app
+
+    result = CliRunner().invoke(app, ["experiment", *args, "--preset", "tiny", "--out", "/nonexistent/never"],
+                                env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert result.exit_code == 2 and "--q-law" in result.output and why in result.output, result.output

@@ -48,6 +48,10 @@ def test_tiny_operator_study_checkpoints_and_grows_by_runs(tmp_path, monkeypatch
     assert operators.reusable_runs(previous, "ntd", dict(operators.PRESETS["ntd"]["tiny"], grid=11), "bound") == {}
     assert operators.reusable_runs(previous, "darcy", operators.PRESETS["ntd"]["tiny"], "bound") == {}
     assert operators.reusable_runs(previous, "ntd", operators.PRESETS["ntd"]["tiny"], "validation") == {}
+    # results made before the paper's law of the test parameters (no q_law) are the "unit" law's
+    old = {**previous, "config": {k: v for k, v in previous["config"].items() if k != "q_law"}}
+    assert operators.reusable_runs(old, "ntd", operators.PRESETS["ntd"]["tiny"], "bound") == {}
+    assert operators.reusable_runs(old, "ntd", dict(operators.PRESETS["ntd"]["tiny"], q_law="unit"), "bound")
 
 
 def test_tiny_rte_table_checkpoints_and_grows_by_trials(tmp_path, monkeypatch):
