@@ -225,12 +225,29 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
                                                                         "parameters, paper (eqn customdist, the "
                                                                         "default) or unit (lwl's earlier law)"),
+               compare: Optional[Path] = typer.Option(None, "--compare", help="a committed result (its folder or "
+                                                                               "results.json): exit 1 unless this "
+                                                                               "run gives the same numbers"),
+               compare_rtol: float = typer.Option(1e-6, "--compare-rtol", min=0.0,
+                                                  help="relative tolerance of --compare (round-off)"),
                cache: Path = typer.Option(Path.home() / ".cache" / "lwl", "--cache",
                                           help="eit: where the generated data are kept (npz) and reused")):
     """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
     if name not in EXPERIMENTS:
         console.print(f"[red]unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
         raise typer.Exit(2)
+    if compare is not None and not compare.exists():
+        console.print(f"[red]--compare: {compare} does not exist")
+        raise typer.Exit(2)
+    written = _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select,
+                              workers, cache, q_law)
+    if compare is not None:
+        _compare(written, compare, compare_rtol)
+
+
+def _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
+                    cache, q_law) -> Path:
+    """The study ``name`` (see :func:`experiment`); returns its output folder."""
     if name == "rte":
         return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
                           [int(n) for n in sizes.split(",")] if sizes else None, resume, select)
@@ -277,10 +294,10 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
         except ValueError as exc:
             console.print(f"[red]{exc}")
             raise typer.Exit(2)
-    _report(table1.write_outputs(doc, out), out)
+    return _report(table1.write_outputs(doc, out), out)
 
 
-def _robustness_study(preset: str, out: Path | None, workers: int = 1) -> None:
+def _robustness_study(preset: str, out: Path | None, workers: int = 1) -> Path:
     """Default bilevel jobs over many problems (lwl.experiments.robustness): one tick a problem."""
     from lwl.experiments import robustness
 
@@ -295,10 +312,10 @@ def _robustness_study(preset: str, out: Path | None, workers: int = 1) -> None:
             bar.update(task, advance=1, info=f"{key}: Err {row['err']:.3f} vs mixture {row['baselines']['mixture']:.3f}")
 
         doc = robustness.run(preset, progress=progress, workers=workers)
-    _report(robustness.write_outputs(doc, out), out)
+    return _report(robustness.write_outputs(doc, out), out)
 
 
-def _budget_study(preset: str, out: Path | None, problems: str | None, workers: int = 1) -> None:
+def _budget_study(preset: str, out: Path | None, problems: str | None, workers: int = 1) -> Path:
     """Budgeted designs at equal labels (lwl.experiments.budget): one tick per problem, seed and budget;
     ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...)."""
     from lwl.experiments import budget
@@ -314,10 +331,10 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
         task = bar.add_task(f"budget ({preset})", total=total, info="")
         doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys,
                          workers=workers)
-    _report(budget.write_outputs(doc, out), out)
+    return _report(budget.write_outputs(doc, out), out)
 
 
-def _eit_study(preset: str, out: Path | None, cache: Path) -> None:
+def _eit_study(preset: str, out: Path | None, cache: Path) -> Path:
     """AMINO on EIT (lwl.experiments.eit): one tick per trained model."""
     from lwl.experiments import eit
 
@@ -334,17 +351,40 @@ def _eit_study(preset: str, out: Path | None, cache: Path) -> None:
             bar.update(task, advance=0 if msg.startswith("data") else 1, info=msg)
 
         doc = eit.run(preset, cache=cache, progress=progress)
-    _report(eit.write_outputs(doc, out), out)
+    return _report(eit.write_outputs(doc, out), out)
 
 
-def _report(paths, out: Path) -> None:
+def _report(paths, out: Path) -> Path:
     for path in paths:
         console.print(f"wrote {path}")
     sys.stdout.write((out / "results.md").read_text())
+    return out
+
+
+def _compare(out: Path, committed: Path, rtol: float) -> None:
+    """Exit 1 when OUT/results.json departs from the committed document in ``committed``
+    (a folder or a results.json): every number within ``rtol``, timings and provenance aside
+    (lwl.experiments.compare)."""
+    from lwl.experiments.compare import differences
+
+    ref = committed / "results.json" if committed.is_dir() else committed
+    try:
+        old = json.loads(ref.read_text())
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]--compare: cannot read {ref}: {exc}")
+        raise typer.Exit(2)
+    diffs = differences(json.loads((out / "results.json").read_text()), old, rtol=rtol)
+    if diffs:
+        console.print(f"[red]--compare: {out / 'results.json'} departs from {ref} "
+                      f"({len(diffs)}{'+' if len(diffs) >= 50 else ''} differences beyond rtol {rtol:g}):")
+        for line in diffs[:20]:
+            console.print(f"  {line}")
+        raise typer.Exit(1)
+    console.print(f"--compare: the same numbers as {ref} (rtol {rtol:g})")
 
 
 def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, select: str = "bound",
-                    resume: bool = False, q_law: str | None = None) -> None:
+                    resume: bool = False, q_law: str | None = None) -> Path:
     """AMA studies (lwl.experiments.operators): one progress tick per AMA iteration; OUT is
     rewritten after every run, and ``resume`` reuses the runs of OUT/results.json."""
     from lwl.experiments import operators
@@ -369,11 +409,11 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, 
         doc = operators.run(name, preset, runs=runs, progress=lambda msg: bar.update(task, advance=1, info=msg),
                             select=select, previous=previous, q_law=q_law,
                             checkpoint=lambda partial: operators.write_outputs(partial, out))
-    _report(operators.write_outputs(doc, out), out)
+    return _report(operators.write_outputs(doc, out), out)
 
 
 def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[str] | None,
-               sizes: list[int] | None, resume: bool = False, select: str = "bound") -> None:
+               sizes: list[int] | None, resume: bool = False, select: str = "bound") -> Path:
     """Particle AMA on the RTE (lwl.experiments.rte): one progress tick per AMA iteration;
     OUT/results.json and the figures are rewritten after every trial."""
     from lwl.experiments import rte
@@ -400,7 +440,7 @@ def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[st
     if previous is not None:
         console.print(f"reused {doc.get('reused_trials', 0)} trials of {out / 'results.json'}"
                       + ("" if doc.get("reused_trials") else " (none made with these settings)"))
-    _report(rte.write_outputs(doc, out), out)
+    return _report(rte.write_outputs(doc, out), out)
 
 
 @app.command()

@@ -28,14 +28,41 @@ def pyplot():
     return plt
 
 
+def provenance() -> dict:
+    """What produced a result: lwl's version and, from a git checkout, the commit and whether
+    tracked files had uncommitted changes (``None`` outside a checkout)."""
+    import subprocess
+
+    import lwl
+
+    root = Path(lwl.__file__).resolve().parents[1]
+    commit, dirty = None, None
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
+                                        timeout=10, check=True).stdout.strip()
+        commit = git("rev-parse", "HEAD") or None
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"lwl": lwl.__version__, "commit": commit, "dirty": dirty}
+
+
+def provenance_line(stamp: dict) -> str:
+    where = f"commit {stamp['commit'][:12]}" if stamp.get("commit") else "an unknown commit"
+    return (f"Produced by lwl {stamp.get('lwl')} at {where}" +
+            (" with uncommitted changes" if stamp.get("dirty") else "") + ".")
+
+
 def write_tables(doc: dict, out_dir, markdown) -> tuple[Path, dict | None, list[Path]]:
-    """Create ``out_dir``, write results.json and results.md (``markdown(doc)``); returns the
-    folder, the in-memory figure inputs popped from ``doc["_figures"]`` and the written paths."""
+    """Create ``out_dir``, write results.json and results.md (``markdown(doc)``, with the
+    provenance line: :func:`provenance`); returns the folder, the in-memory figure inputs popped
+    from ``doc["_figures"]`` and the written paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figs = doc.pop("_figures", None)
+    doc["provenance"] = provenance()
     write_json(out / "results.json", doc)
-    (out / "results.md").write_text(markdown(doc))
+    (out / "results.md").write_text(markdown(doc).rstrip("\n") + "\n\n" + provenance_line(doc["provenance"]) + "\n")
     return out, figs, [out / "results.json", out / "results.md"]
 
 

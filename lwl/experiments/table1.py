@@ -419,13 +419,10 @@ def write_outputs(doc: dict, out_dir) -> list:
     """results.json, results.md and the PNG figures; returns the written paths."""
     from pathlib import Path
 
-    from lwl.experiments.report import pyplot, write_json
+    from lwl.experiments.report import pyplot, write_tables
     from lwl.measures import from_spec
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "results.json", doc)
-    (out / "results.md").write_text(markdown(doc))
+    out, _, _ = write_tables(doc, out_dir, markdown)
     plt = pyplot()
     cols = doc["columns"]
     keys = list(cols)
@@ -498,13 +495,7 @@ def write_outputs(doc: dict, out_dir) -> list:
 
 def write_merged(docs: list[dict], out_dir) -> list:
     """results.json and results.md of :func:`merge`."""
-    from pathlib import Path
 
-    from lwl.experiments.report import write_json
+    from lwl.experiments.report import write_tables
 
-    doc = merge(docs)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "results.json", doc)
-    (out / "results.md").write_text(markdown(doc))
-    return [out / "results.json", out / "results.md"]
+    return write_tables(merge(docs), out_dir, markdown)[2]

@@ -169,3 +169,26 @@ def test_q_law_is_refused_where_it_does_not_apply(args, why):
     result = CliRunner().invoke(app, ["experiment", *args, "--preset", "tiny", "--out", "/nonexistent/never"],
                                 env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert result.exit_code == 2 and "--q-law" in result.output and why in result.output, result.output
+
+
+@pytest.mark.slow
+def test_experiment_compare_passes_on_a_rerun_and_fails_on_a_changed_number(tmp_path):
+    """--compare: the same seeded preset gives the committed numbers (exit 0); a committed number
+    that the code no longer produces fails the check (exit 1) naming its path. results.md states
+    what produced it."""
+    from typer.testing import CliRunner
+
+    from lwl.cli import app
+
+    env = {"COLUMNS": "200", "NO_COLOR": "1", "OPENBLAS_NUM_THREADS": "1"}
+    base = ["experiment", "table1", "--preset", "smoke", "--columns", "g1"]
+    first = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a")], env=env)
+    assert first.exit_code == 0, first.output
+    assert "Produced by lwl" in (tmp_path / "a" / "results.md").read_text()
+    again = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "b"), "--compare", str(tmp_path / "a")], env=env)
+    assert again.exit_code == 0 and "the same numbers" in again.output, again.output
+    doc = json.loads((tmp_path / "a" / "results.json").read_text())
+    doc["columns"]["g1"]["runs"][0]["err"]["optimized"] *= 1.01
+    (tmp_path / "a" / "results.json").write_text(json.dumps(doc))
+    changed = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "b"), "--compare", str(tmp_path / "a")], env=env)
+    assert changed.exit_code == 1 and "columns.g1.runs[0].err.optimized" in changed.output, changed.output
