@@ -4,7 +4,13 @@ points drawn from Q's mixture (so the oracle is asked for at most 700), and plai
 labels the lab pays either way). Each training set is judged by KRR (the job's kernel and lengthscale,
 ridge 1e-3) on 4,000 fresh points of Q; initial against plain with lwl.comparison (one training set
 each: the interval covers the held-out points). One JSON row per seed, then a summary.
-Output: docs/results/initial-data-seeds/output.txt (`python scripts/initial_data_seeds.py 0 1 2 3 4`)."""
+Output: docs/results/initial-data-seeds/output.txt (`python scripts/initial_data_seeds.py 0 1 2 3 4`).
+
+``--from-design``: the 500 initial points are drawn instead from the distribution an earlier budget-1,200
+job returned (another seed: a lab that ran lwl before), so they are worth what the job's own points are
+worth; output docs/results/initial-data-seeds/output-from-design.txt. The summary also gives the
+seed-level test: the mean log ratio against its standard error over the seeds (each job's own draw
+varies from seed to seed; the per-seed interval covers only the held-out points)."""
 import json
 import sys
 
@@ -41,10 +47,17 @@ def sq(res: dict, xt: np.ndarray, yt: np.ndarray) -> np.ndarray:
     return (model.predict(xt) - yt) ** 2
 
 
+FROM_DESIGN = "--from-design" in sys.argv
 rows = []
-for seed in [int(s) for s in sys.argv[1:]] or [0, 1, 2, 3, 4]:
+for seed in [int(s) for s in sys.argv[1:] if not s.startswith("--")] or [0, 1, 2, 3, 4]:
     rng = np.random.default_rng([seed, 31])
-    x0 = q_draw(N0, rng)
+    if FROM_DESIGN:  # an earlier campaign: the distribution a plain job of another seed returned
+        from lwl.measures import from_spec
+
+        earlier = run_job({**base, "seed": 1000 + seed})
+        x0 = from_spec(earlier["distribution"]).sample(N0, [seed, 31])
+    else:
+        x0 = q_draw(N0, rng)
     spec = {**base, "seed": seed}
     plain = run_job(spec)
     initial = run_job({**spec, "initial_data": {"inputs": x0.tolist(), "labels": np.asarray(F.label(x0)).tolist()}})
@@ -62,7 +75,11 @@ for seed in [int(s) for s in sys.argv[1:]] or [0, 1, 2, 3, 4]:
     rows.append(row)
     print(json.dumps(row), flush=True)
 ratios = [r["initial_vs_plain"]["ratio"] for r in rows]
-print(f"initial_data ({N0} points) against the plain job: ratios {', '.join(f'{x:.3f}' for x in ratios)} "
-      f"(geometric mean {np.exp(np.mean(np.log(ratios))):.3f}); outcomes "
+logs = np.log(ratios)
+se = float(logs.std(ddof=1) / np.sqrt(len(logs))) if len(logs) > 1 else float("nan")
+print(f"initial_data ({N0} points{', from an earlier design' if FROM_DESIGN else ''}) against the plain job: "
+      f"ratios {', '.join(f'{x:.3f}' for x in ratios)} "
+      f"(geometric mean {np.exp(logs.mean()):.3f}; over the seeds mean log ratio {logs.mean():.3f} +- {se:.3f} "
+      f"standard error, t = {logs.mean() / se:.2f}); outcomes "
       f"{', '.join(r['initial_vs_plain']['outcome'] for r in rows)}; below the 700-label job on "
       f"{sum(r['err']['initial'] < r['err']['fewer'] for r in rows)}/{len(rows)}")
