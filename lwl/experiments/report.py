@@ -28,9 +28,13 @@ def pyplot():
     return plt
 
 
+#: the code that produces results: uncommitted changes here make a result "dirty" (docs do not)
+CODE_PATHS = ("lwl", "service", "worker", "scripts", "bench")
+
+
 def provenance() -> dict:
     """What produced a result: lwl's version and, from a git checkout, the commit and whether
-    tracked files had uncommitted changes (``None`` outside a checkout)."""
+    the code (CODE_PATHS) had uncommitted changes (``None`` outside a checkout)."""
     import subprocess
 
     import lwl
@@ -41,7 +45,7 @@ def provenance() -> dict:
         git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
                                         timeout=10, check=True).stdout.strip()
         commit = git("rev-parse", "HEAD") or None
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS))
     except (OSError, subprocess.SubprocessError):
         pass
     return {"lwl": lwl.__version__, "commit": commit, "dirty": dirty}
