@@ -225,6 +225,11 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
                                                                         "parameters, paper (eqn customdist, the "
                                                                         "default) or unit (lwl's earlier law)"),
+               models: str = typer.Option("all", "--models", help="eit: all (the interval search and Q's own law "
+                                                                  "beside the paper's models) or paper (the four "
+                                                                  "paper models only)"),
+               precision: str = typer.Option("float32", "--precision", help="eit: AMINO's float32 or tf32 "
+                                                                          "(NVIDIA GPUs) matrix products"),
                compare: Optional[Path] = typer.Option(None, "--compare", help="a committed result (its folder or "
                                                                                "results.json): exit 1 unless this "
                                                                                "run gives the same numbers"),
@@ -240,13 +245,13 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
         console.print(f"[red]--compare: {compare} does not exist")
         raise typer.Exit(2)
     written = _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select,
-                              workers, cache, q_law)
+                              workers, cache, q_law, models, precision)
     if compare is not None:
         _compare(written, compare, compare_rtol)
 
 
 def _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
-                    cache, q_law) -> Path:
+                    cache, q_law, models="all", precision="float32") -> Path:
     """The study ``name`` (see :func:`experiment`); returns its output folder."""
     if name == "rte":
         return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
@@ -256,7 +261,7 @@ def _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, fa
     if name == "budget":
         return _budget_study(preset, out, columns, workers)
     if name == "eit":
-        return _eit_study(preset, out, cache)
+        return _eit_study(preset, out, cache, models, precision)
     if name != "table1":
         return _operator_study(name, preset, out, runs, select, resume, q_law)
     from lwl.experiments import table1
@@ -334,23 +339,31 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     return _report(budget.write_outputs(doc, out), out)
 
 
-def _eit_study(preset: str, out: Path | None, cache: Path) -> Path:
-    """AMINO on EIT (lwl.experiments.eit): one tick per trained model."""
+def _eit_study(preset: str, out: Path | None, cache: Path, models: str = "all", precision: str = "float32") -> Path:
+    """AMINO on EIT (lwl.experiments.eit): one tick per trained model; every model's training
+    state is kept in OUT/checkpoints each epoch, so a rerun resumes where it stopped."""
     from lwl.experiments import eit
+    from lwl.models.precision import PRECISIONS
 
     if preset not in eit.PRESETS:
         console.print(f"[red]unknown preset {preset!r}; known: {', '.join(eit.PRESETS)}")
         raise typer.Exit(2)
+    if models not in eit.MODEL_SETS or precision not in PRECISIONS:
+        bad = (f"--models: {models!r} is not one of {', '.join(eit.MODEL_SETS)}" if models not in eit.MODEL_SETS
+               else f"--precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
+        console.print(f"[red]{bad}")
+        raise typer.Exit(2)
     cfg = eit.PRESETS[preset]
     out = out or Path("runs") / f"eit-{preset}"
-    ticks = cfg["candidates"] + 2 * cfg["refine"] + (1 if cfg["reference"] else 0)
+    ticks = (cfg["candidates"] + 2 * cfg["refine"] + (1 if cfg["reference"] else 0)) if models == "all" else 4
     with _progress() as bar:
         task = bar.add_task(f"eit ({preset})", total=ticks, info="")
 
         def progress(msg: str) -> None:
             bar.update(task, advance=0 if msg.startswith("data") else 1, info=msg)
 
-        doc = eit.run(preset, cache=cache, progress=progress)
+        doc = eit.run(preset, cache=cache, progress=progress, models=models, checkpoints=out / "checkpoints",
+                      precision=precision)
     return _report(eit.write_outputs(doc, out), out)
 
 

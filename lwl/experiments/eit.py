@@ -126,8 +126,19 @@ def _summary(err: np.ndarray) -> dict[str, float]:
     return {"mean": float(err.mean()), "sd": float(err.std(ddof=1)) if err.size > 1 else 0.0}
 
 
+MODEL_SETS = ("all", "paper")
+
+
 def run(preset: str = "quick", *, seed: int = 0, cache: Path | None = None, device: str = "auto",
-        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        progress: Callable[[str], None] | None = None, models: str = "all", checkpoints: Path | None = None,
+        precision: str = "float32") -> dict[str, Any]:
+    """The study at ``preset``. ``models``: ``all`` (the interval search and Q's own law beside the
+    paper's four models) or ``paper`` (the paper's four models only: a GPU's paper-size run).
+    ``checkpoints``: a folder where each model's training state is kept every epoch
+    (``<name>.pt``); a rerun with the same settings resumes each model where it stopped and skips
+    the finished ones. ``precision``: AMINO's float32 or tf32 products (lwl.models.precision)."""
+    if models not in MODEL_SETS:
+        raise ValueError(f"models: {models!r} is not one of {', '.join(MODEL_SETS)}")
     cfg = PRESETS[preset]
     M = cfg["grid"]
     say = progress or (lambda msg: None)
@@ -140,8 +151,9 @@ def run(preset: str = "quick", *, seed: int = 0, cache: Path | None = None, devi
     def train_and_test(lo: float, hi: float, name: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         f, g = pairs(data["dtn_train"], lo + (hi - lo) * data["u_train"], M)
+        ckpt = None if checkpoints is None else Path(checkpoints) / f"{name.replace(' ', '_').replace(chr(39), '')}.pt"
         model = AMINORegressor(M, **cfg["model"], epochs=cfg["epochs"], batch_size=cfg["batch_size"], seed=seed,
-                               device=device).fit(f, g, a_train)
+                               device=device, precision=precision, checkpoint=ckpt).fit(f, g, a_train)
         f_id, g_id = pairs(data["dtn_test"], lo + (hi - lo) * data["u_test"], M)
         err_val = model.errors(f_val, g_val, a_val)
         err_id, err_ood = model.errors(f_id, g_id, a_test), model.errors(f_ood, g_ood, a_test)
@@ -153,22 +165,23 @@ def run(preset: str = "quick", *, seed: int = 0, cache: Path | None = None, devi
             f"ID {row['id']['mean']:.3f}, OOD {row['ood']['mean']:.3f}")
         return row
 
-    search = IntervalSearch(*RANGE, WIDTH, cfg["candidates"], cfg["refine"])
+    refine = cfg["refine"] if models == "all" else 0
+    search = IntervalSearch(*RANGE, WIDTH, cfg["candidates"], refine)
     rows: dict[float, dict] = {}
-    queue = search.grid()
-    for r in range(cfg["refine"] + 1):
+    queue = search.grid() if models == "all" else sorted(PAPER_MODELS.values())
+    for r in range(refine + 1):
         for low in queue:
             paper_name = next((n for n, lo in PAPER_MODELS.items() if abs(lo - low) < 1e-9), None)
             rows[low] = train_and_test(low, low + WIDTH, paper_name or f"candidate {len(rows)}")
             rows[low]["paper_model"] = paper_name
-        if r < cfg["refine"]:
+        if r < refine:
             queue = search.refinement({lo: row["validation"]["mean"] for lo, row in rows.items()})
     best = min(rows, key=lambda lo: (rows[lo]["validation"]["mean"], lo))
     for lo, row in rows.items():
         row["selected"] = lo == best
-    reference = train_and_test(*RANGE, "Q's own law") if cfg["reference"] else None
+    reference = train_and_test(*RANGE, "Q's own law") if cfg["reference"] and models == "all" else None
     panels = {row["name"]: row.pop("_panels") for row in [*rows.values(), *([reference] if reference else [])]}
-    doc = {"preset": preset, "seed": seed, "config": {k: (list(v) if isinstance(v, tuple) else v)
+    doc = {"preset": preset, "seed": seed, "models": models, "precision": precision, "config": {k: (list(v) if isinstance(v, tuple) else v)
                                                       for k, v in cfg.items() if k != "model"},
            "model": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg["model"].items()},
            "data": data_info, "paper": {k: {"id": v[0], "ood": v[1]} for k, v in PAPER_TABLE.items()},
@@ -200,8 +213,12 @@ def markdown(doc: dict) -> str:
     cfg = doc["config"]
     models = {r["paper_model"]: r for r in doc["candidates"] if r.get("paper_model")}
     d = doc["designed"]
+    paper_only = doc.get("models", "all") == "paper"
+    label = "best of the four on validation" if paper_only else "designed"
+    flags = (" --models paper" if paper_only else "") + \
+        (f" --precision {doc['precision']}" if doc.get("precision", "float32") != "float32" else "")
     lines = [f"# EIT with AMINO: Table 2 and the designed ω law (preset `{doc['preset']}`)", "",
-             f"Command: `lwl experiment eit --preset {doc['preset']}`. Grid {cfg['grid']}×{cfg['grid']}, "
+             f"Command: `lwl experiment eit --preset {doc['preset']}{flags}`. Grid {cfg['grid']}×{cfg['grid']}, "
              f"L = {cfg['pairs']} pairs, {cfg['n_train']} training / {cfg['n_val']} validation / {cfg['n_test']} "
              f"test conductivities, {cfg['epochs']} epochs, AMINO channels {doc['model']['channels']}, trunk "
              f"{doc['model']['trunk_layers']}×{doc['model']['trunk_width']}, p = {doc['model']['latent']}, FNO "
@@ -209,7 +226,7 @@ def markdown(doc: dict) -> str:
              "Metric: the paper's, mean relative L¹ error of the conductivity over the test conductivities ± one "
              "standard deviation (over conductivities), Riemann sums on the grid. ID: ω from the model's own "
              "law; OOD: ω ~ U[π/2, 7π]. Same metric as the paper's Table 2; the sizes differ (above).", "",
-             "| | " + " | ".join(models) + f" | designed: U[{d['low'] / PI:.3g}π, {d['high'] / PI:.3g}π] |",
+             "| | " + " | ".join(models) + f" | {label}: U[{d['low'] / PI:.3g}π, {d['high'] / PI:.3g}π] |",
              "|---|" + "---|" * (len(models) + 1),
              "| training law | " + " | ".join(f"U[{r['low'] / PI:.3g}π, {r['high'] / PI:.3g}π]" for r in models.values())
              + " | selected on validation |",

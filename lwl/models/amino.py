@@ -23,10 +23,15 @@ a CPU (the ``quick`` preset of ``lwl experiment eit``).
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import numpy as np
 import torch
 
 from lwl.device import resolve_device
+from lwl.models.precision import check_precision, matmul_precision
 
 PAPER_CHANNELS = (64, 128, 128, 256, 256, 512, 512, 512)
 #: (kernel width, stride) on the boundary axis of the first seven ConvBlocks (paper SM AMINO)
@@ -114,16 +119,37 @@ class AMINORegressor:
     """Train AMINO scikit-learn style: ``fit(f, g, a)`` returns self, ``predict(f, g)`` gives a.
 
     AdamW (the paper's, learning rate 1e-3) on mini-batches of ``batch_size`` conductivities
-    (each with all its L pairs) for ``epochs`` passes; the loss is the mean relative L^1 error."""
+    (each with all its L pairs) for ``epochs`` passes; the loss is the mean relative L^1 error.
+
+    ``precision``: ``float32`` or ``tf32`` (:mod:`lwl.models.precision`). ``checkpoint``: a file
+    the training state (weights, optimiser, the data order's generator, the loss history) is
+    written to every ``checkpoint_every`` epochs and after the last; ``fit`` resumes from it when
+    it holds the same model, data and settings (more ``epochs`` than it has is fine: the run
+    grows), and skips training when it already has them all. A resumed fit ends with the same
+    weights as an uninterrupted one."""
 
     def __init__(self, grid: int, *, channels=PAPER_CHANNELS, trunk_layers: int = 8, trunk_width: int = 512,
                  latent: int = 100, fno_channels: int = 128, fno_modes: int = 32, epochs: int = 500,
                  batch_size: int = 32, learning_rate: float = 1e-3, weight_decay: float = 1e-2,
-                 seed: int = 0, device: str = "auto"):
+                 seed: int = 0, device: str = "auto", precision: str = "float32",
+                 checkpoint: str | Path | None = None, checkpoint_every: int = 1):
         self.grid, self.channels, self.trunk_layers, self.trunk_width = grid, tuple(channels), trunk_layers, trunk_width
         self.latent, self.fno_channels, self.fno_modes = latent, fno_channels, fno_modes
         self.epochs, self.batch_size, self.learning_rate = epochs, batch_size, learning_rate
         self.weight_decay, self.seed, self.device = weight_decay, seed, device
+        self.precision = check_precision(precision)
+        self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
+
+    def _fingerprint(self, *arrays: np.ndarray) -> str:
+        """What a checkpoint must match to be resumed: every setting but ``epochs`` and the data."""
+        h = hashlib.sha256(json.dumps([self.grid, list(self.channels), self.trunk_layers, self.trunk_width,
+                                       self.latent, self.fno_channels, self.fno_modes, self.batch_size,
+                                       self.learning_rate, self.weight_decay, self.seed, self.precision]).encode())
+        for x in arrays:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+            h.update(repr(x.shape).encode())
+            h.update(x.tobytes())
+        return h.hexdigest()
 
     def _net(self) -> AMINO:
         return AMINO(self.grid, self.channels, self.trunk_layers, self.trunk_width, self.latent,
@@ -141,24 +167,62 @@ class AMINORegressor:
         opt = torch.optim.AdamW(self.net_.parameters(), lr=self.learning_rate, weight_decay=self.weight_decay)
         n = len(A)
         self.loss_history_ = []
-        for epoch in range(self.epochs):
-            total = torch.zeros((), device=dev)
-            for idx in np.array_split(rng.permutation(n), max(1, -(-n // self.batch_size))):
-                i = torch.as_tensor(idx, device=dev)
-                loss = relative_l1(torch.exp(self.net_(F[i], G[i])), A[i]).mean()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += loss.detach() * len(idx)
-            self.loss_history_.append(float(total) / n)
-            if progress is not None:
-                progress(epoch, self.loss_history_[-1])
+        fingerprint = self._fingerprint(f, g, a) if self.checkpoint is not None else None
+        start = self._resume(fingerprint, opt, rng, dev) if fingerprint is not None else 0
+        self.resumed_epochs_ = start
+        with matmul_precision(self.precision, dev):
+            for epoch in range(start, self.epochs):
+                total = torch.zeros((), device=dev)
+                for idx in np.array_split(rng.permutation(n), max(1, -(-n // self.batch_size))):
+                    i = torch.as_tensor(idx, device=dev)
+                    loss = relative_l1(torch.exp(self.net_(F[i], G[i])), A[i]).mean()
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    total += loss.detach() * len(idx)
+                self.loss_history_.append(float(total) / n)
+                if fingerprint is not None and ((epoch + 1) % self.checkpoint_every == 0 or epoch + 1 == self.epochs):
+                    self._save(fingerprint, epoch + 1, opt, rng)
+                if progress is not None:
+                    progress(epoch, self.loss_history_[-1])
         return self
+
+    def _save(self, fingerprint: str, epochs: int, opt, rng: np.random.Generator) -> None:
+        """The training state after ``epochs`` epochs, written atomically (a crash mid-write
+        leaves the previous checkpoint). Tensors, numbers and strings only: read back with
+        ``torch.load(weights_only=True)``, never unpickled as code."""
+        path = Path(self.checkpoint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {"fingerprint": fingerprint, "epochs": epochs, "net": self.net_.state_dict(),
+                 "opt": opt.state_dict(), "loss_history": list(self.loss_history_),
+                 "rng": json.dumps(rng.bit_generator.state)}
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(path)
+
+    def _resume(self, fingerprint: str, opt, rng: np.random.Generator, dev) -> int:
+        """Epochs already done according to the checkpoint (0 without a matching one); loads its
+        weights, optimiser state, generator and loss history."""
+        path = Path(self.checkpoint)
+        if not path.is_file():
+            return 0
+        state = torch.load(path, map_location=dev, weights_only=True)
+        if state.get("fingerprint") != fingerprint:
+            return 0  # another model, other data or other settings: start afresh (and overwrite it)
+        done = int(state["epochs"])
+        if done > self.epochs:  # its weights are not this fit's, and overwriting them would lose work
+            raise ValueError(f"checkpoint: {path} holds {done} epochs of this model, more than epochs={self.epochs}; "
+                             "ask for at least that many or use another checkpoint file")
+        self.net_.load_state_dict(state["net"])
+        opt.load_state_dict(state["opt"])
+        rng.bit_generator.state = json.loads(state["rng"])
+        self.loss_history_ = [float(x) for x in state["loss_history"]]
+        return done
 
     def predict(self, f: np.ndarray, g: np.ndarray, batch_size: int = 64) -> np.ndarray:
         dev = next(self.net_.parameters()).device
         out = []
-        with torch.no_grad():
+        with torch.no_grad(), matmul_precision(self.precision, dev):
             for s in range(0, len(f), batch_size):
                 F = torch.as_tensor(np.asarray(f[s:s + batch_size]), dtype=torch.float32, device=dev)
                 G = torch.as_tensor(np.asarray(g[s:s + batch_size]), dtype=torch.float32, device=dev)
@@ -178,6 +242,7 @@ def amino_factory(model_spec, grid: int, device: str = "auto"):
     def factory(seed: int) -> AMINORegressor:
         return AMINORegressor(grid, channels=m.channels, trunk_layers=m.trunk_layers, trunk_width=m.trunk_width,
                               latent=m.latent, fno_channels=m.fno_channels, fno_modes=m.fno_modes, epochs=m.epochs,
-                              batch_size=m.batch_size, learning_rate=m.learning_rate, seed=seed, device=device)
+                              batch_size=m.batch_size, learning_rate=m.learning_rate, seed=seed, device=device,
+                              precision=m.precision)
 
     return factory

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from lwl.device import resolve_device
+from lwl.models.precision import check_precision, matmul_precision
 
 PRESETS = {
     # paper SM NtD (M = 128: 4M - 4 = 508 boundary sensors, 2-d query points)
@@ -78,7 +79,7 @@ class DeepONetRegressor:
                  batch_size: int | None = None, patience: int = 1000, min_delta: float = 1e-4,
                  validation_fraction: float = 0.1, seed: int = 0, device: str = "auto",
                  warm_start: bool = False, normalize: bool = False, validation_every: int = 1,
-                 query_batch: int | None = None):
+                 query_batch: int | None = None, precision: str = "float32"):
         self.branch, self.trunk = list(branch), list(trunk)
         self.lr, self.decay_steps, self.decay_rate = lr, decay_steps, decay_rate
         self.weight_decay, self.max_iters, self.batch_size = weight_decay, max_iters, batch_size
@@ -88,8 +89,13 @@ class DeepONetRegressor:
         # steps saves a third of an epoch at 51^2 query points
         self.validation_every = max(1, int(validation_every))
         self.query_batch = query_batch  # None: every output point in every step (the paper)
+        self.precision = check_precision(precision)  # float32 | tf32 (lwl.models.precision)
 
     def fit(self, U: np.ndarray, Y: np.ndarray, z: np.ndarray) -> "DeepONetRegressor":
+        with matmul_precision(self.precision, resolve_device(self.device)):
+            return self._fit(U, Y, z)
+
+    def _fit(self, U: np.ndarray, Y: np.ndarray, z: np.ndarray) -> "DeepONetRegressor":
         dev = resolve_device(self.device)
         torch.manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
@@ -169,7 +175,7 @@ class DeepONetRegressor:
         return self.net_(u.to(device=self.z_.device, dtype=self.z_.dtype), self.z_).double().cpu()
 
     def predict(self, U: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
+        with torch.no_grad(), matmul_precision(self.precision, self.z_.device):
             u = torch.as_tensor(np.asarray(U), dtype=torch.float32, device=self.z_.device)
             return self.net_(u, self.z_).cpu().numpy().astype(np.float64)
 
@@ -184,6 +190,6 @@ def deeponet_factory(model_spec, input_dim: int, query_dim: int, device: str = "
     def factory(seed: int) -> DeepONetRegressor:
         return DeepONetRegressor([input_dim, *m.branch, m.latent], [query_dim, *m.trunk, m.latent],
                                  lr=m.learning_rate, max_iters=m.iterations, validation_fraction=0.0,
-                                 seed=seed, warm_start=warm_start, device=device)
+                                 seed=seed, warm_start=warm_start, device=device, precision=m.precision)
 
     return factory

@@ -42,3 +42,36 @@ def test_cached_dtn_data_agree_with_the_oracle(tmp_path):
     direct = make_oracle({"name": "eit", "params": {"grid": M}}).label(rows).reshape(g.shape)
     np.testing.assert_allclose(g, direct, rtol=0, atol=1e-5 * np.abs(direct).max())
     assert np.abs(f).max() <= 1.0
+
+
+def test_paper_models_only_with_checkpoints_resume_to_the_same_numbers(tmp_path):
+    """--models paper trains the paper's four models and nothing else; with a checkpoint folder
+    every model's state is kept, and a rerun resumes them (no epoch retrained) to the same errors."""
+    cache, ckpt = tmp_path / "cache", tmp_path / "checkpoints"
+    doc = eit.run("smoke", cache=cache, models="paper", checkpoints=ckpt)
+    assert [r["paper_model"] for r in doc["candidates"]] == ["Model 1", "Model 2", "Model 3", "Model 4"]
+    assert doc["reference"] is None and doc["models"] == "paper"
+    assert sorted(p.name for p in ckpt.glob("*.pt")) == ["Model_1.pt", "Model_2.pt", "Model_3.pt", "Model_4.pt"]
+    again = eit.run("smoke", cache=cache, models="paper", checkpoints=ckpt)
+    assert [r["ood"] for r in again["candidates"]] == [r["ood"] for r in doc["candidates"]]
+    assert "best of the four on validation" in eit.markdown(doc) and "--models paper" in eit.markdown(doc)
+    with pytest.raises(ValueError, match="models"):
+        eit.run("smoke", cache=cache, models="four")
+
+
+def test_gpu_check_script_runs_its_smoke_size_on_a_cpu(tmp_path):
+    """scripts/gpu_eit_check.py (the device check of the paper-size run) at smoke size: both
+    precisions train, the loss is reported, the extrapolation is written."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "scripts" / "gpu_eit_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_eit_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "check.json"
+    assert module.main(["--smoke", "--conductivities", "16", "--epochs", "3", "--out", str(out)]) in (0, 1)
+    report = json.loads(out.read_text())
+    assert set(report["precisions"]) == {"float32", "tf32"} and report["device"] == "cpu"
+    row = report["precisions"]["float32"]
+    assert row["seconds_per_step"] > 0 and set(row["preset_hours"]) == {"all", "paper"}

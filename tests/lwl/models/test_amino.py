@@ -67,3 +67,51 @@ def test_regressor_learns_a_map_from_pairs_and_is_seeded():
     err = m.errors(f, g, a)
     np.testing.assert_allclose(err, np.abs(m.predict(f, g) - a).sum((1, 2)) / a.sum((1, 2)), rtol=1e-6)
     assert relative_l1(torch.ones(1, 2, 2), torch.ones(1, 2, 2)).item() == 0.0
+
+
+def _pairs_data(M=9, L=3, n=24, seed=0):
+    rng = np.random.default_rng(seed)
+    s = rng.uniform(0.5, 2.0, n)
+    f = rng.standard_normal((n, L, 4 * M - 4))
+    return f, f * s[:, None, None], np.broadcast_to(s[:, None, None], (n, M, M)).copy()
+
+
+def test_checkpoint_resumes_to_the_uninterrupted_weights(tmp_path):
+    """Two epochs, a stop, then a fit of four epochs on the same checkpoint: the weights and the
+    loss history equal those of four epochs without a stop; a finished checkpoint skips training;
+    another seed (another model) starts afresh; a checkpoint with more epochs is refused."""
+    f, g, a = _pairs_data()
+    kw = dict(**SMALL, batch_size=8, learning_rate=3e-3, seed=1, device="cpu")
+    straight = AMINORegressor(9, epochs=4, **kw).fit(f, g, a)
+    ckpt = tmp_path / "model.pt"
+    first = AMINORegressor(9, epochs=2, checkpoint=ckpt, **kw).fit(f, g, a)
+    assert first.resumed_epochs_ == 0 and ckpt.is_file()
+    resumed = AMINORegressor(9, epochs=4, checkpoint=ckpt, **kw).fit(f, g, a)
+    assert resumed.resumed_epochs_ == 2
+    assert resumed.loss_history_ == straight.loss_history_
+    for (name, x), (_, y) in zip(straight.net_.state_dict().items(), resumed.net_.state_dict().items()):
+        assert torch.equal(x, y), name
+    again = AMINORegressor(9, epochs=4, checkpoint=ckpt, **kw).fit(f, g, a)
+    assert again.resumed_epochs_ == 4 and again.loss_history_ == straight.loss_history_
+    other = AMINORegressor(9, epochs=1, checkpoint=ckpt, **{**kw, "seed": 2}).fit(f, g, a)
+    assert other.resumed_epochs_ == 0
+    AMINORegressor(9, epochs=3, checkpoint=ckpt, **kw).fit(f, g, a)  # seed 1 again: 3 epochs written
+    with pytest.raises(ValueError, match="checkpoint"):
+        AMINORegressor(9, epochs=2, checkpoint=ckpt, **kw).fit(f, g, a)
+
+
+def test_precision_is_checked_and_tf32_changes_nothing_on_a_cpu():
+    from lwl.models.precision import matmul_precision
+
+    with pytest.raises(ValueError, match="precision"):
+        AMINORegressor(9, **SMALL, precision="bf16")
+    f, g, a = _pairs_data(n=8)
+    kw = dict(**SMALL, epochs=1, batch_size=8, seed=0, device="cpu")
+    p32 = AMINORegressor(9, **kw).fit(f, g, a).predict(f, g)
+    ptf = AMINORegressor(9, **kw, precision="tf32").fit(f, g, a).predict(f, g)
+    np.testing.assert_array_equal(p32, ptf)
+    if torch.cuda.is_available():  # the switches are set inside and restored after
+        before = torch.backends.cuda.matmul.allow_tf32
+        with matmul_precision("tf32", torch.device("cuda")):
+            assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        assert torch.backends.cuda.matmul.allow_tf32 == before
