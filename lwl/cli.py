@@ -225,6 +225,8 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
                                                                         "parameters, paper (eqn customdist, the "
                                                                         "default) or unit (lwl's earlier law)"),
+               q: str = typer.Option("lwl", "--q", help="table1: lwl's test Gaussians or the authors' (their "
+                                                        "code's seed 42, regenerated)"),
                models: str = typer.Option("all", "--models", help="eit: all (the interval search and Q's own law "
                                                                   "beside the paper's models) or paper (the four "
                                                                   "paper models only)"),
@@ -245,13 +247,13 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
         console.print(f"[red]--compare: {compare} does not exist")
         raise typer.Exit(2)
     written = _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select,
-                              workers, cache, q_law, models, precision)
+                              workers, cache, q_law, models, precision, q)
     if compare is not None:
         _compare(written, compare, compare_rtol)
 
 
 def _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
-                    cache, q_law, models="all", precision="float32") -> Path:
+                    cache, q_law, models="all", precision="float32", q="lwl") -> Path:
     """The study ``name`` (see :func:`experiment`); returns its output folder."""
     if name == "rte":
         return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
@@ -277,7 +279,8 @@ def _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, fa
             console.print(f"[red]merge: {exc}")
             raise typer.Exit(2)
         return _report(paths, out)
-    out = out or Path("runs") / (f"{name}-{preset}" + ("" if family == "gaussian" else f"-{family}"))
+    out = out or Path("runs") / (f"{name}-{preset}" + ("" if family == "gaussian" else f"-{family}")
+                                 + ("" if q == "lwl" else f"-{q}-q"))
     if join:
         try:
             doc = table1.join([json.loads(Path(p).read_text()) for p in join.split(",")])
@@ -295,7 +298,7 @@ def _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, fa
             bar.update(task, advance=1, info=f"{col} run {r}: Err {res['evaluation']['err']['optimized']:.3f}")
 
         try:
-            doc = table1.run(preset, runs=runs, columns=cols, progress=progress, family=family)
+            doc = table1.run(preset, runs=runs, columns=cols, progress=progress, family=family, q=q)
         except ValueError as exc:
             console.print(f"[red]{exc}")
             raise typer.Exit(2)
