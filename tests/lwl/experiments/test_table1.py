@@ -98,3 +98,27 @@ def test_runs_record_the_checks_beside_the_inner_objective(docs):
     its = [it for it, _ in run["checks"]]
     assert its[0] == 0 and its == sorted(its) and its[-1] == len(run["validation_err"])
     assert all(np.isfinite(err) for _, err in run["checks"])
+
+
+def test_authors_q_is_their_seed_42_draw_and_leaves_torch_as_it_was():
+    """--q authors: the means are the first standard normals of torch's generator seeded 42 (as
+    the authors' driver draws them, in float32), g4's come after their RKHS function's 11,000
+    uniforms; the covariances are symmetric positive definite; torch's generator state and default
+    dtype are untouched; the authors' m0 replaces lwl's."""
+    import torch
+
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    g1 = next(c for c in table1.COLUMNS if c.key == "g1")
+    g4 = next(c for c in table1.COLUMNS if c.key == "g4")
+    members = table1.authors_q_members(g1)
+    assert torch.equal(torch.get_rng_state(), before) and torch.get_default_dtype() == torch.float32
+    gen = torch.Generator().manual_seed(42)
+    np.testing.assert_allclose(members[0][0], torch.randn(10, 2, generator=gen)[0].double().numpy(), rtol=0)
+    assert all(np.linalg.eigvalsh(C).min() > 0 and np.allclose(C, C.T) for _, C in members)
+    gen = torch.Generator().manual_seed(42)
+    torch.rand(1000, generator=gen), torch.rand(1000, 10, generator=gen)
+    np.testing.assert_allclose(table1.authors_q_members(g4)[0][0], torch.randn(10, 10, generator=gen)[0].double().numpy())
+    spec = table1.column_spec(g4, seed=0, q="authors", **{k: v for k, v in table1.PRESETS["smoke"].items() if k != "runs"})
+    assert spec["family"]["mean"] == [0.0] * 10  # the authors' m0 for their RKHS function (lwl's table: 1/2)
+    assert np.allclose(spec["test_distributions"]["members"][0]["gaussian"]["mean"], table1.authors_q_members(g4, 3)[0][0])
