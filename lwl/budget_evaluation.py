@@ -144,7 +144,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
 
 def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     """The budgeted job's verdict: the training set against each baseline at equal labels, in
-    the fields :func:`lwl.evaluation.verdict_sentence` reads, plus ``outcomes`` (better / tie /
+    the fields :func:`lwl.verdict_text.verdict_sentence` reads, plus ``outcomes`` (better / tie /
     worse per baseline) and ``comparisons``."""
     err = evaluation["err"]
     design = err["optimized"]
@@ -169,27 +169,6 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
                                    f"held-out data (Err {c['other_err']:.4g}) than the job's training set "
                                    f"(Err {design:.4g}), beyond noise")
     return out
-
-
-def verdict_sentence(v: dict) -> str | None:
-    """One line: the training set against Q's mixture and the anchor at equal labels (the audit),
-    or, with no held-out label (kind ``validation``, :meth:`BudgetedBilevel.validation_verdict`),
-    the returned distribution's points against Q's mixture's on Q's validation points."""
-    if v.get("kind") == "validation":
-        if v.get("outcome") is None:
-            return None
-        if v.get("returned_initial"):
-            return (f"verdict on validation (no held-out labels): Q's mixture was returned "
-                    f"(validation Err {v['err']:.4f}); {v['basis']}")
-        words = {"better": "better than", "tie": "within noise of", "worse": "worse than"}[v["outcome"]]
-        return (f"verdict on validation (no held-out labels): {v['selected']}'s points validate {words} Q's "
-                f"mixture's at {v['points_each']} points each (Err {v['err']:.4f} vs {v['best_baseline_err']:.4f}, "
-                f"ratio {v['ratio']:.3f}, z {v['z']:.2f}); {v['basis']}")
-    if v.get("kind") != "equal_labels":
-        return None
-    parts = [f"{name} {v['baselines'][name]:.4f} ({v['outcomes'][name]})" for name in v["outcomes"]]
-    return (f"verdict at equal labels ({v['labels']}): the training set trains to Err {v['err']:.4f}; "
-            f"against {', '.join(parts)}")
 
 
 def evaluate(stepper, state: dict, spec, oracle, out: dict) -> dict:

@@ -170,14 +170,12 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
         else:
             console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
     v = result.get("verdict")
-    if v and v.get("kind") in ("equal_labels", "validation"):
-        from lwl.budget_evaluation import verdict_sentence as budget_sentence
+    if v:
+        from lwl.verdict_text import verdict_sentence
 
-        console.print(budget_sentence(v), highlight=False)
-    elif v and v.get("best_baseline"):
-        from lwl.evaluation import verdict_sentence
-
-        console.print(verdict_sentence(v), highlight=False)
+        line = verdict_sentence(v)
+        if line:
+            console.print(line, highlight=False)
     ci = (result.get("evaluation", {}).get("err_interval") or {}).get("optimized")
     if ci:
         draws = result.get("evaluation", {}).get("draws", 1)

@@ -267,9 +267,11 @@ def bar_fields(doc: dict) -> dict:
 def _print_verdict(console, doc: dict) -> None:
     """The finished job's held-out verdict and warnings, under its progress bar."""
     v = doc.get("verdict")
-    if v and v.get("best_baseline"):
-        from lwl.evaluation import verdict_sentence
+    if v:
+        from lwl.verdict_text import verdict_sentence
 
-        console.print(verdict_sentence(v), highlight=False)
+        line = verdict_sentence(v)
+        if line:
+            console.print(line, highlight=False)
     for w in doc.get("warnings") or []:
         console.print(f"warning: {w}", highlight=False)

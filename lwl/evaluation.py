@@ -350,32 +350,3 @@ def verdict(evaluation: dict, warnings: list[str] = (), *, returned_initial: boo
                                f"than this one-Gaussian design (Err {design:.4g}): leave the family out (auto) or "
                                f"name {{\"name\": \"mixture\"}}, which start from Q's members")
     return out
-
-
-OUTCOME_WORDS = {"better": "better than", "tie": "within noise of", "worse": "WORSE than"}
-
-
-def verdict_sentence(v: dict) -> str | None:
-    """The verdict in one line, as ``lwl run`` and the client print it (None without baselines);
-    a budgeted job's verdict at equal labels in its own words."""
-    if v.get("kind") in ("equal_labels", "validation"):
-        from lwl.budget_evaluation import verdict_sentence as of_a_budgeted_job
-
-        return of_a_budgeted_job(v)
-    best = v.get("best_baseline")
-    if not best:
-        return None
-    outcome = v.get("outcome") or ("better" if v.get("beats_best_baseline") else "worse")
-    err = v.get("best_baseline_err", v["baselines"][best])
-    where = " at its own lengthscale" if err != v["baselines"][best] else ""
-    ratio = f"ratio {v['ratio']:.3f}" if v.get("ratio") is not None else "ratio -"
-    if v.get("ratio_interval_95"):
-        lo, hi = v["ratio_interval_95"]
-        ratio += f", 95% {lo:.3f}-{hi:.3f}"
-    draws = v.get("draws", 1)
-    over = f", {draws} training draws" if draws and draws > 1 else ""
-    head = "verdict: the design"
-    if v.get("returned_initial"):
-        head = f"verdict: nothing beat {v.get('initial_label', 'the initial distribution')} on validation and it was returned; it"
-    return (f"{head} (Err {v['err']:.4f}) is {OUTCOME_WORDS[outcome]} the best baseline, {best} "
-            f"(Err {err:.4f}{where}; {ratio}{over})")

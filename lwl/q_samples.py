@@ -14,7 +14,6 @@ import numpy as np
 
 from lwl.measures import Gaussian, UniformBox
 from lwl.registry import Registry
-from lwl.spec import TestDistributionsSpec
 from lwl.streams import STREAM_DOMAIN, STREAM_Q
 
 DatasetResolver = Callable[[str], np.ndarray]
@@ -144,9 +143,11 @@ class MetaTestSamples:
     n_validation: int
 
     @classmethod
-    def from_spec(cls, spec: TestDistributionsSpec, seed: int,
+    def from_spec(cls, spec, seed: int,
                   resolve: DatasetResolver = _no_datasets, domain=None) -> "MetaTestSamples":
-        """Q's samples; with ``domain`` (a ``lwl.spec.DomainSpec``) every sample lies in it:
+        """Q's samples from ``spec`` (a ``lwl.spec.TestDistributionsSpec``: the spec layer imports
+        this module to check its members, so this one names the spec's types only in words); with
+        ``domain`` (a ``lwl.spec.DomainSpec``) every sample lies in it:
         drawn members are drawn restricted to it, the user's points refused or clipped
         (:func:`check_member_domain`)."""
         members = []

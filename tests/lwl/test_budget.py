@@ -252,7 +252,7 @@ def test_a_run_with_the_race_keeps_the_budget_and_reports_it(budget_spec):
 
 
 def test_without_an_audit_the_verdict_comes_from_validation_and_says_so(budget_spec):
-    from lwl.evaluation import verdict_sentence
+    from lwl.verdict_text import verdict_sentence
 
     budget_spec["budget"] = 1000
     budget_spec["evaluation"] = {"enabled": False}

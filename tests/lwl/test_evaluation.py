@@ -154,7 +154,7 @@ def test_baselines_at_own_lengthscale_pick_the_lengthscale_that_validates_best(s
 
 
 def test_verdict_sentence_says_when_the_best_baseline_used_its_own_lengthscale():
-    from lwl.evaluation import verdict_sentence
+    from lwl.verdict_text import verdict_sentence
 
     plain = verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25}})
     assert verdict_sentence(plain) == ("verdict: the design (Err 0.2000) is better than the best baseline, mixture "
@@ -209,10 +209,10 @@ def test_evaluate_design_over_draws_ties_a_distribution_with_itself(small_spec):
 
 
 def test_verdict_sentence_of_a_budgeted_job_speaks_of_equal_labels():
-    """The client prints evaluation.verdict_sentence for every job: a budgeted verdict must not
+    """The client prints verdict_text.verdict_sentence for every job: a budgeted verdict must not
     read as a design against baselines trained on 1,024 free samples."""
     from lwl.budget_evaluation import verdict as at_equal_labels
-    from lwl.evaluation import verdict_sentence
+    from lwl.verdict_text import verdict_sentence
 
     comp = {"outcome": "better", "err": 0.1, "other_err": 0.2}
     ev = {"err": {"optimized": 0.1, "mixture": 0.2}, "comparisons": {"mixture": comp}, "labels": 2000,
