@@ -356,7 +356,8 @@ def _eit_study(preset: str, out: Path | None, cache: Path, models: str = "all", 
         raise typer.Exit(2)
     cfg = eit.PRESETS[preset]
     out = out or Path("runs") / f"eit-{preset}"
-    ticks = (cfg["candidates"] + 2 * cfg["refine"] + (1 if cfg["reference"] else 0)) if models == "all" else 4
+    ticks = ((cfg["candidates"] + 2 * cfg["refine"] + (1 if cfg["reference"] else 0)) if models == "all"
+             else len(eit.PAPER_MODELS))
     with _progress() as bar:
         task = bar.add_task(f"eit ({preset})", total=ticks, info="")
 
@@ -379,7 +380,7 @@ def _compare(out: Path, committed: Path, rtol: float) -> None:
     """Exit 1 when OUT/results.json departs from the committed document in ``committed``
     (a folder or a results.json): every number within ``rtol``, timings and provenance aside
     (lwl.experiments.compare)."""
-    from lwl.experiments.compare import differences
+    from lwl.experiments.compare import LIMIT, differences
 
     ref = committed / "results.json" if committed.is_dir() else committed
     try:
@@ -390,7 +391,7 @@ def _compare(out: Path, committed: Path, rtol: float) -> None:
     diffs = differences(json.loads((out / "results.json").read_text()), old, rtol=rtol)
     if diffs:
         console.print(f"[red]--compare: {out / 'results.json'} departs from {ref} "
-                      f"({len(diffs)}{'+' if len(diffs) >= 50 else ''} differences beyond rtol {rtol:g}):")
+                      f"({len(diffs)}{'+' if len(diffs) >= LIMIT else ''} differences beyond rtol {rtol:g}):")
         for line in diffs[:20]:
             console.print(f"  {line}")
         raise typer.Exit(1)
@@ -404,9 +405,9 @@ def _operator_study(name: str, preset: str, out: Path | None, runs: int | None, 
     from lwl.experiments import operators
     from lwl.measures import cosine_law
 
-    if q_law is not None and (name not in ("ntd", "darcy") or q_law not in cosine_law.LAWS):
-        console.print(f"[red]--q-law: {q_law!r} is not a law of {name}'s test parameters "
-                      f"({'ntd and darcy only' if name not in ('ntd', 'darcy') else 'known: ' + ', '.join(cosine_law.LAWS)})")
+    if q_law is not None and (name not in operators.LAW_STUDIES or q_law not in cosine_law.LAWS):
+        why = ("ntd and darcy only" if name not in operators.LAW_STUDIES else f"known: {', '.join(cosine_law.LAWS)}")
+        console.print(f"[red]--q-law: {q_law!r} is not a law of {name}'s test parameters ({why})")
         raise typer.Exit(2)
 
     if preset not in operators.PRESETS[name]:

@@ -74,6 +74,8 @@ def get_kernel(name: str) -> Callable[[torch.Tensor, torch.Tensor, float], torch
 def kernel_rows(name: str, x: torch.Tensor, lengthscale: float) -> Callable[[torch.Tensor], torch.Tensor]:
     """y -> k(x, y) for the kernel ``name``, with x fixed: the kernel's own ``rows`` hook when it
     registered one (work on x done once), else the plain kernel function."""
-    fn = get_kernel(name)
-    rows = KERNELS.get(name).extra.get("rows")
-    return rows(x, lengthscale) if rows is not None else (lambda y: fn(x, y, lengthscale))
+    rows = KERNELS.get(name).extra.get("rows") if name in KERNELS else None
+    if rows is not None:
+        return rows(x, lengthscale)
+    fn = get_kernel(name)  # raises naming the kernel when it is unknown
+    return lambda y: fn(x, y, lengthscale)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+LIMIT = 50  # differences listed at most
+
 #: keys whose values are timings or provenance, not results
 SKIPPED = ("seconds", "wall", "provenance", "timings", "elapsed")
 
@@ -22,7 +24,7 @@ def skipped(key: str) -> bool:
 
 
 def differences(new: Any, old: Any, *, rtol: float = 1e-6, atol: float = 1e-12, path: str = "",
-                limit: int = 50) -> list[str]:
+                limit: int = LIMIT) -> list[str]:
     """Where ``new`` departs from ``old``: one line per difference (JSON path, both values), at
     most ``limit`` lines."""
     out: list[str] = []

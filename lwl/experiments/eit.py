@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -151,7 +152,7 @@ def run(preset: str = "quick", *, seed: int = 0, cache: Path | None = None, devi
     def train_and_test(lo: float, hi: float, name: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         f, g = pairs(data["dtn_train"], lo + (hi - lo) * data["u_train"], M)
-        ckpt = None if checkpoints is None else Path(checkpoints) / f"{name.replace(' ', '_').replace(chr(39), '')}.pt"
+        ckpt = None if checkpoints is None else Path(checkpoints) / (re.sub(r"[^A-Za-z0-9]+", "_", name) + ".pt")
         model = AMINORegressor(M, **cfg["model"], epochs=cfg["epochs"], batch_size=cfg["batch_size"], seed=seed,
                                device=device, precision=precision, checkpoint=ckpt).fit(f, g, a_train)
         f_id, g_id = pairs(data["dtn_test"], lo + (hi - lo) * data["u_test"], M)
@@ -181,8 +182,9 @@ def run(preset: str = "quick", *, seed: int = 0, cache: Path | None = None, devi
         row["selected"] = lo == best
     reference = train_and_test(*RANGE, "Q's own law") if cfg["reference"] and models == "all" else None
     panels = {row["name"]: row.pop("_panels") for row in [*rows.values(), *([reference] if reference else [])]}
-    doc = {"preset": preset, "seed": seed, "models": models, "precision": precision, "config": {k: (list(v) if isinstance(v, tuple) else v)
-                                                      for k, v in cfg.items() if k != "model"},
+    doc = {"preset": preset, "seed": seed, "models": models, "precision": precision,
+           "config": {k: (list(v) if isinstance(v, tuple) else v)
+                      for k, v in cfg.items() if k != "model"},
            "model": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg["model"].items()},
            "data": data_info, "paper": {k: {"id": v[0], "ood": v[1]} for k, v in PAPER_TABLE.items()},
            "candidates": sorted(rows.values(), key=lambda r: r["low"]),

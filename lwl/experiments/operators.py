@@ -32,14 +32,14 @@ from lwl.design.ama import AMADesign
 from lwl.design.kle_family import KLEFamily
 from lwl.evaluation import member_relative_error
 from lwl.experiments.report import pyplot, write_tables
-from lwl.measures import KLEGaussian
-from lwl.measures import cosine_law
+from lwl.measures import KLEGaussian, cosine_law
 from lwl.measures.kle import darcy_test_member
 from lwl.models import DeepONetRegressor
 from lwl.oracles import make_oracle
 from lwl.runner import iterate
 
 Q_SEED = 2025
+LAW_STUDIES = ("ntd", "darcy")  # studies whose test parameters come from a q_law (lwl.measures.cosine_law)
 
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -322,7 +322,7 @@ def reusable_runs(previous: dict | None, name: str, cfg: dict, select: str) -> d
     if not previous or previous.get("study") != name or previous.get("select", "bound") != select:
         return {}
     before, now = dict(previous.get("config", {})), dict(cfg)
-    if name in ("ntd", "darcy"):
+    if name in LAW_STUDIES:
         before.setdefault("q_law", "unit")  # results made before the paper's law was restored
         now.setdefault("q_law", cosine_law.DEFAULT_LAW)
     same = {k: v for k, v in before.items() if k != "runs"} == {k: v for k, v in now.items() if k != "runs"}
@@ -343,7 +343,7 @@ def run(name: str, preset: str = "quick", *, runs: int | None = None, progress=N
     cfg = dict(PRESETS[name][preset])
     if runs is not None:
         cfg["runs"] = runs
-    if name in ("ntd", "darcy"):
+    if name in LAW_STUDIES:
         cfg["q_law"] = q_law or cosine_law.DEFAULT_LAW
         cosine_law.law(cfg["q_law"])  # an unknown name fails here, before any run
     elif q_law is not None:
@@ -404,7 +404,7 @@ def _document(name, preset, select, cfg, study, tests, watch, results, seconds) 
 # -- outputs -------------------------------------------------------------------------------------
 def _law_line(doc: dict) -> list[str]:
     """Which law drew the test members' parameters (ntd, darcy; lwl.measures.cosine_law)."""
-    if doc["study"] not in ("ntd", "darcy"):
+    if doc["study"] not in LAW_STUDIES:
         return []
     if doc["config"].get("q_law", "unit") == "paper":
         return ["Test members' parameters from the paper's law, density ∝ 1 − cos x on each raw interval "

@@ -93,10 +93,12 @@ def authors_q_members(col: Column, K: int = 10) -> list[tuple[np.ndarray, np.nda
     finally:
         torch.set_rng_state(state)
         torch.set_default_dtype(dtype)
-    out = []
-    for m, C in zip(means.double().numpy(), covs.double().numpy()):
-        out.append((m, 0.5 * (C + C.T)))
-    return out
+    return [(m, 0.5 * (C + C.T)) for m, C in zip(means.double().numpy(), covs.double().numpy())]
+
+
+def initial_mean(col: Column, q: str = "lwl") -> float:
+    """m0 of the column's Normal start: lwl's, or with ``q="authors"`` theirs (AUTHORS_M0)."""
+    return AUTHORS_M0[col.key] if q == "authors" else col.initial_mean
 
 
 def q_members(col: Column, K: int = 10, seed: int = 2025, q: str = "lwl") -> list[tuple[np.ndarray, np.ndarray]]:
@@ -130,8 +132,7 @@ def column_spec(col: Column, *, seed: int, iterations: int = 1000, samples: int 
     ``pool``: Q's kernel density estimate), each on its defaults."""
     if family != "gaussian" and optimizer != "adaptive":
         raise ValueError(f"family: {family!r} needs lwl's adaptive optimiser, not the paper's schedule")
-    if q == "authors":  # the authors' m0 per test function
-        col = Column(**{**col.__dict__, "initial_mean": AUTHORS_M0[col.key]})
+    col = Column(**{**col.__dict__, "initial_mean": initial_mean(col, q)})
     if literal:  # the authors' own schedule: their raw gradient and per-function step size
         learning_rate, gradient_scale = AUTHORS_LR[col.key], "absolute"
     return {
@@ -241,7 +242,7 @@ def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | 
         summary = {n: mean_2sd([rec["err"][n] for rec in records]) for n in names}
         out["columns"][col.key] = {
             "title": col.title, "oracle": col.oracle, "dim": col.dim, "lengthscale": col.lengthscale,
-            "initial_mean": AUTHORS_M0[col.key] if q_source == "authors" else col.initial_mean,
+            "initial_mean": initial_mean(col, q_source),
             "learning_rate": AUTHORS_LR[col.key] if cfg.get("literal") else col.learning_rate,
             "sizes": res["evaluation"]["sizes"],
             "summary": {n: {"mean": m, "two_sd": s} for n, (m, s) in summary.items()},
@@ -325,25 +326,22 @@ def markdown(doc: dict) -> str:
                      f"{c['lengthscale'] * SQRT2:.4g}* | {c['initial_mean']} | {step} |")
     notes = DEPARTURES if adaptive else DEPARTURES_LITERAL if doc["settings"].get("literal") else DEPARTURES_SCHEDULE
     if doc.get("q") == "authors":
-        notes = notes.replace(_Q_NOTE, _AUTHORS_Q_NOTE)
+        notes = notes.replace(_LWL_Q, _AUTHORS_Q)
     lines += ["", notes]
     return "\n".join(lines) + "\n"
 
 
-_Q_NOTE = """- **Q.** The paper's 10 test Gaussians cannot be had; lwl draws its own (means N(0, I),
+_LWL_Q = """- **Q.** The paper's 10 test Gaussians cannot be had; lwl draws its own (means N(0, I),
   covariances Wishart_d(I, d+1), fixed per column from seed 2025), so baseline errors differ
-  from the paper's where Q is easier or harder.
-- **Kernel convention.** The paper writes k(x, x') = exp(-||x - x'||^2 / l^2) with
-  l = 1, 3, 2/1.1, 5; the authors' code evaluates exp(-||x - x'||^2 / (2 l^2)) with those
-  numbers, and the paper's table comes from that code. lwl's kernel is the paper's formula,
-  so Table 1 passes lengthscale sqrt(2) l (the code's kernel; g4's oracle too, which uses the
-  same kernel)."""
+  from the paper's where Q is easier or harder."""
 
-_AUTHORS_Q_NOTE = """- **Q: the authors'.** The 10 test Gaussians of the authors' driver.py, regenerated with their
+_AUTHORS_Q = """- **Q: the authors'.** The 10 test Gaussians of the authors' driver.py, regenerated with their
   seed (42) and torch's samplers in float32 (means randn, Wishart_d(I, d+1) covariances; for g4
   after the draws of their RKHS function); lwl samples its own 5,000 points from each. Their m0
   per function (1/2; 0 for g4, where lwl's own table uses 0 for g1 and 1/2 for g4). g4's function
-  is lwl's realisation of the same construction (1,000 centres), not theirs.
+  is lwl's realisation of the same construction (1,000 centres), not theirs."""
+
+_Q_NOTE = _LWL_Q + """
 - **Kernel convention.** The paper writes k(x, x') = exp(-||x - x'||^2 / l^2) with
   l = 1, 3, 2/1.1, 5; the authors' code evaluates exp(-||x - x'||^2 / (2 l^2)) with those
   numbers, and the paper's table comes from that code. lwl's kernel is the paper's formula,

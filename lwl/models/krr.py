@@ -2,9 +2,8 @@
 
 Given training points U (N, d) and labels y, the model is G(x) = sum_n k(x, u_n) beta_n with
 beta = (k(U, U) + N sigma^2 I)^{-1} y, solved by a float64 Cholesky factorisation
-(:mod:`lwl.cholesky`) that is kept
-(``chol_``) so the adjoint system of the same matrix (Lem. "adjoint state update") costs two
-triangular solves.
+(:mod:`lwl.cholesky`) that is kept (``chol_``) so the adjoint system of the same matrix
+(Lem. "adjoint state update") costs two triangular solves.
 
 Kernel matrices against many points (predictions, the adjoint's right-hand side) are formed in
 column blocks of about BLOCK_ELEMENTS entries and used at once, so no (N, m) matrix is held
@@ -81,16 +80,13 @@ class KernelRidge:
         """Predictions given the (N, m) kernel matrix between training points and x."""
         return k_train_x.T @ self.coef_
 
-    def predict_tensor(self, X) -> torch.Tensor:
-        """G_hat(X) as a tensor on the model's device, the kernel formed block by block."""
+    def predict(self, X) -> np.ndarray:
+        """G_hat(X), the kernel formed block by block."""
         X = self._tensor(X)
         step = block_columns(self.device_, self.X_.shape[0])
         rows = kernel_rows(self.kernel, self.X_, self.lengthscale)
         out = [self.predict_from_kernel(rows(X[i:i + step])) for i in range(0, X.shape[0], step)]
-        return torch.cat(out) if out else torch.zeros(0, dtype=DTYPE, device=self.device_)
-
-    def predict(self, X) -> np.ndarray:
-        return self.predict_tensor(X).cpu().numpy()
+        return torch.cat(out).cpu().numpy() if out else np.zeros(0)
 
     def adjoint_pass(self, V: torch.Tensor, yV: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass over the points V with labels yV and weights a: the residuals
