@@ -127,7 +127,7 @@ def bilevel_bound(spec, q, design, oracle, model, heldout_err_sq: float, zero_q:
 
 def _gaussian(x: np.ndarray):
     """The moment-matched Gaussian of samples (where the Lipschitz pairs are drawn)."""
-    from lwl.design.adaptive import moment_matched, regularised_cholesky
+    from lwl.measures.gaussian import moment_matched, regularised_cholesky
     from lwl.measures import Gaussian
 
     m, C = moment_matched(x, np.ones(len(x)))

@@ -171,7 +171,7 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
             console.print(f"kept the iterate after {sel['iteration']} of {len(result['history'])} iterations{check}")
     v = result.get("verdict")
     if v:
-        from lwl.verdict_text import verdict_sentence
+        from lwl.evaluation.verdict_text import verdict_sentence
 
         line = verdict_sentence(v)
         if line:
@@ -501,8 +501,8 @@ def report(result: Path = typer.Argument(..., metavar="RESULT", help="a result.j
 def _load_plugins() -> None:
     """Components that plugins register (``LWL_PLUGINS``, :func:`lwl.registry.load_plugins`),
     and commands that other packages add to ``lwl`` (entry point group ``lwl.cli``): the
-    service's ``serve``, ``worker``, ``ask`` and ``tell`` register from :mod:`service.cli`,
-    so this library never imports its own faces."""
+    service's ``serve``, ``ask`` and ``tell`` register from :mod:`service.cli`, ``worker`` from
+    :mod:`worker.cli`, so this library never imports its own faces."""
     from importlib.metadata import entry_points
 
     from lwl.registry import load_plugins

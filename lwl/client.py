@@ -268,7 +268,7 @@ def _print_verdict(console, doc: dict) -> None:
     """The finished job's held-out verdict and warnings, under its progress bar."""
     v = doc.get("verdict")
     if v:
-        from lwl.verdict_text import verdict_sentence
+        from lwl.evaluation.verdict_text import verdict_sentence
 
         line = verdict_sentence(v)
         if line:

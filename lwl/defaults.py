@@ -20,7 +20,7 @@ import numpy as np
 
 from lwl.q_samples import MetaTestSamples
 
-from lwl.streams import STREAM_KMEANS, STREAM_MEDIAN
+from lwl.streams import STREAM_MEDIAN
 from lwl.spec import JobSpec
 
 MEDIAN_POINTS = 2000
@@ -100,64 +100,3 @@ def fill_from_data(spec: JobSpec, q: MetaTestSamples) -> JobSpec:
     out = spec.model_copy(update={"family": family, "model": model})
     out.derived = [*spec.derived, *derived]
     return out
-
-
-def fill_gaussian(family, q: MetaTestSamples, seed: int):
-    """A Gaussian family's missing mean / cov: Q's moment-matched Gaussian."""
-    from lwl.design.adaptive import moment_matched, regularised_cholesky
-
-    filled = []
-    if family.mean is None or family.cov is None:
-        mean, cov = moment_matched(np.concatenate(q.validation), q.point_weights(q.validation, q.weights))
-        if family.mean is None:
-            family.mean = mean.tolist()
-            filled.append("mean")
-        if family.cov is None:
-            L = regularised_cholesky(cov, rel=1e-6)  # positive definite even for degenerate Q samples
-            family.cov = (L @ L.T).tolist()
-            filled.append("cov")
-    return family, filled
-
-
-def fill_mixture(family, q: MetaTestSamples, seed: int):
-    """A mixture family's missing components: fitted to Q's members or k-means clusters."""
-    if family.means is not None:
-        return family, []
-    from lwl.design.families.mixture import initial_components
-
-    family = family.model_copy(update=initial_components(q, family.components, family.init, [seed, STREAM_KMEANS]))
-    family.components = len(family.means)
-    return family, ["weights", "means", "covs"]
-
-
-def fill_auto(family, q: MetaTestSamples, seed: int):
-    """The auto family's theta^0: Q's mixture exactly as the ``mixture`` baseline builds it (one
-    Gaussian fitted to all samples of each member, Q's weights), so that a job returning it
-    ties with that baseline draw for draw; with more than 16 members, k-means components."""
-    if family.means is not None:
-        return family, []
-    K = len(q.members)
-    if (family.components or min(K, 16)) != K or family.init == "kmeans":
-        return fill_mixture(family, q, seed)
-    from lwl.design.baselines import fitted_gaussians
-
-    fits = fitted_gaussians(q)
-    family = family.model_copy(update={"weights": [float(w) for w in q.weights],
-                                       "means": [g.mean.tolist() for g in fits], "covs": [g.cov.tolist() for g in fits],
-                                       "components": K})
-    return family, ["weights", "means", "covs"]
-
-
-def fill_pool(family, q: MetaTestSamples, seed: int):
-    """A pool family's missing seed (the job's) and bandwidth (Scott's rule on the pool)."""
-    from lwl.design.families.pool import scott_bandwidth
-
-    filled = []
-    if family.pool_seed is None:
-        family.pool_seed = seed
-        filled.append("pool_seed")
-    if family.bandwidth is None:
-        size = min(family.pool_size, sum(len(x) for x in q.validation))
-        family.bandwidth = scott_bandwidth(size, q.dim)
-        filled.append("bandwidth")
-    return family, filled

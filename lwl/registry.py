@@ -110,7 +110,7 @@ MODELS = Registry("model")
 ALGORITHMS = Registry("algorithm")
 ORACLES = Registry("oracle")  # build: the Oracle class (lwl.oracles.register_oracle)
 KERNELS = Registry("kernel")  # build: (x, y, lengthscale) -> kernel matrix (lwl.kernels)
-BASELINES = Registry("baseline")  # build: see lwl.design.baselines
+BASELINES = Registry("baseline")  # build: see lwl.evaluation.baselines
 
 
 def load_plugins(modules: str | None = None) -> list[str]:

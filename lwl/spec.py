@@ -16,7 +16,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 MAX_MEMBER_SIZE = 1_000_000
 MAX_SEED = 2**53 - 1  # the largest integer every JSON parser reads exactly
-BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")  # lwl.design.baselines registers each
+BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")  # lwl.evaluation.baselines registers each
 POOL_BASELINES = ("ncoreset", "acoreset")  # they select from Q's validation pool
 MEMBER_KINDS = ("gaussian", "uniform", "kle", "lognormal", "samples", "dataset")  # lwl.q_samples samples each
 DEFAULT_BASELINES = ("normal", "barycenter", "mixture")  # a bilevel job's verdict compares with these
@@ -749,7 +749,7 @@ class EvaluationSpec(StrictModel):
     draws: int = Field(default=5, ge=1, le=100,
                        description="training sets drawn per candidate: the verdict compares held-out Err over "
                                    "all of them (paired by draw index, common random numbers), with an interval "
-                                   "that covers the training draw and the held-out points (lwl.comparison)")
+                                   "that covers the training draw and the held-out points (lwl.evaluation.comparison)")
     bound: bool = Field(default=True, description="bilevel: also report the paper's OOD upper bound (Prop. 3.1 / "
                                                   "Cor. 3.2) of the design's model, with which constants are exact "
                                                   "(lwl.bound); costs about 2,500 oracle labels")
@@ -942,8 +942,8 @@ def _check_domain(spec: JobSpec, entry) -> None:
 def _check_initial_in_domain(family, domain, seed: int) -> None:
     """An initial distribution given explicitly (a Gaussian's mean and cov, a mixture's
     components) must keep some mass in the domain: restricted to it, it is drawn by rejection
-    (lwl.design.families.constrained.MIN_DESIGN_SHARE; a family filled from Q starts inside, as Q is)."""
-    from lwl.design.families.constrained import MIN_DESIGN_SHARE
+    (lwl.measures.truncated.MIN_DESIGN_SHARE; a family filled from Q starts inside, as Q is)."""
+    from lwl.measures.truncated import MIN_DESIGN_SHARE
     from lwl.measures import Gaussian, Mixture
     from lwl.streams import STREAM_DOMAIN
 
@@ -1069,13 +1069,13 @@ def _register_builtins() -> None:
     from lwl.registry import ALGORITHMS, FAMILIES, MODELS
 
     FAMILIES.register("gaussian", GaussianFamilySpec, bilevel="lwl.design.families.gaussian:build",
-                      fill="lwl.defaults:fill_gaussian", paper_optimizer=True)
+                      fill="lwl.design.families.gaussian:fill", paper_optimizer=True)
     FAMILIES.register("mixture", MixtureFamilySpec, bilevel="lwl.design.families.mixture:build",
-                      fill="lwl.defaults:fill_mixture")
+                      fill="lwl.design.families.mixture:fill")
     FAMILIES.register("auto", AutoFamilySpec, bilevel="lwl.design.families.auto:build",
-                      fill="lwl.defaults:fill_auto")
+                      fill="lwl.design.families.auto:fill")
     FAMILIES.register("pool", PoolFamilySpec, bilevel="lwl.design.families.pool:build",
-                      fill="lwl.defaults:fill_pool")
+                      fill="lwl.design.families.pool:fill")
     FAMILIES.register("kle", KLEFamilySpec, moved_by="ama")
     FAMILIES.register("particles", ParticlesFamilySpec, moved_by="particle_ama")
     MODELS.register("krr", KRRSpec)
@@ -1085,7 +1085,7 @@ def _register_builtins() -> None:
     ALGORITHMS.register("bilevel", BilevelSpec, "lwl.design.bilevel:build", _check_bilevel,
                         evaluate="lwl.design.bilevel:evaluate", final_steps=0, baselines=DEFAULT_BASELINES, domain=True,
                         budgeted="lwl.design.budgeted:build", budget_needs="lwl.design.budgeted:check_budget",
-                        budgeted_evaluate="lwl.budget_evaluation:evaluate")
+                        budgeted_evaluate="lwl.evaluation.equal_labels:evaluate")
     ALGORITHMS.register("ama", AMASpec, "lwl.design.ama:build", _check_ama,
                         evaluate="lwl.design.ama:evaluate", final_steps=1, prefers_gpu=True)
     ALGORITHMS.register("particle_ama", ParticleAMASpec, "lwl.design.particles:build", _check_particle_ama,

@@ -7,7 +7,7 @@ for, and an independent judgement of the returned training set: a numpy/scipy KR
 exp(-r^2 / l^2), l = 3 as in the spec, ridge 1e-3: not lwl's model code) trained on the training
 set and on 2,000 fresh samples of Q's mixture (Q's two Gaussians, drawn exactly; 5 draws),
 scored on 4,000 fresh samples per member of Q; better / tie / worse from
-:func:`lwl.comparison.compare` over the mixture's draws and the test points.
+:func:`lwl.evaluation.comparison.compare` over the mixture's draws and the test points.
 
 Usage: OPENBLAS_NUM_THREADS=1 python scripts/friedman1_budget_asktell.py [SEEDS]
 """
@@ -25,7 +25,7 @@ from scipy.linalg import cho_factor, cho_solve
 from scipy.spatial.distance import cdist
 
 from lwl.client import Client
-from lwl.comparison import compare
+from lwl.evaluation.comparison import compare
 from lwl.oracles import make_oracle
 from service.processes import Server
 

@@ -2,7 +2,7 @@
 the built-in oracle, budget 1,200, Q of 1,000 samples per member) run plain, with 500 initial labelled
 points drawn from Q's mixture (so the oracle is asked for at most 700), and plain with budget 700 (the
 labels the lab pays either way). Each training set is judged by KRR (the job's kernel and lengthscale,
-ridge 1e-3) on 4,000 fresh points of Q; initial against plain with lwl.comparison (one training set
+ridge 1e-3) on 4,000 fresh points of Q; initial against plain with lwl.evaluation.comparison (one training set
 each: the interval covers the held-out points). One JSON row per seed, then a summary.
 Output: docs/results/initial-data-seeds/output.txt (`python scripts/initial_data_seeds.py 0 1 2 3 4`).
 
@@ -19,7 +19,7 @@ import torch
 
 torch.set_num_threads(1)
 from lwl import run_job  # noqa: E402
-from lwl.comparison import compare  # noqa: E402
+from lwl.evaluation.comparison import compare  # noqa: E402
 from lwl.models import KernelRidge  # noqa: E402
 from lwl.oracles import make_oracle  # noqa: E402
 

@@ -3,7 +3,7 @@
 A worker that dies (killed, out of memory) is started again after a backoff that doubles from
 0.5 s up to 30 s while it keeps dying quickly, and resets once a worker has lived a minute; a
 worker that exits cleanly (it recycled itself, LWL_WORKER_MAX_SLICES) is replaced after 0.5 s. Its
-job is not lost: the reaper (:mod:`worker.reaper`) re-enqueues a job whose heartbeat went stale,
+job is not lost: the reaper (:mod:`service.core.reaper`) re-enqueues a job whose heartbeat went stale,
 from its last checkpoint, and the new worker takes it. Every worker gets the kernel's
 parent-death signal (SIGKILL), so when ``lwl serve`` itself is killed, even with SIGKILL, no
 worker lives on running a job as an orphan; a normal stop sends SIGTERM first and lets the

@@ -61,3 +61,73 @@ def test_the_rule_sees_imports_in_every_form(tmp_path, source, bad):
     (tmp_path / "lwl" / "design").mkdir(parents=True)
     (tmp_path / "lwl" / "design" / "probe.py").write_text(source.replace("from . import", "from .. import"))
     assert bool(_violations("lwl", ("service", "worker", "lwl.client"), root=tmp_path)) == bad
+
+
+# packages drawn as one unit by the layering rule; every other module of lwl is its own unit
+UNITS = ("lwl/design", "lwl/evaluation", "lwl/measures", "lwl/oracles", "lwl/models", "lwl/experiments",
+         "lwl/ui", "lwl/integrations", "service", "worker")
+
+
+def _unit(module: str, root: Path) -> str | None:
+    """The unit (see UNITS) of a module name of this tree; None for a third-party module."""
+    path = root / module.replace(".", "/")
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.exists():
+            rel = candidate.relative_to(root).as_posix()
+            return next((u for u in UNITS if rel.startswith(u + "/")), rel)
+    return None
+
+
+def _loops(root: Path = ROOT) -> list[list[str]]:
+    """Strongly connected sets of units (more than one unit each) of the import graph of lwl/,
+    service/ and worker/; a package's face (__init__.py) counts for nothing."""
+    graph: dict[str, set[str]] = {}
+    for package in ("lwl", "service", "worker"):
+        for path in sorted((root / package).rglob("*.py")):
+            if path.name == "__init__.py":
+                continue
+            here = _unit(".".join(path.relative_to(root).with_suffix("").parts), root)
+            for _, module in _imports(path, root):
+                there = _unit(module, root)
+                if there is not None and there != here and not there.endswith("__init__.py"):
+                    graph.setdefault(here, set()).add(there)
+    # Tarjan's strongly connected components
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+                on.discard(comp[-1])
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_two_units_import_each_other():
+    assert _loops() == []
+
+
+def test_the_loop_rule_sees_a_loop_through_a_third_module(tmp_path):
+    (tmp_path / "lwl" / "design").mkdir(parents=True)
+    (tmp_path / "lwl" / "design" / "step.py").write_text("from lwl.bound import b\n")
+    (tmp_path / "lwl" / "bound.py").write_text("def f():\n    from lwl.defaults import d\n")
+    (tmp_path / "lwl" / "defaults.py").write_text("import lwl.design.step\n")
+    (tmp_path / "lwl" / "spec.py").write_text("from lwl.bound import b\n")
+    (tmp_path / "service").mkdir()
+    (tmp_path / "worker").mkdir()
+    assert _loops(tmp_path) == [["lwl/bound.py", "lwl/defaults.py", "lwl/design"]]

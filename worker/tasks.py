@@ -3,7 +3,7 @@
 A slice takes the job (store lease), restores its last checkpoint, runs :func:`lwl.run_job`
 until the job finishes, the slice's time is up or a cancel is requested, writing progress,
 history and a checkpoint after every iteration, then either stores the result or enqueues the
-next slice. A heartbeat thread keeps the lease fresh; a reaper (:mod:`worker.reaper`)
+next slice. A heartbeat thread keeps the lease fresh; a reaper (:mod:`service.core.reaper`)
 re-enqueues jobs whose worker died, and the attempt count in the store fails a job that keeps
 killing its workers.
 """

@@ -30,25 +30,6 @@ MAX_LOG_SCALE = float(np.log(10.0))
 MAX_OFFDIAG = 10.0
 
 
-def moment_matched(points: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and covariance of the weighted point cloud (sum_i a_i = 1), the moment-matched
-    Gaussian of Q: its mean is E_Q E_nu' u and its covariance that of the mixture."""
-    a = np.asarray(weights, dtype=np.float64) / np.sum(weights)
-    mean = a @ points
-    centred = points - mean
-    cov = (centred * a[:, None]).T @ centred
-    return mean, 0.5 * (cov + cov.T)
-
-
-def regularised_cholesky(cov: np.ndarray, rel: float = 1e-8) -> np.ndarray:
-    """Cholesky factor of ``cov`` with its eigenvalues floored at ``rel`` times the largest
-    (rank-deficient Q samples still give a usable coordinate system)."""
-    w, v = np.linalg.eigh(0.5 * (cov + cov.T))
-    top = max(float(w.max()), 1e-300)
-    w = np.maximum(w, rel * top)
-    return np.linalg.cholesky((v * w) @ v.T)
-
-
 class WhitenedGaussian:
     """The map theta = (m, L) <-> phi in Q's whitened coordinates (see module docstring)."""
 

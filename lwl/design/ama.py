@@ -118,7 +118,7 @@ class AMADesign(StepperDefaults):
     def evaluate(self, state: dict[str, Any], n: int, seed) -> dict[str, Any]:
         """Relative OOD error (SM eqn app_ntd_rel_ood_error) of the final model on ``n`` fresh
         samples of every member of Q, labelled by the oracle."""
-        from lwl.evaluation import member_relative_error
+        from lwl.evaluation.metrics import member_relative_error
 
         model = self.selected_model(state)
         samples = [m.sample(n, [*np.atleast_1d(seed).tolist(), k]) for k, m in enumerate(self.members)]
@@ -164,7 +164,7 @@ class AMADesign(StepperDefaults):
 
     def validation_error(self, state: dict[str, Any], model) -> tuple[float, dict[str, Any]]:
         """The model's member-weighted relative error on Q's validation samples (labelled once)."""
-        from lwl.evaluation import member_relative_error
+        from lwl.evaluation.metrics import member_relative_error
         from lwl.streams import STREAM_VALIDATION
 
         U = [m.sample(self.validation_size, [self.seed, STREAM_VALIDATION, k]) for k, m in enumerate(self.members)]

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient, moment_matched, regularised_cholesky
+from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient
+from lwl.measures.gaussian import moment_matched, regularised_cholesky
 from lwl.defaults import LENGTHSCALE_FACTORS, LENGTHSCALE_LIMITS, edge_note, select_widening
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
@@ -724,9 +725,9 @@ def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> Bil
 
 
 def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracle, out: dict) -> dict:
-    """Held-out Err of the design and its baselines (:func:`lwl.evaluation.evaluate_design`)
+    """Held-out Err of the design and its baselines (:func:`lwl.evaluation.heldout.evaluate_design`)
     and the verdict; ``spec`` is the resolved one (its lengthscale is what the run selected)."""
-    from lwl.evaluation import evaluate_design, verdict
+    from lwl.evaluation.heldout import evaluate_design, verdict
     from lwl.measures import from_spec
 
     family = stepper.family

@@ -58,7 +58,7 @@ import numpy as np
 from lwl.design.adaptive import adam_step, guard_gradient
 from lwl.design.families import Params
 from lwl.design.stepper import StepperDefaults
-from lwl.evaluation import relative_ood_error
+from lwl.evaluation.metrics import relative_ood_error
 from lwl.measures import Measure
 from lwl.models import KernelRidge
 from lwl.outcomes import failed_rows
@@ -162,7 +162,7 @@ class BudgetedBilevel(StepperDefaults):
     """The budgeted bilevel design as a stepper (module docstring). One step = one round."""
 
     def __init__(self, spec: JobSpec, q: MetaTestSamples):
-        from lwl.design.baselines import mixture
+        from lwl.evaluation.baselines import mixture
         from lwl.design.bilevel import BilevelDesign
 
         self.spec, self.q, self.algo = spec, q, spec.algorithm
@@ -535,7 +535,7 @@ class BudgetedBilevel(StepperDefaults):
         ask/tell job gets; the audit's verdict at equal labels replaces it where that runs): the
         returned distribution's points against Q's mixture's at equal numbers, on Q's labelled
         validation points (:meth:`versus`). Those points also chose the distribution, so the
-        comparison leans its way; said in ``basis``. Fields as :func:`lwl.evaluation.verdict`'s
+        comparison leans its way; said in ``basis``. Fields as :func:`lwl.evaluation.heldout.verdict`'s
         (``best_baseline`` "mixture", ``ratio`` of validation Errs), ``kind`` "validation"."""
         val_n = self.validation(state).n
         overtaken = next((h for h in state["history"] if h.get("race", {}).get("outcome") == "rival won"), None)

@@ -107,7 +107,7 @@ class ParticleAMADesign(StepperDefaults):
 
     def validation_error(self, state, model) -> tuple[float, dict[str, Any]]:
         """The model's relative error on Q's validation samples (the OT targets; labelled once)."""
-        from lwl.evaluation import member_relative_error
+        from lwl.evaluation.metrics import member_relative_error
 
         if state.get("validation_labels") is None:
             labels = [np.asarray(self.oracle.label(x.numpy())).reshape(len(x), -1) for x in self.q]
@@ -282,7 +282,7 @@ class ParticleAMADesign(StepperDefaults):
         heldout = self.heldout if heldout is None else heldout
         if heldout is None:
             raise ValueError("evaluate: no held-out samples of Q given")
-        from lwl.evaluation import member_relative_error
+        from lwl.evaluation.metrics import member_relative_error
 
         model = self.selected_model(state)
         pairs = ((self.oracle.label(U), model.predict(U)) for U in heldout)

@@ -7,8 +7,8 @@ it. For every problem, budget B and seed:
 
 - **budgeted**: the job with ``budget: B`` on lwl's defaults (:mod:`lwl.design.budgeted`), its
   training set of n <= B labels (every label counted);
-- **Q's mixture** and the **NIPV anchor** (:mod:`lwl.budget_evaluation`) at the same n labels,
-  against which the training set is compared (better / tie / worse, :mod:`lwl.comparison`; the
+- **Q's mixture** and the **NIPV anchor** (:mod:`lwl.evaluation.equal_labels`) at the same n labels,
+  against which the training set is compared (better / tie / worse, :mod:`lwl.evaluation.comparison`; the
   mixture over ``draws`` training draws, the anchor one selection; the anchor only up to
   ANCHOR_MAX labels: its cost grows as n^2 times its pool);
 - **unbudgeted**: the paper's design (``bilevel`` without budget, ``unbudgeted_iterations``)
@@ -73,8 +73,8 @@ def _with(spec: dict, seed: int, **changes) -> dict:
 
 def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> dict:
     """Every budget of one problem and seed, and the unbudgeted design (module docstring)."""
-    from lwl.budget_evaluation import equal_labels
-    from lwl.evaluation import krr_error
+    from lwl.evaluation.equal_labels import equal_labels
+    from lwl.evaluation.metrics import krr_error
     from lwl.measures import from_spec
     from lwl.oracles import as_numpy
     from lwl.q_samples import MetaTestSamples
@@ -179,7 +179,7 @@ def markdown(doc: dict) -> str:
              "Held-out Err of KRR trained on the budgeted job's training set (every label counted) against "
              "the same number of labels of Q's mixture (over "
              f"{doc['settings']['draws']} training draws) and of the NIPV active-learning anchor; "
-             "better / tie / worse beyond noise (95%, lwl.comparison). The unbudgeted design stands at "
+             "better / tie / worse beyond noise (95%, lwl.evaluation.comparison). The unbudgeted design stands at "
              "its design labels + B. Wall time "
              f"{doc['wall_seconds'] / 60:.1f} min"
              + (f" ({doc['workers']} processes)" if doc.get("workers", 1) > 1 else "") + ".", "",

@@ -30,7 +30,7 @@ from scipy import stats
 from lwl.design.active import active_learning
 from lwl.design.ama import AMADesign
 from lwl.design.kle_family import KLEFamily
-from lwl.evaluation import member_relative_error
+from lwl.evaluation.metrics import member_relative_error
 from lwl.experiments.report import pyplot, write_tables
 from lwl.measures import KLEGaussian, cosine_law
 from lwl.measures.kle import darcy_test_member
@@ -172,7 +172,7 @@ def test_set(study: Study) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def relative_ood_error(model, tests, output_weights) -> float:
     """The model's relative OOD error on the members' test sets, members weighted equally
-    (:func:`lwl.evaluation.member_relative_error`)."""
+    (:func:`lwl.evaluation.metrics.member_relative_error`)."""
     return member_relative_error(((Y, model.predict(U)) for U, Y in tests), None, output_weights)
 
 

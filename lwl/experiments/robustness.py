@@ -120,7 +120,7 @@ PRESETS = {
 
 def _outcome_against(res: dict, key: str) -> str:
     """The design against baseline ``key`` over the evaluation's training draws
-    (:mod:`lwl.comparison`), at whichever of the design's and its own lengthscale is better."""
+    (:mod:`lwl.evaluation.comparison`), at whichever of the design's and its own lengthscale is better."""
     ev = res["evaluation"]
     own = (ev.get("err_own_lengthscale") or {}).get(key)
     if own is not None and own["err"] < ev["err"][key]:
@@ -183,7 +183,7 @@ def runaway_measures(res: dict) -> dict:
     """How far the kept distribution is from Q's moment-matched Gaussian N(mu_Q, C_Q): the
     largest eigenvalue of C_Q^{-1/2} C C_Q^{-1/2}, the smallest, and the mean offset
     |C_Q^{-1/2}(m - mu_Q)| (inf when a parameter is not finite)."""
-    from lwl.design.adaptive import moment_matched
+    from lwl.measures.gaussian import moment_matched
     from lwl.q_samples import MetaTestSamples
     from lwl.spec import parse_job_spec
 
@@ -239,7 +239,7 @@ def summary(rows: list[dict]) -> dict:
             "median_ratio_to_best_of_mixture_barycenter": float(np.median(
                 [r["err"] / r["best_of_mixture_barycenter"] for r in rows])),
             "seconds_per_problem": float(np.mean([r["seconds"] for r in rows])),
-            # over the evaluation's training draws: better / tie / worse beyond noise (lwl.comparison)
+            # over the evaluation's training draws: better / tie / worse beyond noise (lwl.evaluation.comparison)
             "outcomes": {key: {o: sum(r.get("outcome", {}).get(key) == o for r in rows)
                                for o in ("better", "tie", "worse")}
                          for key in ("mixture", "barycenter", "better_of_mixture_barycenter", "initial",

@@ -196,7 +196,7 @@ def run(preset: str = "quick", *, runs: int | None = None, columns: list[str] | 
     q_source = q  # ``q`` is Q's samples further down
     import time
 
-    from lwl.design import baselines as bl
+    from lwl.evaluation import baselines as bl
     from lwl.q_samples import MetaTestSamples
     from lwl.runner import run_job
     from lwl.spec import parse_job_spec

@@ -26,6 +26,10 @@ from lwl.measures.base import Measure, SeedLike, as_generator, from_spec, regist
 # a law with less than this share of its mass in D is refused: rejection would draw more than
 # 1 / MIN_INSIDE points per sample kept, and the law is no longer the one that was meant
 MIN_INSIDE = 1e-3
+# a design keeps at least this share of q_theta's mass in D: ten times what rejection can draw
+# from (MIN_INSIDE), so that the design's estimate on its INSIDE_SAMPLES draws (about 41 hits at
+# the bar; lwl.design.families.constrained) never lets through a law that /samples cannot draw
+MIN_DESIGN_SHARE = 10 * MIN_INSIDE
 NORMALISER_MC = 1 << 18  # Monte Carlo draws of Z where it has no closed form nor a Gaussian base
 QMC_LOG2, QMC_REPLICAS = 17, 8  # randomised QMC of Z for a Gaussian base under linear constraints
 MOMENT_SAMPLES = 1 << 16  # draws behind mean_and_cov (a Monte Carlo estimate)

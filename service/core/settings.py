@@ -61,3 +61,12 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def use_data_dir(data_dir) -> None:
+    """``--data-dir`` of ``lwl serve`` / ``lwl worker``: the embedded store and broker's folder,
+    passed on as LWL_DATA_DIR so that settings read later (and worker processes) see it."""
+    import os
+
+    if data_dir is not None:
+        os.environ["LWL_DATA_DIR"] = str(data_dir)

@@ -7,7 +7,7 @@ import pytest
 
 from lwl import run_job
 from lwl.design.budgeted import MIN_DESIGN, MIN_VALIDATION, RACE_MIN_POINTS, RIVAL_Z, plan_budget
-from lwl.design.nipv import integrated_variance, nipv_select
+from lwl.evaluation.nipv import integrated_variance, nipv_select
 from lwl.design.state import pack, unpack
 from lwl.oracles import Oracle, make_oracle
 from lwl.spec import SpecError, parse_job_spec
@@ -252,7 +252,7 @@ def test_a_run_with_the_race_keeps_the_budget_and_reports_it(budget_spec):
 
 
 def test_without_an_audit_the_verdict_comes_from_validation_and_says_so(budget_spec):
-    from lwl.verdict_text import verdict_sentence
+    from lwl.evaluation.verdict_text import verdict_sentence
 
     budget_spec["budget"] = 1000
     budget_spec["evaluation"] = {"enabled": False}

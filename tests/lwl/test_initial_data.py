@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lwl import run_job
-from lwl.evaluation import krr_error
+from lwl.evaluation.metrics import krr_error
 from lwl.oracles import make_oracle
 from lwl.spec import SpecError, parse_job_spec
 from tests.conftest import ROOT

@@ -110,3 +110,17 @@ def test_log_sine_particles_spec_round_trip_and_fields():
                        ({**doc, "coefficients": [[[float("nan")]]]}, "coefficients")):
         with pytest.raises(ValueError, match=field):
             from_spec(bad)
+
+
+def test_moment_matched_and_regularised_cholesky():
+    from lwl.measures.gaussian import moment_matched, regularised_cholesky
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((400, 2)) * [1.0, 3.0] + [5.0, -1.0]
+    w = np.full(400, 1 / 400)
+    mean, cov = moment_matched(x, w)
+    np.testing.assert_allclose(mean, x.mean(0))
+    np.testing.assert_allclose(cov, np.cov(x, rowvar=False, bias=True))
+    same = np.tile(x[:1], (10, 1))  # rank-deficient samples still give a factor
+    L = regularised_cholesky(moment_matched(same, np.full(10, 0.1))[1] + np.outer([1, 0], [1, 0]))
+    assert np.all(np.isfinite(L)) and np.all(np.diag(L) > 0)

@@ -118,7 +118,7 @@ def test_the_embedded_service_loads_plugins(tmp_path, small_spec):
 
 
 def test_the_spec_vocabulary_and_the_registries_agree():
-    import lwl.design.baselines  # noqa: F401  (registers the baselines)
+    import lwl.evaluation.baselines  # noqa: F401  (registers the baselines)
     import lwl.kernels  # noqa: F401
     from lwl.registry import BASELINES, KERNELS
     from lwl.spec import BASELINES as SPEC_BASELINES, POOL_BASELINES, KRRSpec

@@ -52,8 +52,8 @@ def lab_verdict(result: dict, X: np.ndarray | None = None, y: np.ndarray | None 
     """The verdict the lab (who holds the oracle here) draws from the finished job: the design
     against its baselines on Q's held-out samples, with lwl's own evaluation and verdict. An
     ask/tell job cannot run it itself (it would need labels for every baseline)."""
-    from lwl.budget_evaluation import equal_labels
-    from lwl.evaluation import evaluate_design, verdict
+    from lwl.evaluation.equal_labels import equal_labels
+    from lwl.evaluation.heldout import evaluate_design, verdict
     from lwl.measures import from_spec
     from lwl.q_samples import MetaTestSamples
     from lwl.spec import parse_job_spec

@@ -10,7 +10,7 @@ from lwl.spec import parse_job_spec
 from service.core.settings import Settings
 from service.core.store import Store
 from tests.service.conftest import small_job
-from worker.reaper import reap_once
+from service.core.reaper import reap_once
 from worker.tasks import run_slice_now
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from lwl.design.families.base import Params
+from lwl.design.families import mixture
 from lwl.design.families.mixture import MixtureFamily
 from lwl.measures import Gaussian, Measure
 
@@ -77,3 +78,21 @@ class AutoFamily(MixtureFamily):
 def build(spec, coords, q) -> AutoFamily:
     """The bilevel builder registered for ``auto`` (:mod:`lwl.spec`)."""
     return AutoFamily(spec, coords)
+
+
+def fill(family, q, seed: int):
+    """The auto family's theta^0: Q's mixture exactly as the ``mixture`` baseline builds it (one
+    Gaussian fitted to all samples of each member, Q's weights), so that a job returning it
+    ties with that baseline draw for draw; with more than 16 members, k-means components."""
+    if family.means is not None:
+        return family, []
+    K = len(q.members)
+    if (family.components or min(K, 16)) != K or family.init == "kmeans":
+        return mixture.fill(family, q, seed)
+    from lwl.evaluation.baselines import fitted_gaussians
+
+    fits = fitted_gaussians(q)
+    family = family.model_copy(update={"weights": [float(w) for w in q.weights],
+                                       "means": [g.mean.tolist() for g in fits], "covs": [g.cov.tolist() for g in fits],
+                                       "components": K})
+    return family, ["weights", "means", "covs"]

@@ -29,15 +29,11 @@ import numpy as np
 from lwl.design.families.base import BilevelFamily, Params
 from lwl.domain import Domain
 from lwl.measures import Measure
-from lwl.measures.truncated import MIN_INSIDE, Truncated
+from lwl.measures.truncated import MIN_DESIGN_SHARE, Truncated
 from lwl.streams import STREAM_NORMALISER
 
 NORMALISER_SAMPLES = 4096  # draws of p_theta behind E[s_theta] in each score
 INSIDE_SAMPLES = 4096  # draws of q_theta behind the share-inside check of a step
-# a design keeps at least this share of q_theta's mass in D: ten times what rejection can draw
-# from (MIN_INSIDE), so that an estimate on INSIDE_SAMPLES draws (about 41 hits at the bar)
-# never lets through a law that /samples could not draw from
-MIN_DESIGN_SHARE = 10 * MIN_INSIDE
 
 
 class ConstrainedFamily:

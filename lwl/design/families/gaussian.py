@@ -7,6 +7,7 @@ import numpy as np
 from lwl.design.adaptive import WhitenedGaussian
 from lwl.design.families.base import Params
 from lwl.measures import Gaussian, project_cholesky
+from lwl.measures.gaussian import moment_matched, regularised_cholesky
 
 
 class GaussianFamily:
@@ -77,3 +78,18 @@ class GaussianFamily:
 def build(spec, coords: WhitenedGaussian, q) -> GaussianFamily:
     """The bilevel builder registered for ``gaussian`` (:mod:`lwl.spec`)."""
     return GaussianFamily(spec, coords)
+
+
+def fill(family, q, seed: int):
+    """A Gaussian family's missing mean / cov: Q's moment-matched Gaussian."""
+    filled = []
+    if family.mean is None or family.cov is None:
+        mean, cov = moment_matched(np.concatenate(q.validation), q.point_weights(q.validation, q.weights))
+        if family.mean is None:
+            family.mean = mean.tolist()
+            filled.append("mean")
+        if family.cov is None:
+            L = regularised_cholesky(cov, rel=1e-6)  # positive definite even for degenerate Q samples
+            family.cov = (L @ L.T).tolist()
+            filled.append("cov")
+    return family, filled

@@ -16,9 +16,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.cluster.vq import kmeans2
 
-from lwl.design.adaptive import WhitenedGaussian, moment_matched, regularised_cholesky
+from lwl.design.adaptive import WhitenedGaussian
+from lwl.measures.gaussian import moment_matched, regularised_cholesky
 from lwl.design.families.base import Params, softmax
 from lwl.measures import Gaussian, Mixture
+from lwl.streams import STREAM_KMEANS
 
 MAX_LOGIT = 8.0  # |logit| box: weight ratios up to e^16 between components
 VANISHED = 1e-3  # a component with less weight than this is reported as vanished
@@ -178,3 +180,12 @@ class MixtureFamily:
 def build(spec, coords: WhitenedGaussian, q) -> MixtureFamily:
     """The bilevel builder registered for ``mixture`` (:mod:`lwl.spec`)."""
     return MixtureFamily(spec, coords)
+
+
+def fill(family, q, seed: int):
+    """A mixture family's missing components: fitted to Q's members or k-means clusters."""
+    if family.means is not None:
+        return family, []
+    family = family.model_copy(update=initial_components(q, family.components, family.init, [seed, STREAM_KMEANS]))
+    family.components = len(family.means)
+    return family, ["weights", "means", "covs"]

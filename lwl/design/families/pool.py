@@ -140,3 +140,16 @@ class PoolFamily:
 def build(spec, coords: WhitenedGaussian, q) -> PoolFamily:
     """The bilevel builder registered for ``pool`` (:mod:`lwl.spec`)."""
     return PoolFamily(spec, coords, q)
+
+
+def fill(family, q, seed: int):
+    """A pool family's missing seed (the job's) and bandwidth (Scott's rule on the pool)."""
+    filled = []
+    if family.pool_seed is None:
+        family.pool_seed = seed
+        filled.append("pool_seed")
+    if family.bandwidth is None:
+        size = min(family.pool_size, sum(len(x) for x in q.validation))
+        family.bandwidth = scott_bandwidth(size, q.dim)
+        filled.append("bandwidth")
+    return family, filled

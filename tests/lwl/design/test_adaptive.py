@@ -1,7 +1,6 @@
 import numpy as np
 
-from lwl.design.adaptive import (WhitenedGaussian, adam_step, guard_gradient, moment_matched,
-                                 regularised_cholesky)
+from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient
 
 
 def _coords(d=3, seed=0):
@@ -65,15 +64,3 @@ def test_gradient_guard_rejects_non_finite_and_clips_outliers():
     assert event is None and np.array_equal(g, [2.0, 0.0]) and ms2 > 1.0
     # during the warm-up no statistic exists yet: nothing is clipped
     assert guard_gradient(np.array([1e6, 0.0]), 1.0, 0)[2] is None
-
-
-def test_moment_matched_and_regularised_cholesky():
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal((400, 2)) * [1.0, 3.0] + [5.0, -1.0]
-    w = np.full(400, 1 / 400)
-    mean, cov = moment_matched(x, w)
-    np.testing.assert_allclose(mean, x.mean(0))
-    np.testing.assert_allclose(cov, np.cov(x, rowvar=False, bias=True))
-    same = np.tile(x[:1], (10, 1))  # rank-deficient samples still give a factor
-    L = regularised_cholesky(moment_matched(same, np.full(10, 0.1))[1] + np.outer([1, 0], [1, 0]))
-    assert np.all(np.isfinite(L)) and np.all(np.diag(L) > 0)

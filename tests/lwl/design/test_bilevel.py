@@ -329,7 +329,7 @@ def test_paper_optimizer_keep_last_warns_when_worse_than_the_start(small_spec):
 def test_spec_without_mean_cov_or_lengthscale_gets_data_derived_values(small_spec):
     from lwl import run_job
     from lwl.defaults import median_distance
-    from lwl.design.adaptive import moment_matched
+    from lwl.measures.gaussian import moment_matched
     from lwl.q_samples import MetaTestSamples
 
     small_spec["family"] = {"name": "gaussian"}  # no parameters (no family at all is auto: test_auto.py)

@@ -38,7 +38,7 @@ def test_where_q_mixture_is_best_auto_returns_it_and_the_verdict_ties():
     assert v["returned_initial"] and v["initial_outcome"] == "tie"
     assert res["evaluation"]["comparisons"]["mixture"]["outcome"] == "tie"
     assert v["err"] == pytest.approx(v["baselines"]["mixture"], rel=1e-9)
-    assert "nothing beat Q's mixture" in __import__("lwl.verdict_text", fromlist=["x"]).verdict_sentence(v)
+    assert "nothing beat Q's mixture" in __import__("lwl.evaluation.verdict_text", fromlist=["x"]).verdict_sentence(v)
     # Q's moment-matched Gaussian, a competitor, validates worse on this problem
     checks = {c["start"]: c["err"] for c in res["checks"] if c["iteration"] == 0}
     assert checks["gaussian"] > checks["given"]

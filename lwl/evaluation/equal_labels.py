@@ -6,12 +6,12 @@ ridge, against KRR trained on n labels from
 
 - Q's mixture and the other distribution baselines (``evaluation.baselines``; ``mixture``,
   ``normal`` and ``barycenter`` by default), each over ``draws`` training draws;
-- the active-learning anchor: greedy integrated-variance reduction (:mod:`lwl.design.nipv`) over
+- the active-learning anchor: greedy integrated-variance reduction (:mod:`lwl.evaluation.nipv`) over
   a pool of Q's samples (Q's validation inputs, topped up with draws of Q's mixture to twice n),
   integrated over Q's validation inputs (at most ``INTEGRATION_MAX``), with the job's kernel,
   its lengthscale and the ridge as noise variance; one selection per pool draw.
 
-Comparisons use :func:`lwl.comparison.compare` (better / tie / worse from the interval of the
+Comparisons use :func:`lwl.evaluation.comparison.compare` (better / tie / worse from the interval of the
 difference of Err^2 over training draws and held-out points). The job's training set is one
 fixed set (the product the user holds), so its row is repeated against each draw of the other:
 the interval covers the held-out points and the baselines' training draws, not the design's own
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lwl.comparison import compare, error_interval
-from lwl.evaluation import krr_error
+from lwl.evaluation.comparison import compare, error_interval
+from lwl.evaluation.metrics import krr_error
 from lwl.oracles import as_numpy
 from lwl.streams import STREAM_AUDIT
 
@@ -42,7 +42,7 @@ BASELINES = ("mixture", "normal", "barycenter")
 def anchor_pool(q, n: int, seed: int, domain=None) -> np.ndarray:
     """The anchor's candidates: Q's validation inputs, topped up with draws of Q's mixture (restricted
     to the input ``domain`` when there is one) to max(2n, n + 1000) points."""
-    from lwl.design.baselines import mixture
+    from lwl.evaluation.baselines import mixture
     from lwl.measures import constrain
 
     pool = np.concatenate(q.validation)
@@ -65,7 +65,7 @@ def integration_points(q, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def anchor_training_set(q, n: int, *, kernel: str, lengthscale: float, ridge: float, seed: int,
                         draw: int = 0, domain=None) -> np.ndarray:
     """The NIPV anchor's n inputs (to be labelled)."""
-    from lwl.design.nipv import nipv_select
+    from lwl.evaluation.nipv import nipv_select
 
     pool = anchor_pool(q, n, seed + draw, domain)
     z, a = integration_points(q, seed)
@@ -81,7 +81,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     lengthscale is the one the job chose). Returns the evaluation document with the per-point
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
-    from lwl.design import baselines as _  # noqa: F401  (registers the baselines)
+    from lwl.evaluation import baselines as _  # noqa: F401  (registers the baselines)
     from lwl.measures import constrain
     from lwl.registry import BASELINES as REG
 
@@ -144,7 +144,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
 
 def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     """The budgeted job's verdict: the training set against each baseline at equal labels, in
-    the fields :func:`lwl.verdict_text.verdict_sentence` reads, plus ``outcomes`` (better / tie /
+    the fields :func:`lwl.evaluation.verdict_text.verdict_sentence` reads, plus ``outcomes`` (better / tie /
     worse per baseline) and ``comparisons``."""
     err = evaluation["err"]
     design = err["optimized"]

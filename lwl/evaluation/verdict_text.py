@@ -1,8 +1,8 @@
 """A job's verdict in one line, as ``lwl run`` and the client print it.
 
 Two kinds of verdict read differently: an unbudgeted job's against the best baseline
-(:func:`lwl.evaluation.verdict`) and a budgeted job's at equal labels or on validation
-(:mod:`lwl.budget_evaluation`). The text lives here, apart from both computations, so neither
+(:func:`lwl.evaluation.heldout.verdict`) and a budgeted job's at equal labels or on validation
+(:mod:`lwl.evaluation.equal_labels`). The text lives here, apart from both computations, so neither
 module imports the other for it.
 """
 
@@ -20,7 +20,7 @@ OUTCOME_WORDS = {"better": "better than", "tie": "within noise of", "worse": "WO
 
 
 def design_sentence(v: dict) -> str | None:
-    """An unbudgeted job's verdict (:func:`lwl.evaluation.verdict`) against the best baseline."""
+    """An unbudgeted job's verdict (:func:`lwl.evaluation.heldout.verdict`) against the best baseline."""
     best = v.get("best_baseline")
     if not best:
         return None

@@ -1,6 +1,7 @@
 import numpy as np
 
-from lwl.evaluation import krr_error, relative_ood_error, verdict
+from lwl.evaluation.metrics import krr_error, relative_ood_error
+from lwl.evaluation.heldout import verdict
 
 
 def test_err_equals_its_definition_computed_directly():
@@ -44,7 +45,7 @@ def test_rank_deficient_q_member_still_gets_its_baselines():
     """Identical rows make a member's covariance singular. A job spec refuses such a member
     (tests/lwl/test_spec.py); should one reach the evaluation anyway (a dataset replaced under
     a stored job), the fitted Gaussians floor its spectrum instead of failing the evaluation."""
-    from lwl.design import baselines  # noqa: F401  (registers the baselines)
+    from lwl.evaluation import baselines  # noqa: F401  (registers the baselines)
     from lwl.q_samples import MetaTestSamples
     from lwl.registry import BASELINES
 
@@ -79,7 +80,7 @@ def test_err_interval_covers_a_known_error_at_its_nominal_rate():
     """A fixed predictor p(x) = 0.8 a.x + 0.3 x_2 of G*(x) = a.x on Q = two Gaussians: with
     b = 0.2 a - 0.3 e_2, Err^2 = sum_k w_k b'(S_k + m_k m_k')b / sum_k w_k a'(S_k + m_k m_k')a exactly;
     400 independent held-out sets of 300 + 200 points."""
-    from lwl.evaluation import relative_error_interval
+    from lwl.evaluation.metrics import relative_error_interval
 
     rng = np.random.default_rng(0)
     a = np.array([1.0, -2.0, 0.5])
@@ -124,7 +125,7 @@ def _dense_krr(X, y, Xt, ell, ridge):
 
 def test_baselines_at_own_lengthscale_pick_the_lengthscale_that_validates_best(small_spec):
     from lwl.defaults import LENGTHSCALE_FACTORS, median_lengthscale
-    from lwl.evaluation import baselines_at_own_lengthscale
+    from lwl.evaluation.heldout import baselines_at_own_lengthscale
     from lwl.q_samples import MetaTestSamples
     from lwl.spec import parse_job_spec
 
@@ -154,7 +155,7 @@ def test_baselines_at_own_lengthscale_pick_the_lengthscale_that_validates_best(s
 
 
 def test_verdict_sentence_says_when_the_best_baseline_used_its_own_lengthscale():
-    from lwl.verdict_text import verdict_sentence
+    from lwl.evaluation.verdict_text import verdict_sentence
 
     plain = verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25}})
     assert verdict_sentence(plain) == ("verdict: the design (Err 0.2000) is better than the best baseline, mixture "
@@ -183,8 +184,8 @@ def test_select_widening_finds_an_interior_optimum_beyond_the_grid():
 def test_evaluate_design_over_draws_ties_a_distribution_with_itself(small_spec):
     """The design evaluated against the same distribution (common random numbers): a tie with an
     interval no wider than rounding; against a far worse one: better; Err is the mean over the draws."""
-    from lwl.design import baselines as _  # noqa: F401
-    from lwl.evaluation import evaluate_design
+    from lwl.evaluation import baselines as _  # noqa: F401
+    from lwl.evaluation.heldout import evaluate_design
     from lwl.measures import Gaussian
     from lwl.q_samples import MetaTestSamples
     from lwl.registry import BASELINES
@@ -211,8 +212,8 @@ def test_evaluate_design_over_draws_ties_a_distribution_with_itself(small_spec):
 def test_verdict_sentence_of_a_budgeted_job_speaks_of_equal_labels():
     """The client prints verdict_text.verdict_sentence for every job: a budgeted verdict must not
     read as a design against baselines trained on 1,024 free samples."""
-    from lwl.budget_evaluation import verdict as at_equal_labels
-    from lwl.verdict_text import verdict_sentence
+    from lwl.evaluation.equal_labels import verdict as at_equal_labels
+    from lwl.evaluation.verdict_text import verdict_sentence
 
     comp = {"outcome": "better", "err": 0.1, "other_err": 0.2}
     ev = {"err": {"optimized": 0.1, "mixture": 0.2}, "comparisons": {"mixture": comp}, "labels": 2000,

@@ -1,96 +1,13 @@
-"""The paper's accuracy metric, Err = sqrt(E_Q(G) / E_Q(0)) (SM eqn app_err_eval_bilevel).
-
-Numerator and denominator are both averaged over all K members (weights w_k) and each
-member's held-out samples, then the root is taken.
+"""The held-out verdict of an unbudgeted design (docs/method.md "The verdict"): Err of KRR
+models trained on several draws of the optimised distribution and of each baseline, on Q's
+held-out samples, compared point by point and draw by draw (:mod:`lwl.evaluation.comparison`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from lwl.models import KernelRidge
-
-
-def relative_ood_error(pred: np.ndarray, truth: np.ndarray, point_weights: np.ndarray) -> float:
-    """sqrt(sum_i a_i |truth_i - pred_i|^2 / sum_i a_i |truth_i|^2) over stacked Q samples."""
-    diff = (np.asarray(truth) - np.asarray(pred)).reshape(len(point_weights), -1)
-    truth = np.asarray(truth).reshape(len(point_weights), -1)
-    num = float(point_weights @ (diff**2).sum(1))
-    den = float(point_weights @ (truth**2).sum(1))
-    return float(np.sqrt(num / den))
-
-
-def relative_error_interval(pred: np.ndarray, truth: np.ndarray, members: list[int], member_weights,
-                            level: float = 0.95) -> tuple[float, float]:
-    """A confidence interval for the model's Err on Q from its held-out samples.
-
-    Err^2 = R = N / D with N = sum_k w_k mean_{i in k} e_i, D = sum_k w_k mean_{i in k} y_i^2
-    (e_i the squared error, y_i the label of held-out point i; the points of member k are i.i.d.
-    draws of nu'_k, ``members`` gives how many points each member has, in order). The delta
-    method on log R, with the linearised influence z_i = (e_i - R y_i^2) / D, gives
-    Var(log R) = sum_k w_k^2 Var_k(z) / (n_k R^2) and the interval
-    sqrt(R exp(-/+ q se)), q the normal quantile. It covers the error of *this trained model*
-    (the randomness of the held-out points), not the spread over training sets."""
-    from scipy.stats import norm
-
-    truth = np.asarray(truth, dtype=np.float64).reshape(sum(members), -1)
-    e = ((truth - np.asarray(pred, dtype=np.float64).reshape(truth.shape)) ** 2).sum(1)
-    y2 = (truth**2).sum(1)
-    w = np.asarray(member_weights, dtype=np.float64)
-    w = w / w.sum()
-    bounds = np.cumsum([0, *members])
-    parts = [slice(bounds[k], bounds[k + 1]) for k in range(len(members))]
-    num = sum(wk * e[p].mean() for wk, p in zip(w, parts))
-    den = sum(wk * y2[p].mean() for wk, p in zip(w, parts))
-    R = num / den
-    if R <= 0:
-        return 0.0, 0.0
-    z = (e - R * y2) / den
-    var = sum(wk**2 * z[p].var(ddof=1) / (p.stop - p.start) for wk, p in zip(w, parts) if p.stop - p.start > 1)
-    half = norm.ppf(0.5 + level / 2) * np.sqrt(var) / R
-    return float(np.sqrt(R * np.exp(-half))), float(np.sqrt(R * np.exp(half)))
-
-
-def member_relative_error(pairs, member_weights=None, output_weights=1.0) -> float:
-    """Relative OOD error of an operator model (SM eqn app_ntd_rel_ood_error): with (Y_k, P_k)
-    the oracle's and the model's outputs on samples of member k and ||.||_w the output grid's
-    quadrature norm, sqrt(sum_k w_k mean_n ||Y_k - P_k||_w^2 / sum_k w_k mean_n ||Y_k||_w^2);
-    ``member_weights=None`` weights the members equally (1/K)."""
-    num, den = [], []
-    for truth, pred in pairs:
-        truth = np.asarray(truth).reshape(len(truth), -1)
-        num.append(np.mean(((truth - np.asarray(pred).reshape(truth.shape)) ** 2 * output_weights).sum(1)))
-        den.append(np.mean((truth**2 * output_weights).sum(1)))
-    if member_weights is None:
-        return float(np.sqrt(np.mean(num) / np.mean(den)))
-    n = d = 0.0
-    for w, a, b in zip(member_weights, num, den):  # accumulated in member order, as before
-        n += w * a
-        d += w * b
-    return float(np.sqrt(n / d))
-
-
-def krr_error(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
-              point_weights: np.ndarray, *, kernel: str, lengthscale: float, ridge: float,
-              device: str = "cpu", keep: dict | None = None) -> float:
-    """Err of kernel ridge regression trained on (train_x, train_y) with N sigma^2 = ridge.
-
-    The paper's final models use sigma^2 = 1e-3 / N, i.e. ``ridge = 1e-3``. ``keep``, if given,
-    receives the fitted ``model`` and its predictions ``pred`` on ``test_x``.
-    """
-    n = len(train_x)
-    model = KernelRidge(kernel, lengthscale, sigma2=ridge / n, device=device).fit(train_x, train_y)
-    pred = model.predict(test_x)
-    if keep is not None:
-        keep.update(model=model, pred=pred)
-    return relative_ood_error(pred, test_y, point_weights)
-
-
-def _sq_errors(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """Per held-out point squared error |G_hat - G*|^2 (summed over output components)."""
-    truth = np.asarray(truth, dtype=np.float64)
-    diff = truth.reshape(len(truth), -1) - np.asarray(pred, dtype=np.float64).reshape(len(truth), -1)
-    return (diff**2).sum(1)
+from lwl.evaluation.metrics import krr_error, sq_errors
 
 
 def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray | None = None,
@@ -103,14 +20,14 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     the seed (seed, STREAM_EVAL, r), draw 0 from (seed, STREAM_EVAL) as before: Gaussians share
     their standard-normal draws, common random numbers); its Err is that of the squared error
     averaged over the draws, and the design is compared with each candidate point by point and
-    draw by draw (:func:`lwl.comparison.compare`). Err-vs-N uses draw 0.
+    draw by draw (:func:`lwl.evaluation.comparison.compare`). Err-vs-N uses draw 0.
 
     Returns ``{"train_size": N, "sizes": [...], "draws": R, "err": {name: Err at N},
     "err_draws": {name: [Err of each draw]}, "err_vs_n": {name: [Err at each size]},
     "comparisons": {name: design against it}, "held_out": count, ...}``.
     """
-    from lwl.comparison import compare, error_interval
-    from lwl.design import baselines as _  # noqa: F401  (registers the baselines)
+    from lwl.evaluation.comparison import compare, error_interval
+    from lwl.evaluation import baselines as _  # noqa: F401  (registers the baselines)
     from lwl.measures import constrain
     from lwl.registry import BASELINES
     from lwl.streams import STREAM_EVAL
@@ -164,7 +81,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
                                                 keep=kept if n == ev.train_size else None) for n in sizes]
                 else:
                     krr_error(x, y, test_x, test_y, a, **kw, keep=kept)
-                rows.append(_sq_errors(kept["pred"], test_y))
+                rows.append(sq_errors(kept["pred"], test_y))
                 if r == 0 and name == "optimized" and ev.bound:
                     from lwl.bound import bilevel_bound
 
@@ -194,7 +111,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
         kept = {}
         err_vs_n[name] = [krr_error(pool[order[:n]], pool_y[order[:n]], test_x, test_y, a, **kw,
                                     keep=kept if n == ev.train_size else None) for n in sizes]
-        sq[name] = _sq_errors(kept["pred"], test_y)[None, :]  # a deterministic selection: one draw
+        sq[name] = sq_errors(kept["pred"], test_y)[None, :]  # a deterministic selection: one draw
         if progress:
             progress(name)
     err = {k: float(np.sqrt(_err_sq(v, y2, strata, q.weights))) for k, v in sq.items()}
@@ -218,7 +135,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
 
 
 def _err_sq(sq: np.ndarray, y2: np.ndarray, strata, weights) -> float:
-    from lwl.comparison import err_squared
+    from lwl.evaluation.comparison import err_squared
 
     return err_squared(sq, y2, strata, weights)
 
@@ -254,7 +171,7 @@ def baselines_at_own_lengthscale(spec, q, drawn: dict, validation_labels: np.nda
             for xs, ys in sets:
                 kept: dict = {}
                 krr_error(xs, ys, test_x, test_y, a, lengthscale=ell, keep=kept, **kw)
-                rows.append(_sq_errors(kept["pred"], test_y))
+                rows.append(sq_errors(kept["pred"], test_y))
             sq = np.stack(rows)
             out[name] = {"err": float(np.sqrt(_err_sq(sq, y2, strata, q.weights))), "lengthscale": ell, "sq": sq}
         except (ValueError, np.linalg.LinAlgError):
@@ -264,7 +181,7 @@ def baselines_at_own_lengthscale(spec, q, drawn: dict, validation_labels: np.nda
 
 def _outcome(evaluation: dict, name: str, design: float, other: float, own: bool = False) -> dict:
     """The design against candidate ``name``: its comparison over the training draws when the
-    evaluation has one (:mod:`lwl.comparison`), else the two numbers alone."""
+    evaluation has one (:mod:`lwl.evaluation.comparison`), else the two numbers alone."""
     if own:
         comp = ((evaluation.get("err_own_lengthscale") or {}).get(name) or {}).get("comparison")
     else:

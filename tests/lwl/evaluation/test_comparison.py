@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lwl.comparison import Outcome, compare, error_interval, two_way_variance
+from lwl.evaluation.comparison import Outcome, compare, error_interval, two_way_variance
 
 SIZES, WEIGHTS = [80, 160], [0.3, 0.7]
 

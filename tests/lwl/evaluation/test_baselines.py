@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from lwl.design import baselines as bl
+from lwl.evaluation import baselines as bl
 from lwl.q_samples import MetaTestSamples
 from lwl.spec import parse_job_spec
 

@@ -27,7 +27,7 @@ from lwl.transport import gaussian_barycenter
 
 def fitted_gaussians(q: MetaTestSamples) -> list[Gaussian]:
     """N(empirical mean, empirical covariance) of each member's samples (the paper uses all M)."""
-    from lwl.design.adaptive import regularised_cholesky
+    from lwl.measures.gaussian import regularised_cholesky
 
     out = []
     for x in q.members:
@@ -117,7 +117,7 @@ def normal(spec, q: MetaTestSamples) -> Gaussian:
     family Q's moment-matched Gaussian."""
     if spec.family.name == "gaussian":
         return Gaussian(spec.family.mean, cov=spec.family.cov)
-    from lwl.design.adaptive import moment_matched, regularised_cholesky
+    from lwl.measures.gaussian import moment_matched, regularised_cholesky
 
     mean, cov = moment_matched(np.concatenate(q.validation), q.point_weights(q.validation, q.weights))
     return Gaussian(mean, regularised_cholesky(cov, rel=1e-6))
