@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +15,9 @@ import typer
 from rich.console import Console
 from typer.core import TyperCommand
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from lwl.registry import Registry
+
 
 class _Command(TyperCommand):
     """Usage lines name arguments as click does, ``lwl run [OPTIONS] SPEC_PATH``: typer 0.2x
@@ -46,9 +50,6 @@ def _version(value: bool) -> None:
 def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print lwl's version and exit.")) -> None:
     """lwl: learning where to learn."""
-
-
-EXPERIMENTS = ("table1", "robustness", "ntd", "darcy", "burgers", "rte", "eit", "budget")
 
 
 class _LogProgress:
@@ -198,105 +199,44 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
     console.print(f"wrote {out / 'result.json'}")
 
 
-@app.command()
-def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {', '.join(EXPERIMENTS)}"),
-               preset: str = typer.Option("quick", help="quick (CI-sized), paper, or (ntd, darcy, burgers) paper-cpu: the paper's grid and network on a CPU budget"),
-               out: Path = typer.Option(None, "--out", help="output folder (default runs/NAME-PRESET)"),
-               runs: Optional[int] = typer.Option(None, help="override the preset's number of runs"),
-               columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns"),
-               knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
-               sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N"),
-               resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers: reuse the trials (runs) in "
-                                                       "OUT/results.json made with the same settings (grow a study, "
-                                                       "or resume one)"),
-               family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool, auto)"),
-               merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
-                                                              "runs (one of them gaussian): write one table of all "
-                                                              "families to OUT instead of running"),
-               join: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of one family's "
-                                                             "runs over different --columns: write them as one table "
-                                                             "to OUT instead of running"),
-               select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
-                                                         "validation (validated AMA: Q's validation samples accept "
-                                                         "steps and select the returned model)"),
-               workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes"),
-               q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
-                                                                        "parameters, paper (eqn customdist, the "
-                                                                        "default) or unit (lwl's earlier law)"),
-               q: str = typer.Option("lwl", "--q", help="table1: lwl's test Gaussians or the authors' (their "
-                                                        "code's seed 42, regenerated)"),
-               models: str = typer.Option("all", "--models", help="eit: all (the interval search and Q's own law "
-                                                                  "beside the paper's models) or paper (the four "
-                                                                  "paper models only)"),
-               precision: str = typer.Option("float32", "--precision", help="eit: AMINO's float32 or tf32 "
-                                                                          "(NVIDIA GPUs) matrix products"),
-               compare: Optional[Path] = typer.Option(None, "--compare", help="a committed result (its folder or "
-                                                                               "results.json): exit 1 unless this "
-                                                                               "run gives the same numbers"),
-               compare_rtol: float = typer.Option(1e-6, "--compare-rtol", min=0.0,
-                                                  help="relative tolerance of --compare (round-off)"),
-               cache: Path = typer.Option(Path.home() / ".cache" / "lwl", "--cache",
-                                          help="eit: where the generated data are kept (npz) and reused")):
-    """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
-    if name not in EXPERIMENTS:
-        console.print(f"[red]unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
-        raise typer.Exit(2)
-    if compare is not None and not compare.exists():
-        console.print(f"[red]--compare: {compare} does not exist")
-        raise typer.Exit(2)
-    written = _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select,
-                              workers, cache, q_law, models, precision, q)
-    if compare is not None:
-        _compare(written, compare, compare_rtol)
-
-
-def _run_experiment(name, preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
-                    cache, q_law, models="all", precision="float32", q="lwl") -> Path:
-    """The study ``name`` (see :func:`experiment`); returns its output folder."""
-    if name == "rte":
-        return _rte_study(preset, out, runs, knudsen.split(",") if knudsen else None,
-                          [int(n) for n in sizes.split(",")] if sizes else None, resume, select)
-    if name == "robustness":
-        return _robustness_study(preset, out, workers)
-    if name == "budget":
-        return _budget_study(preset, out, columns, workers)
-    if name == "eit":
-        return _eit_study(preset, out, cache, models, precision)
-    if name != "table1":
-        return _operator_study(name, preset, out, runs, select, resume, q_law)
+def _table1_study(o: StudyOptions) -> Path:
+    """Table 1 (lwl.experiments.table1): one tick per column and run; --merge and --join write
+    one table from earlier runs instead of running."""
     from lwl.experiments import table1
+
+    preset, out, family, q = o.preset, o.out, o.family, o.q
 
     if preset not in table1.PRESETS:
         console.print(f"[red]unknown preset {preset!r}; known: {', '.join(table1.PRESETS)}")
         raise typer.Exit(2)
-    if merge:
-        out = out or Path("runs") / f"{name}-{preset}-families"
+    if o.merge:
+        out = out or Path("runs") / f"table1-{preset}-families"
         try:
-            paths = table1.write_merged([json.loads(Path(p).read_text()) for p in merge.split(",")], out)
+            paths = table1.write_merged([json.loads(Path(p).read_text()) for p in o.merge.split(",")], out)
         except (OSError, ValueError) as exc:
             console.print(f"[red]merge: {exc}")
             raise typer.Exit(2)
         return _report(paths, out)
-    out = out or Path("runs") / (f"{name}-{preset}" + ("" if family == "gaussian" else f"-{family}")
+    out = out or Path("runs") / (f"table1-{preset}" + ("" if family == "gaussian" else f"-{family}")
                                  + ("" if q == "lwl" else f"-{q}-q"))
-    if join:
+    if o.join:
         try:
-            doc = table1.join([json.loads(Path(p).read_text()) for p in join.split(",")])
+            doc = table1.join([json.loads(Path(p).read_text()) for p in o.join.split(",")])
         except (OSError, ValueError) as exc:
             console.print(f"[red]join: {exc}")
             raise typer.Exit(2)
         return _report(table1.write_outputs(doc, out), out)
-    cols = columns.split(",") if columns else None
+    cols = o.columns.split(",") if o.columns else None
     n_cols = len(cols) if cols else len(table1.COLUMNS)
-    n_runs = runs or table1.PRESETS[preset]["runs"]
+    n_runs = o.runs or table1.PRESETS[preset]["runs"]
     with _progress() as bar:
-        task = bar.add_task(f"{name} ({preset})", total=n_cols * n_runs, info="")
+        task = bar.add_task(f"table1 ({preset})", total=n_cols * n_runs, info="")
 
         def progress(col, r, res):
             bar.update(task, advance=1, info=f"{col} run {r}: Err {res['evaluation']['err']['optimized']:.3f}")
 
         try:
-            doc = table1.run(preset, runs=runs, columns=cols, progress=progress, family=family, q=q)
+            doc = table1.run(preset, runs=o.runs, columns=cols, progress=progress, family=family, q=q)
         except ValueError as exc:
             console.print(f"[red]{exc}")
             raise typer.Exit(2)
@@ -456,6 +396,96 @@ def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[st
         console.print(f"reused {doc.get('reused_trials', 0)} trials of {out / 'results.json'}"
                       + ("" if doc.get("reused_trials") else " (none made with these settings)"))
     return _report(rte.write_outputs(doc, out), out)
+
+
+@dataclass(frozen=True)
+class StudyOptions:
+    """The options of ``lwl experiment`` as one record (each study reads the ones it knows)."""
+
+    preset: str
+    out: Path | None
+    runs: int | None
+    columns: str | None
+    knudsen: str | None
+    sizes: str | None
+    resume: bool
+    family: str
+    merge: str | None
+    join: str | None
+    select: str
+    workers: int
+    cache: Path
+    q_law: str | None
+    models: str
+    precision: str
+    q: str
+
+
+# the studies ``lwl experiment NAME`` runs: name -> runner(StudyOptions) -> output folder
+STUDIES = Registry("experiment")
+STUDIES.register("table1", None, _table1_study)
+STUDIES.register("robustness", None, lambda o: _robustness_study(o.preset, o.out, o.workers))
+for _name in ("ntd", "darcy", "burgers"):
+    STUDIES.register(_name, None, lambda o, name=_name: _operator_study(name, o.preset, o.out, o.runs, o.select,
+                                                                          o.resume, o.q_law))
+STUDIES.register("rte", None, lambda o: _rte_study(o.preset, o.out, o.runs, o.knudsen.split(",") if o.knudsen else None,
+                                                   [int(n) for n in o.sizes.split(",")] if o.sizes else None,
+                                                   o.resume, o.select))
+STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.models, o.precision))
+STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers))
+
+
+@app.command()
+def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {', '.join(STUDIES.names())}"),
+               preset: str = typer.Option("quick", help="quick (CI-sized), paper, or (ntd, darcy, burgers) paper-cpu: the paper's grid and network on a CPU budget"),
+               out: Path = typer.Option(None, "--out", help="output folder (default runs/NAME-PRESET)"),
+               runs: Optional[int] = typer.Option(None, help="override the preset's number of runs"),
+               columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns"),
+               knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
+               sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N"),
+               resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers: reuse the trials (runs) in "
+                                                       "OUT/results.json made with the same settings (grow a study, "
+                                                       "or resume one)"),
+               family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool, auto)"),
+               merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
+                                                              "runs (one of them gaussian): write one table of all "
+                                                              "families to OUT instead of running"),
+               join: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of one family's "
+                                                             "runs over different --columns: write them as one table "
+                                                             "to OUT instead of running"),
+               select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
+                                                         "validation (validated AMA: Q's validation samples accept "
+                                                         "steps and select the returned model)"),
+               workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes"),
+               q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
+                                                                        "parameters, paper (eqn customdist, the "
+                                                                        "default) or unit (lwl's earlier law)"),
+               q: str = typer.Option("lwl", "--q", help="table1: lwl's test Gaussians or the authors' (their "
+                                                        "code's seed 42, regenerated)"),
+               models: str = typer.Option("all", "--models", help="eit: all (the interval search and Q's own law "
+                                                                  "beside the paper's models) or paper (the four "
+                                                                  "paper models only)"),
+               precision: str = typer.Option("float32", "--precision", help="eit: AMINO's float32 or tf32 "
+                                                                          "(NVIDIA GPUs) matrix products"),
+               compare: Optional[Path] = typer.Option(None, "--compare", help="a committed result (its folder or "
+                                                                               "results.json): exit 1 unless this "
+                                                                               "run gives the same numbers"),
+               compare_rtol: float = typer.Option(1e-6, "--compare-rtol", min=0.0,
+                                                  help="relative tolerance of --compare (round-off)"),
+               cache: Path = typer.Option(Path.home() / ".cache" / "lwl", "--cache",
+                                          help="eit: where the generated data are kept (npz) and reused")):
+    """Run a paper study; write OUT/results.json, OUT/results.md and PNG figures."""
+    if name not in STUDIES:
+        console.print(f"[red]unknown experiment {name!r}; known: {', '.join(STUDIES.names())}")
+        raise typer.Exit(2)
+    if compare is not None and not compare.exists():
+        console.print(f"[red]--compare: {compare} does not exist")
+        raise typer.Exit(2)
+    options = StudyOptions(preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
+                           cache, q_law, models, precision, q)
+    written = STUDIES.get(name).build(options)
+    if compare is not None:
+        _compare(written, compare, compare_rtol)
 
 
 @app.command()

@@ -14,11 +14,26 @@ import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from lwl.q_samples import MEMBER_KINDS as SAMPLERS
+from lwl.kernels import KERNELS
+from lwl.registry import BASELINES
+
+
+def _register_builtin_baselines() -> None:
+    """Table 1's baselines (:mod:`lwl.evaluation.baselines`), registered by name before the
+    evaluation block below reads their names."""
+    module = "lwl.evaluation.baselines"
+    for name, build, kind in (("normal", "normal", "distribution"), ("barycenter", "barycenter_baseline", "distribution"),
+                              ("mixture", "mixture_baseline", "distribution"), ("uniform", "uniform_on", "distribution"),
+                              ("ncoreset", "ncoreset_baseline", "pool"), ("acoreset", "acoreset", "pool")):
+        if name not in BASELINES.names():
+            BASELINES.register(name, None, f"{module}:{build}", kind=kind)
+
+
+_register_builtin_baselines()
+
 MAX_MEMBER_SIZE = 1_000_000
 MAX_SEED = 2**53 - 1  # the largest integer every JSON parser reads exactly
-BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")  # lwl.evaluation.baselines registers each
-POOL_BASELINES = ("ncoreset", "acoreset")  # they select from Q's validation pool
-MEMBER_KINDS = ("gaussian", "uniform", "kle", "lognormal", "samples", "dataset")  # lwl.q_samples samples each
 DEFAULT_BASELINES = ("normal", "barycenter", "mixture")  # a bilevel job's verdict compares with these
 
 
@@ -189,11 +204,12 @@ def _one_member_kind(schema: dict) -> None:
     given (not null), the others absent or null, and ``size`` with the kinds lwl draws from."""
     props = schema["properties"]
     branches = []
-    for kind in MEMBER_KINDS:
+    kinds = SAMPLERS.names()
+    for kind in kinds:
         given = next(s for s in props[kind]["anyOf"] if s.get("type") != "null")
         needs_size = kind in ("gaussian", "uniform", "lognormal")
         branches.append({"required": [kind, "size"] if needs_size else [kind],
-                         "properties": {kind: given, **{k: {"type": "null"} for k in MEMBER_KINDS if k != kind},
+                         "properties": {kind: given, **{k: {"type": "null"} for k in kinds if k != kind},
                                         **({"size": next(s for s in props["size"]["anyOf"] if s.get("type") != "null")}
                                            if needs_size else {})}})
     schema["oneOf"] = branches
@@ -218,9 +234,9 @@ class MemberSpec(StrictModel):
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in MEMBER_KINDS if getattr(self, k) is not None]
+        given = [k for k in SAMPLERS.names() if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of {', '.join(MEMBER_KINDS)} (got {given or 'none'})")
+            raise ValueError(f"give exactly one of {', '.join(SAMPLERS.names())} (got {given or 'none'})")
         for kle in (self.kle, self.lognormal):
             if kle is not None:
                 kle.measure()  # parameter checks
@@ -586,7 +602,7 @@ class KRRSpec(StrictModel):
     convention) or the Laplace kernel exp(-||x-x'||_1 / lengthscale)."""
 
     name: Literal["krr"] = "krr"
-    kernel: Literal["squared_exponential", "laplace"] = "squared_exponential"
+    kernel: Literal[tuple(KERNELS.names())] = "squared_exponential"
     lengthscale: float | None = Field(
         default=None, gt=0, description="default: selected by validation from the median distance between Q's "
                                           "validation samples (a bilevel job chooses it with the design)")
@@ -743,7 +759,7 @@ class EvaluationSpec(StrictModel):
     enabled: bool | None = Field(default=None, description="default: on, except for external (ask/tell) oracles")
     train_size: int = Field(default=1024, ge=1, le=100_000)
     ridge: float = Field(default=1e-3, gt=0)
-    baselines: list[Literal[BASELINES]] | None = Field(
+    baselines: list[Literal[tuple(BASELINES.names())]] | None = Field(
         default=None, description="default: normal, barycenter and mixture for bilevel jobs, none otherwise")
     sizes: list[int] = Field(default_factory=list, description="extra N for an Err-vs-N curve")
     draws: int = Field(default=5, ge=1, le=100,
@@ -842,7 +858,7 @@ class JobSpec(StrictModel):
             raise ValueError("enabled: an external (ask/tell) oracle cannot label the evaluation's "
                              "training sets; set false")
         tests = info.data.get("test_distributions")
-        if tests is not None and any(b in (ev.baselines or ()) for b in POOL_BASELINES):
+        if tests is not None and any(BASELINES.get(b).extra["kind"] == "pool" for b in ev.baselines or ()):
             pool = tests.validation_per_member * len(tests.members)
             if max([ev.train_size, *ev.sizes]) > pool:
                 raise ValueError(f"train_size: coreset baselines select from the {pool} validation points; "
@@ -1053,6 +1069,11 @@ def _rebuild_job_spec() -> None:
     from lwl.registry import ALGORITHMS, FAMILIES, MODELS
 
     changed = False
+    accepted = list[Literal[tuple(BASELINES.names())]] | None  # a plugin's baseline too
+    if EvaluationSpec.model_fields["baselines"].annotation != accepted:
+        EvaluationSpec.model_fields["baselines"].annotation = accepted
+        EvaluationSpec.model_rebuild(force=True)
+        changed = True
     for field, registry in (("family", FAMILIES), ("model", MODELS), ("algorithm", ALGORITHMS)):
         models = registry.params_models()
         if not models:
@@ -1093,7 +1114,7 @@ def _register_builtins() -> None:
     ALGORITHMS.register("interval_search", IntervalSearchSpec, "lwl.design.interval_search:build",
                         _check_interval_search, evaluate="lwl.design.interval_search:evaluate", final_steps=0,
                         prefers_gpu=True)
-    for registry in (FAMILIES, MODELS, ALGORITHMS):
+    for registry in (FAMILIES, MODELS, ALGORITHMS, BASELINES):
         registry.on_change(_rebuild_job_spec)
     _rebuild_job_spec()
 

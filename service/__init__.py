@@ -1,1 +1,1 @@
-"""The HTTP face of lwl (FastAPI). Not built yet: see the service issue and DESIGN.md."""
+"""The HTTP face of lwl (FastAPI): docs/architecture.md, docs/service.md."""

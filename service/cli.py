@@ -52,7 +52,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
         host = "127.0.0.1"
     elif not settings.owners_by_key():
         console.print("[yellow]no LWL_API_KEYS set: serving 127.0.0.1 only, without authentication")
-    from service.supervisor import WorkerSupervisor
+    from service.core.supervisor import WorkerSupervisor
 
     supervisor = None
     if not no_worker:  # restarted when they die, killed when this process dies

@@ -1,1 +1,1 @@
-"""The Celery face of lwl. Not built yet: see the service issue and DESIGN.md."""
+"""The Celery face of lwl: workers that run job slices (docs/architecture.md, docs/service.md)."""

@@ -82,7 +82,7 @@ def _gpu_workers(gpus: str, data_dir: Optional[Path], loglevel: str) -> None:
     import signal
     import threading
 
-    from service.supervisor import WorkerSupervisor
+    from service.core.supervisor import WorkerSupervisor
 
     ids = [g.strip() for g in gpus.split(",") if g.strip()]
     if not ids or not all(g.isdigit() for g in ids):

@@ -26,7 +26,7 @@ from lwl.spec import SpecError, parse_job_spec
 from service.core.queue import TASK_RUN_SLICE
 from service.core.routing import QUEUE_CPU
 from service.core.settings import Settings, get_settings
-from service.core.store import Store
+from service.core.store import JobStatus, Store
 from worker.asktell import AwaitLabels, StoreOracle, announce
 from worker.celery_app import celery_app
 from worker.presence import CURRENT
@@ -64,15 +64,15 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
             "Job kept losing its worker",
             f"{job['attempts'] - 1} slices of this job started and never finished (a worker died, e.g. "
             f"out of memory); giving up after max_attempts={settings.max_attempts}", 500))
-        return "failed"
+        return JobStatus.FAILED
     if job["cancel_requested"]:
         store.cancelled(job_id, lease)
-        return "cancelled"
+        return JobStatus.CANCELLED
     try:
         spec = parse_job_spec(job["spec"])
     except SpecError as exc:  # cannot happen for specs the API accepted; kept for old rows
         store.fail(job_id, lease, problem("Invalid job spec", str(exc), 422))
-        return "failed"
+        return JobStatus.FAILED
     if spec.device == "auto" and settings.worker_device != "auto":
         spec = spec.model_copy(update={"device": settings.worker_device})
 
@@ -125,20 +125,20 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
                              should_stop=should_stop)
     except outbound.Cancelled:
         store.cancelled(job_id, lease)
-        return "cancelled"
+        return JobStatus.CANCELLED
     except AwaitLabels as wait:
         if wait.new_round:  # open_round already paused the job
             announce(spec.oracle.webhook_url, job_id, wait.batch_ids)
         else:
             store.pause_for_labels(job_id, lease)
-        return "awaiting_labels"
+        return JobStatus.AWAITING_LABELS
     except OracleCallError as exc:
         store.fail(job_id, lease, problem("Lab oracle failed", str(exc), 502, batch_id=exc.batch_id))
-        return "failed"
+        return JobStatus.FAILED
     except Interrupted:
         if store.cancel_requested(job_id):
             store.cancelled(job_id, lease)
-            return "cancelled"
+            return JobStatus.CANCELLED
         gen = store.end_slice(job_id, lease)
         if gen is not None:
             enqueue(job_id, gen)
@@ -149,12 +149,12 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
         log.error("job %s failed: %s", job_id, traceback.format_exc())
         status = 422 if isinstance(exc, (ValueError, KeyError)) else 500
         store.fail(job_id, lease, problem("Job failed", f"{type(exc).__name__}: {exc}", status))
-        return "failed"
+        return JobStatus.FAILED
     finally:
         stop.set()
     result["worker"] = WORKER_NAME
     store.succeed(job_id, lease, result)
-    return "succeeded"
+    return JobStatus.SUCCEEDED
 
 
 def enqueue(job_id: str, generation: int) -> None:

@@ -72,7 +72,7 @@ def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tens
 
 
 class BilevelDesign(StepperDefaults):
-    """The bilevel method as a stepper (DESIGN.md "Algorithms are steppers").
+    """The bilevel method as a stepper (docs/architecture.md "The pieces of a job").
 
     ``init() -> state``; while not ``done(state)``: label ``queries(state)`` and call
     ``step(state, labels) -> state``; ``result(state)`` gives the distribution and history.

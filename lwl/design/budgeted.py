@@ -58,7 +58,6 @@ import numpy as np
 from lwl.design.adaptive import adam_step, guard_gradient
 from lwl.design.families import Params
 from lwl.design.stepper import StepperDefaults
-from lwl.evaluation.metrics import relative_ood_error
 from lwl.measures import Measure
 from lwl.models import KernelRidge
 from lwl.outcomes import failed_rows

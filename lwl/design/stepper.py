@@ -1,4 +1,4 @@
-"""The contract every design algorithm implements (DESIGN.md "Algorithms are steppers").
+"""The contract every design algorithm implements (docs/architecture.md "The pieces of a job").
 
 A stepper never calls the oracle itself unless its algorithm needs the oracle inside a step
 (AMA's distribution step, particle AMA's adjoint): the loop (:func:`lwl.runner.iterate`) asks

@@ -21,7 +21,6 @@ from lwl.device import DTYPE
 from lwl.measures import Gaussian, Mixture, UniformBox
 from lwl.q_samples import MetaTestSamples
 from lwl.models import KernelRidge
-from lwl.registry import BASELINES
 from lwl.transport import gaussian_barycenter
 
 
@@ -123,11 +122,16 @@ def normal(spec, q: MetaTestSamples) -> Gaussian:
     return Gaussian(mean, regularised_cholesky(cov, rel=1e-6))
 
 
-# Distribution baselines: build(spec, q) -> Measure. Pool baselines: build(pool, labels, n,
-# kernel=, lengthscale=, ridge=, seed=) -> indices into the pool in selection order.
-BASELINES.register("normal", None, normal, kind="distribution")
-BASELINES.register("barycenter", None, lambda spec, q: barycenter(q), kind="distribution")
-BASELINES.register("mixture", None, lambda spec, q: mixture(q), kind="distribution")
-BASELINES.register("uniform", None, lambda spec, q: uniform_on(spec, q), kind="distribution")
-BASELINES.register("ncoreset", None, lambda pool, labels, n, *, ridge, **kw: ncoreset(pool, n, **kw), kind="pool")
-BASELINES.register("acoreset", None, acoreset, kind="pool")
+# The builders registered under lwl.registry.BASELINES (lwl.spec registers the built-in ones by
+# name). A distribution baseline: build(spec, q) -> Measure; a pool baseline: build(pool, labels,
+# n, kernel=, lengthscale=, ridge=, seed=) -> indices into the pool in selection order.
+def barycenter_baseline(spec, q: MetaTestSamples) -> Gaussian:
+    return barycenter(q)
+
+
+def mixture_baseline(spec, q: MetaTestSamples) -> Mixture:
+    return mixture(q)
+
+
+def ncoreset_baseline(pool: np.ndarray, labels: np.ndarray, n: int, *, ridge: float, **kw) -> np.ndarray:
+    return ncoreset(pool, n, **kw)

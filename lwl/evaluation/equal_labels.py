@@ -81,7 +81,6 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     lengthscale is the one the job chose). Returns the evaluation document with the per-point
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
-    from lwl.evaluation import baselines as _  # noqa: F401  (registers the baselines)
     from lwl.measures import constrain
     from lwl.registry import BASELINES as REG
 
@@ -107,7 +106,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
              if REG.get(b).extra.get("kind") == "distribution"]
     for name in names:
         try:
-            measure = constrain(REG.get(name).build(spec, q), domain)  # inside the input domain
+            measure = constrain(REG.get(name).resolve()(spec, q), domain)  # inside the input domain
             out = []
             for r in range(draws):  # draw r of every baseline from the same seed (common random numbers)
                 x = measure.sample(n, [spec.seed, STREAM_AUDIT, r])

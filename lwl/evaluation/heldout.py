@@ -27,7 +27,6 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     "comparisons": {name: design against it}, "held_out": count, ...}``.
     """
     from lwl.evaluation.comparison import compare, error_interval
-    from lwl.evaluation import baselines as _  # noqa: F401  (registers the baselines)
     from lwl.measures import constrain
     from lwl.registry import BASELINES
     from lwl.streams import STREAM_EVAL
@@ -54,7 +53,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     for name in ev.baselines:
         if name not in pool_baselines:
             try:  # with an input domain the baselines draw inside it too: the oracle is never asked outside
-                candidates[name] = constrain(BASELINES.get(name).build(spec, q), domain)
+                candidates[name] = constrain(BASELINES.get(name).resolve()(spec, q), domain)
             except (ValueError, np.linalg.LinAlgError) as exc:
                 failed[name] = str(exc)
 
@@ -106,7 +105,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
         if pool_y is None:
             pool_y = as_numpy(oracle.label(pool))
             labels_used += len(pool)
-        order = BASELINES.get(name).build(pool, pool_y, n_max, kernel=kw["kernel"], lengthscale=kw["lengthscale"],
+        order = BASELINES.get(name).resolve()(pool, pool_y, n_max, kernel=kw["kernel"], lengthscale=kw["lengthscale"],
                                           ridge=ev.ridge, seed=[spec.seed, STREAM_EVAL, 100 + idx])
         kept = {}
         err_vs_n[name] = [krr_error(pool[order[:n]], pool_y[order[:n]], test_x, test_y, a, **kw,

@@ -215,7 +215,7 @@ def markdown(doc: dict) -> str:
 
 
 def write_outputs(doc: dict, out_dir) -> list:
-    from lwl.experiments.report import pyplot, write_tables
+    from lwl.experiments.report import pyplot, save_figure, write_tables
 
     out, _, paths = write_tables(doc, out_dir, markdown)
     plt = pyplot()
@@ -240,9 +240,6 @@ def write_outputs(doc: dict, out_dir) -> list:
             ax.set_xlabel("total labels")
         axes[0][0].set_ylabel("held-out Err")
         axes[0][0].legend(fontsize=6)
-        fig.tight_layout()
-        fig.savefig(out / "err_vs_labels.png", dpi=110)
-        plt.close(fig)
-        paths.append(out / "err_vs_labels.png")
+        paths.append(save_figure(fig, out / "err_vs_labels.png", dpi=110))
     return paths
 

@@ -35,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lwl.design.interval_search import IntervalSearch
-from lwl.experiments.report import pyplot, write_tables
+from lwl.experiments.report import pyplot, save_figure, write_tables
 from lwl.models.amino import AMINORegressor
 from lwl.oracles.eit import DirichletSolver, angles, conductivity, dirichlet_data, draw_coefficients
 
@@ -278,10 +278,7 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
     ax.set(xlabel="lower end l of the training law U[l, l + π/2]  [× π]", ylabel="relative L¹ error", yscale="log",
            title="EIT: error of AMINO against the position of its training law")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "positions.png", dpi=120)
-    plt.close(fig)
-    paths.append(out / "positions.png")
+    paths.append(save_figure(fig, out / "positions.png"))
     if figs is not None:
         M = figs["grid"]
         names = [r["name"] for r in rows if r.get("paper_model")] + [d["name"]]
@@ -302,8 +299,5 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
         for a in ax.ravel():
             a.axis("off")
         fig.suptitle(f"Reconstructed conductivities ({M}×{M}), ID (own ω law) and OOD (ω ~ U[π/2, 7π])", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(out / "reconstructions.png", dpi=110)
-        plt.close(fig)
-        paths.append(out / "reconstructions.png")
+        paths.append(save_figure(fig, out / "reconstructions.png", dpi=110))
     return paths

@@ -31,7 +31,7 @@ from lwl.design.active import active_learning
 from lwl.design.ama import AMADesign
 from lwl.design.kle_family import KLEFamily
 from lwl.evaluation.metrics import member_relative_error
-from lwl.experiments.report import pyplot, write_tables
+from lwl.experiments.report import pyplot, save_figure, write_tables
 from lwl.measures import KLEGaussian, cosine_law
 from lwl.measures.kle import darcy_test_member
 from lwl.models import DeepONetRegressor
@@ -479,9 +479,7 @@ def _convergence(doc, plt, path):
     ax[1].plot(k, m, "s-", color="C1")
     ax[1].fill_between(k, m - c, m + c, alpha=0.3, color="C1")
     ax[1].set(xlabel="AMA iteration", ylabel="AMA loss / initial", title="relative AMA loss")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write_outputs(doc: dict, out_dir) -> list[Path]:
@@ -497,10 +495,7 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
         im = ax.imshow(study.extra["matrix"], cmap="RdBu_r")
         fig.colorbar(im)
         ax.set_title(f"NtD matrix (M = {doc['config']['grid']})")
-        fig.tight_layout()
-        fig.savefig(out / "ntd_matrix.png", dpi=120)
-        plt.close(fig)
-        paths.append(out / "ntd_matrix.png")
+        paths.append(save_figure(fig, out / "ntd_matrix.png"))
     watched = next((r["watched"] for r in results if r.get("watched")), None)  # reused runs have none
     if doc["study"] == "darcy" and watched:
         M = doc["config"]["grid"]
@@ -517,10 +512,7 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
             a.set_title(f"|error|, iteration {i + 1}")
         for a in ax:
             a.axis("off")
-        fig.tight_layout()
-        fig.savefig(out / "error_fields.png", dpi=120)
-        plt.close(fig)
-        paths.append(out / "error_fields.png")
+        paths.append(save_figure(fig, out / "error_fields.png"))
     if doc["study"] == "burgers":
         U, Y = tests[0]
         x = study.z[:, 0]
@@ -537,8 +529,5 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
             ax[2].fill_between(n, mean - ci, mean + ci, alpha=0.2)
         ax[2].set(xlabel="N", ylabel="relative OOD error", yscale="log", title="error vs N")
         ax[2].legend()
-        fig.tight_layout()
-        fig.savefig(out / "err_vs_n.png", dpi=120)
-        plt.close(fig)
-        paths.append(out / "err_vs_n.png")
+        paths.append(save_figure(fig, out / "err_vs_n.png"))
     return paths

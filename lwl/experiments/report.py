@@ -32,6 +32,14 @@ def pyplot():
 CODE_PATHS = ("lwl", "service", "worker", "scripts", "bench")
 
 
+def save_figure(fig, path: Path, dpi: int = 120) -> Path:
+    """Lay out, write and close a study's figure; returns its path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
+
+
 def provenance() -> dict:
     """What produced a result: lwl's version and, from a git checkout, the commit and whether
     the code (CODE_PATHS) had uncommitted changes (``None`` outside a checkout)."""

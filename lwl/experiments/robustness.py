@@ -304,7 +304,7 @@ def _counts(c: dict) -> str:
 
 
 def write_outputs(doc: dict, out_dir) -> list:
-    from lwl.experiments.report import pyplot, write_tables
+    from lwl.experiments.report import pyplot, save_figure, write_tables
 
     out, _, paths = write_tables(doc, out_dir, markdown)
     plt = pyplot()
@@ -323,7 +323,5 @@ def write_outputs(doc: dict, out_dir) -> list:
     ax.set_ylabel("design Err (held out)")
     ax.set_title("below the diagonal: the design wins")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "robustness.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "robustness.png")
     return [*paths, out / "robustness.png"]

@@ -25,7 +25,7 @@ import numpy as np
 
 from lwl.design.particles import ParticleAMADesign
 from lwl.experiments.operators import bound_rows, bound_table, relative_ood_error, t_interval, zero_error
-from lwl.experiments.report import pyplot, write_tables
+from lwl.experiments.report import pyplot, save_figure, write_tables
 from lwl.measures import KLEGaussian
 from lwl.models import DeepONetRegressor
 from lwl.oracles import make_oracle
@@ -251,9 +251,7 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
             a.errorbar(sizes, mean, yerr=ci, marker="o", capsize=3, label=label)
         a.set(title=f"eps = {name}", xlabel="N", ylabel="relative OOD error", yscale="log")
         a.legend()
-    fig.tight_layout()
-    fig.savefig(out / "err_vs_n.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "err_vs_n.png")
     fig, a = plt.subplots(figsize=(5, 3.8))
     for name in names:
         sizes = [int(n) for n in doc["results"][name]]
@@ -262,9 +260,7 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
         a.errorbar(sizes, mean, yerr=ci, marker="o", capsize=3, label=f"eps = {name}")
     a.set(xlabel="N", ylabel="particle AMA wall time [s]", title="runtime (this machine, 2 cores)")
     a.legend()
-    fig.tight_layout()
-    fig.savefig(out / "runtime.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "runtime.png")
     paths += [out / "err_vs_n.png", out / "runtime.png"]
     if figs is not None:
         G = doc["config"]["grid"]
@@ -277,8 +273,5 @@ def write_outputs(doc: dict, out_dir) -> list[Path]:
             ax[1, j].set_title("density int u dv")
             for a in ax[:, j]:
                 a.axis("off")
-        fig.tight_layout()
-        fig.savefig(out / "input_output.png", dpi=120)
-        plt.close(fig)
-        paths.append(out / "input_output.png")
+        paths.append(save_figure(fig, out / "input_output.png"))
     return paths

@@ -22,7 +22,6 @@ the L^2 norm of the mean difference uses the grid's quadrature.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np

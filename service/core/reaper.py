@@ -1,7 +1,7 @@
 """Re-enqueue jobs whose worker died (stale heartbeat), from their last checkpoint.
 
 Crash recovery cannot rest on the broker alone: kombu's local transports never redeliver a
-task whose worker was SIGKILLed, and Redis only after its visibility timeout (DESIGN.md). Every
+task whose worker was SIGKILLed, and Redis only after its visibility timeout (docs/service.md). Every
 worker and the embedded server run this loop; the store's generation counter makes concurrent
 reapers harmless.
 """

@@ -15,6 +15,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 from enum import IntEnum
 from typing import Any
 
@@ -112,8 +113,20 @@ class Told:
     failed: np.ndarray  # bool (k,)
 
 
-STATUSES = ("queued", "running", "awaiting_labels", "succeeded", "failed", "cancelled")
-TERMINAL = ("succeeded", "failed", "cancelled")
+class JobStatus(StrEnum):
+    """A job's place in its life: queued -> running -> succeeded | failed | cancelled; an
+    ask/tell job goes running -> awaiting_labels -> queued between rounds; a dead worker's job
+    goes running -> queued (the reaper)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_LABELS = "awaiting_labels"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
 class IdempotencyConflict(Exception):
@@ -252,7 +265,7 @@ class Store:
                     return self._job(row), False
             job_id = _new_id()
             c.execute(insert(jobs).values(
-                id=job_id, owner=owner, status="queued", spec=_json(spec), idempotency_key=idempotency_key,
+                id=job_id, owner=owner, status=JobStatus.QUEUED, spec=_json(spec), idempotency_key=idempotency_key,
                 request_hash=request_hash, created_at=now, updated_at=now, total=total, attempts=0,
                 cancel_requested=False, generation=0, ask_step=0, progress=_json({"iteration": 0, "total": total}),
                 kind=_json(job_kind(spec)), queue=queue))
@@ -343,9 +356,9 @@ class Store:
         when the job had already ended (nothing changed)."""
         now = time.time()
         with self.engine.begin() as c:
-            stopped = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_(("queued", "awaiting_labels")))
-                                .values(status="cancelled", cancel_requested=True, finished_at=now, updated_at=now))
-            asked = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "running")
+            stopped = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_((JobStatus.QUEUED, JobStatus.AWAITING_LABELS)))
+                                .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, updated_at=now))
+            asked = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == JobStatus.RUNNING)
                               .values(cancel_requested=True, updated_at=now))
         return stopped.rowcount + asked.rowcount > 0
 
@@ -357,7 +370,7 @@ class Store:
     def counts_by_status(self) -> dict[str, int]:
         with self.engine.connect() as c:
             rows = c.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
-        return {s: 0 for s in STATUSES} | {s: n for s, n in rows}
+        return {s.value: 0 for s in JobStatus} | {s: n for s, n in rows}
 
     # -- jobs: worker side --------------------------------------------------------------------
     def acquire(self, job_id: str, generation: int, lease: str, worker: str) -> dict | None:
@@ -365,9 +378,9 @@ class Store:
         Returns the full job (with checkpoint) or None when the message is stale."""
         now = time.time()
         with self.engine.begin() as c:
-            res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "queued",
+            res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED,
                                                jobs.c.generation == generation)
-                            .values(status="running", lease=lease, worker=worker, heartbeat_at=now, updated_at=now,
+                            .values(status=JobStatus.RUNNING, lease=lease, worker=worker, heartbeat_at=now, updated_at=now,
                                     attempts=jobs.c.attempts + 1, started_at=func.coalesce(jobs.c.started_at, now)))
             if res.rowcount != 1:
                 return None
@@ -411,7 +424,7 @@ class Store:
     def end_slice(self, job_id: str, lease: str) -> int | None:
         """The slice made progress and stops cleanly: requeue under the next generation and
         reset the attempt count. Returns the generation to enqueue, None if the lease was lost."""
-        ok = self._finish(job_id, lease, status="queued", attempts=0, generation=jobs.c.generation + 1)
+        ok = self._finish(job_id, lease, status=JobStatus.QUEUED, attempts=0, generation=jobs.c.generation + 1)
         return self.get_job(job_id)["generation"] if ok else None
 
     def succeed(self, job_id: str, lease: str, result: dict) -> bool:
@@ -420,14 +433,14 @@ class Store:
         job = self.get_job(job_id) or {}
         progress = {**(job.get("progress") or {}),
                     **{k: result[k] for k in ("verdict", "warnings", "selected") if k in result}}
-        return self._finish(job_id, lease, status="succeeded", result=_json(result), progress=_json(progress),
+        return self._finish(job_id, lease, status=JobStatus.SUCCEEDED, result=_json(result), progress=_json(progress),
                             finished_at=time.time())
 
     def fail(self, job_id: str, lease: str | None, problem: dict) -> bool:
-        return self._finish(job_id, lease, status="failed", error=_json(problem), finished_at=time.time())
+        return self._finish(job_id, lease, status=JobStatus.FAILED, error=_json(problem), finished_at=time.time())
 
     def cancelled(self, job_id: str, lease: str) -> bool:
-        return self._finish(job_id, lease, status="cancelled", finished_at=time.time())
+        return self._finish(job_id, lease, status=JobStatus.CANCELLED, finished_at=time.time())
 
     def requeue_stale(self, stale_seconds: float) -> list[tuple[str, int]]:
         """Running jobs whose heartbeat is older than ``stale_seconds`` (their worker died) go
@@ -436,11 +449,11 @@ class Store:
         out = []
         with self.engine.begin() as c:
             rows = c.execute(select(jobs.c.id, jobs.c.generation).where(
-                jobs.c.status == "running", jobs.c.heartbeat_at < cutoff)).all()
+                jobs.c.status == JobStatus.RUNNING, jobs.c.heartbeat_at < cutoff)).all()
             for job_id, gen in rows:
                 res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.generation == gen,
-                                                   jobs.c.status == "running")
-                                .values(status="queued", lease=None, generation=gen + 1, updated_at=time.time()))
+                                                   jobs.c.status == JobStatus.RUNNING)
+                                .values(status=JobStatus.QUEUED, lease=None, generation=gen + 1, updated_at=time.time()))
                 if res.rowcount == 1:
                     out.append((job_id, gen + 1))
         return out
@@ -470,7 +483,7 @@ class Store:
                     inputs=_npy(part), created_at=now))
                 ids.append(batch_id)
             res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.lease == lease)
-                            .values(ask_step=step, status="awaiting_labels", lease=None, attempts=0,
+                            .values(ask_step=step, status=JobStatus.AWAITING_LABELS, lease=None, attempts=0,
                                     updated_at=now))
             if res.rowcount != 1:
                 raise RuntimeError("lease lost while opening an ask/tell round")
@@ -478,7 +491,7 @@ class Store:
 
     def pause_for_labels(self, job_id: str, lease: str) -> bool:
         """The round's batches exist already (a resumed slice): pause again."""
-        return self._finish(job_id, lease, status="awaiting_labels", attempts=0)
+        return self._finish(job_id, lease, status=JobStatus.AWAITING_LABELS, attempts=0)
 
     def batch(self, job_id: str, batch_id: str) -> dict | None:
         with self.engine.connect() as c:
@@ -544,7 +557,7 @@ class Store:
                 return "conflict", None
             if known.all():
                 return "duplicate", None
-            if row["step"] != job["ask_step"] or job["status"] != "awaiting_labels":
+            if row["step"] != job["ask_step"] or job["status"] != JobStatus.AWAITING_LABELS:
                 return "stale", None
             outcomes, values = outcomes.copy(), values.copy()
             outcomes[i], values[i] = want, np.where(told.failed, np.nan, told.labels)
@@ -565,8 +578,8 @@ class Store:
                 label_batches.c.labels.is_(None))).scalar()
             if missing:
                 return "accepted", None
-            res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "awaiting_labels")
-                            .values(status="queued", generation=jobs.c.generation + 1, updated_at=now))
+            res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == JobStatus.AWAITING_LABELS)
+                            .values(status=JobStatus.QUEUED, generation=jobs.c.generation + 1, updated_at=now))
             return "accepted", (job["generation"] + 1 if res.rowcount == 1 else None)
 
     def result(self, job_id: str) -> dict | None:

@@ -14,7 +14,7 @@ from lwl.arrays import ArrayTooLarge, read_npy_bytes
 
 from service import problems
 from service.deps import EnqueueDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
-from service.core.store import PointOutcome, Told
+from service.core.store import JobStatus, PointOutcome, Told
 from service.problems import Problem
 from service.routers.jobs import NPY
 
@@ -112,7 +112,7 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
     with the id in the ``LWL-Batch-Id`` header and the number of pending points in
     ``LWL-Pending-Points``."""
     job = own_job(store, job_id, owner)
-    pending = store.pending_batches(job_id) if job["status"] == "awaiting_labels" else []
+    pending = store.pending_batches(job_id) if job["status"] == JobStatus.AWAITING_LABELS else []
     if not pending:
         raise Problem(409, "No pending queries", f"the job is {job['status']}", job_status=job["status"])
     batch = pending[0]
@@ -201,7 +201,7 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
 def only_pending_batch(store, job: dict) -> str:
     """The batch .npy labels without ``?batch_id=`` are for: the job's one pending batch. A job
     with none or several pending is in the wrong state for that (409), not a wrong request."""
-    pending = store.pending_batches(job["id"]) if job["status"] == "awaiting_labels" else []
+    pending = store.pending_batches(job["id"]) if job["status"] == JobStatus.AWAITING_LABELS else []
     if not pending:
         raise Problem(409, "No pending queries", f"the job is {job['status']}", field="batch_id",
                       job_status=job["status"])

@@ -6,7 +6,7 @@ import hashlib
 import io
 import json
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import numpy as np
 import orjson
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from lwl.spec import MAX_SEED, SpecError, parse_job_spec
 from service import problems
 from service.core.routing import DEVICE_OF_QUEUE, QUEUE_CPU, queue_for
-from service.core.store import STATUSES, IdempotencyConflict, Store
+from service.core.store import IdempotencyConflict, JobStatus, Store
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.jsonresponse import FastJSONResponse
 from service.problems import Problem
@@ -75,7 +75,7 @@ class JobView(BaseModel):
     iteration/total, objective, validation error and elapsed seconds; ``verdict`` the held-out
     comparison of a finished bilevel job; ``conditions`` why a queued job waits."""
     id: str
-    status: Literal[STATUSES]  # type: ignore[valid-type]
+    status: JobStatus
     created_at: float
     updated_at: float | None = None
     started_at: float | None = None
@@ -136,7 +136,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
 
 @router.get("/v1/jobs", tags=["jobs"], responses=problems.responses(400, 401, 422))
 def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
-              status: Annotated[Literal[STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
+              status: Annotated[JobStatus | None, Query()] = None,
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
               cursor: Annotated[str | None, Query(max_length=200, pattern=CURSOR)] = None) -> dict:
     """The owner's jobs, newest first; pass ``next_cursor`` back as ``cursor`` for more."""
@@ -148,7 +148,7 @@ def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
         except ValueError:
             raise Problem(400, "Bad cursor", "use the next_cursor of a previous page", field="cursor") from None
     rows = store.list_jobs(owner, status, limit + 1, before)
-    live = live_workers(store, settings) if any(r["status"] in ("queued", "running") for r in rows) else []
+    live = live_workers(store, settings) if any(r["status"] in (JobStatus.QUEUED, JobStatus.RUNNING) for r in rows) else []
     items = [job_view(r, live, settings) for r in rows[:limit]]
     nxt = f"{rows[limit - 1]['created_at']!r}_{rows[limit - 1]['id']}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
@@ -162,7 +162,7 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: Setti
     # async and serialised by orjson: the hot polling path skips the thread pool and
     # FastAPI's encoder; the indexed primary-key reads take well under a millisecond
     job = own_job(store, job_id, owner)
-    live = live_workers(store, settings) if job["status"] in ("queued", "running") else []
+    live = live_workers(store, settings) if job["status"] in (JobStatus.QUEUED, JobStatus.RUNNING) else []
     return FastJSONResponse(job_view(job, live, settings))
 
 @router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404, 422))
@@ -201,7 +201,7 @@ def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
 def no_result(job: dict) -> Problem:
     """409 for a job without a result: still on its way, or ended without one (then say so)."""
     status = job["status"]
-    if status in ("cancelled", "failed"):
+    if status in (JobStatus.CANCELLED, JobStatus.FAILED):
         return Problem(409, f"Job {status}", f"the job is {status}: it has no result and will have none",
                        field="status", job_status=status)
     return Problem(409, "Job has no result yet", f"the job is {status}; wait until it has succeeded "
@@ -210,7 +210,7 @@ def no_result(job: dict) -> Problem:
 
 def finished_result(job_id: str, store: Store, owner: str) -> dict:
     job = own_job(store, job_id, owner)
-    if job["status"] != "succeeded":
+    if job["status"] != JobStatus.SUCCEEDED:
         raise no_result(job)
     return store.result(job_id)
 
@@ -255,7 +255,7 @@ async def post_samples(job_id: str, body: SampleRequest, request: Request, store
     """``n`` samples of the optimised distribution from ``seed``: JSON, or ``.npy`` bytes
     with ``Accept: application/x-npy`` (streamed)."""
     job = own_job(store, job_id, owner)
-    if job["status"] != "succeeded":
+    if job["status"] != JobStatus.SUCCEEDED:
         raise no_result(job)
     measure = measure_for(job_id)
     floats = body.n * measure.dim
@@ -286,13 +286,13 @@ def conditions(job: dict, live: list[dict], settings) -> list[dict]:
     silent and the reaper will resume it from its checkpoint."""
     out = []
     queue = job.get("queue") or QUEUE_CPU
-    if job["status"] == "queued" and not any(queue in w["queues"] for w in live):
+    if job["status"] == JobStatus.QUEUED and not any(queue in w["queues"] for w in live):
         device = DEVICE_OF_QUEUE.get(queue, queue)
         out.append({"type": "NoLiveWorker", "queue": queue,
                     "message": f"no live worker takes queue {queue} ({'GPU' if device == 'cuda' else 'CPU'} "
                                f"jobs); the job waits until one starts (lwl worker --device {device})"})
     beat = job.get("heartbeat_at")
-    if job["status"] == "running" and beat is not None:
+    if job["status"] == JobStatus.RUNNING and beat is not None:
         silent = time.time() - beat
         if silent > 2.5 * settings.heartbeat_seconds:
             out.append({"type": "WaitingForRecovery", "silent_seconds": round(silent, 1),

@@ -45,7 +45,6 @@ def test_rank_deficient_q_member_still_gets_its_baselines():
     """Identical rows make a member's covariance singular. A job spec refuses such a member
     (tests/lwl/test_spec.py); should one reach the evaluation anyway (a dataset replaced under
     a stored job), the fitted Gaussians floor its spectrum instead of failing the evaluation."""
-    from lwl.evaluation import baselines  # noqa: F401  (registers the baselines)
     from lwl.q_samples import MetaTestSamples
     from lwl.registry import BASELINES
 
@@ -53,7 +52,7 @@ def test_rank_deficient_q_member_still_gets_its_baselines():
     q = MetaTestSamples([np.tile([0.1, 0.2, 0.3, 0.4, 0.5], (150, 1)), rng.standard_normal((150, 5))],
                         np.array([0.5, 0.5]), 100)
     for name in ("barycenter", "mixture"):
-        measure = BASELINES.get(name).build(None, q)
+        measure = BASELINES.get(name).resolve()(None, q)
         x = measure.sample(50, 1)
         assert np.all(np.isfinite(x)) and np.all(np.linalg.eigvalsh(measure.mean_and_cov()[1]) > 0)
 
@@ -184,7 +183,6 @@ def test_select_widening_finds_an_interior_optimum_beyond_the_grid():
 def test_evaluate_design_over_draws_ties_a_distribution_with_itself(small_spec):
     """The design evaluated against the same distribution (common random numbers): a tie with an
     interval no wider than rounding; against a far worse one: better; Err is the mean over the draws."""
-    from lwl.evaluation import baselines as _  # noqa: F401
     from lwl.evaluation.heldout import evaluate_design
     from lwl.measures import Gaussian
     from lwl.q_samples import MetaTestSamples
@@ -195,7 +193,7 @@ def test_evaluate_design_over_draws_ties_a_distribution_with_itself(small_spec):
     spec = parse_job_spec(small_spec)
     q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed)
     oracle = spec.oracle.build()
-    same = BASELINES.get("normal").build(spec, q)
+    same = BASELINES.get("normal").resolve()(spec, q)
     ev = evaluate_design(spec, q, Gaussian(same.mean, cov=same.cov), oracle)
     assert ev["draws"] == 4 and len(ev["err_draws"]["optimized"]) == 4
     assert ev["comparisons"]["normal"]["outcome"] == "tie"
