@@ -115,7 +115,21 @@ def _build_isotropic(spec, coords, q: MetaTestSamples) -> IsotropicFamily:
     return IsotropicFamily(spec, coords, q)
 
 
+def _example_isotropic() -> dict:
+    """A small job with this family (the conformance suite's input: tests/conformance)."""
+    from tests.conformance.examples import bilevel
+
+    return {**bilevel(), "family": {"name": "toy_isotropic", "log_scale": 0.5}}
+
+
+def _example_fixed() -> dict:
+    from tests.conformance.examples import bilevel
+
+    return {**bilevel(), "family": {"name": "gaussian", "mean": [0.5] * 5, "cov": (0.05 * np.eye(5)).tolist()},
+            "algorithm": {"name": "toy_fixed", "iterations": 2, "samples": 8}, "evaluation": {"baselines": []}}
+
+
 if "toy_isotropic" not in FAMILIES:  # importable twice (pytest and LWL_PLUGINS) without error
-    FAMILIES.register("toy_isotropic", IsotropicFamilySpec, bilevel=_build_isotropic)
+    FAMILIES.register("toy_isotropic", IsotropicFamilySpec, bilevel=_build_isotropic, example=_example_isotropic)
 if "toy_fixed" not in ALGORITHMS:
-    ALGORITHMS.register("toy_fixed", FixedSpec, _build_fixed, _check_fixed)
+    ALGORITHMS.register("toy_fixed", FixedSpec, _build_fixed, _check_fixed, example=_example_fixed)
