@@ -20,6 +20,7 @@ del _os, _backend
 
 __version__ = "0.1.0"
 
+import lwl.builtins  # noqa: E402, F401  (every built-in family, model, algorithm and oracle registers itself)
 from lwl.runner import run_job  # noqa: E402
 
 __all__ = ["__version__", "run_job"]

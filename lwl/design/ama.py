@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
-from scipy.optimize import differential_evolution, minimize
+from pydantic import Field
 
 from lwl.bound import bound_constant_squared
 from lwl.design.kle_family import KLEFamily
@@ -47,6 +47,8 @@ from lwl.design.validated import SELECTIONS, best_weights, judge
 from lwl.lipschitz import lipschitz_pairs, lipschitz_ratio
 from lwl.measures import KLEGaussian
 from lwl.oracles import Oracle, as_numpy
+from lwl.registry import ALGORITHMS
+from lwl.spec import JobSpec, StrictModel, operator_parts
 from lwl.streams import STREAM_LIP, STREAM_OPT, STREAM_TRAIN
 
 OPTIMIZERS = ("differential_evolution", "adam", "lbfgsb")
@@ -97,7 +99,7 @@ class AMADesign(StepperDefaults):
 
     @classmethod
     def from_spec(cls, spec, oracle: Oracle) -> "AMADesign":
-        """The stepper of an ``algorithm.name == "ama"`` job spec (see lwl.spec.AMASpec)."""
+        """The stepper of an ``algorithm.name == "ama"`` job spec (see AMASpec below)."""
         from lwl.models.deeponet import deeponet_factory
 
         fam = spec.family
@@ -362,6 +364,8 @@ class AMADesign(StepperDefaults):
     def _optimise(self, theta: np.ndarray, state, model) -> np.ndarray:
         fam = self.family
         bounds = [fam.bounds[p] for p in fam.free]
+        from scipy.optimize import differential_evolution, minimize  # loaded lazily: importing lwl stays fast
+
         if self.optimizer == "differential_evolution":
             res = differential_evolution(lambda x: self.objective(x, state, model), bounds, tol=self.tol,
                                          maxiter=self.maxiter, seed=self.seed + state["iteration"],
@@ -406,3 +410,57 @@ def evaluate(stepper: AMADesign, state: dict[str, Any], spec, oracle, out: dict)
 
     return {"evaluation": stepper.evaluate(state, spec.test_distributions.validation_per_member,
                                            [spec.seed, STREAM_EVAL])}
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class AMASpec(StrictModel):
+    """Alternating minimisation of the OOD upper bound (paper Alg. 2; see lwl.design.ama)."""
+    name: Literal["ama"] = "ama"
+    iterations: int = Field(default=10, ge=1, le=10_000)
+    samples_per_iteration: int = Field(default=500, ge=2, le=1_000_000, description="training samples per model step")
+    optimization_samples: int = Field(default=500, ge=1, le=1_000_000,
+                                      description="fixed samples for the training-error term of the distribution step")
+    optimizer: Literal["differential_evolution", "adam", "lbfgsb"] = "differential_evolution"
+    learning_rate: float = Field(default=1e-3, gt=0, description="adam")
+    steps: int = Field(default=500, ge=1, le=1_000_000, description="adam steps per round")
+    rounds: int = Field(default=3, ge=1, le=1000, description="adam rounds until the bound falls")
+    tol: float = Field(default=1e-7, gt=0)
+    maxiter: int = Field(default=1000, ge=1, le=1_000_000, description="differential evolution / L-BFGS-B")
+    model_rounds: int = Field(default=1, ge=1, le=1000, description="training rounds until the bound falls")
+    lipschitz_oracle: float | None = Field(default=None, gt=0, description="Lip(G*); estimated when omitted")
+    lipschitz_model: float | None = Field(default=None, gt=0, description="R; estimated when omitted")
+    lipschitz_pairs: int = Field(default=250, ge=1, le=100_000)
+    lipschitz_candidates: int = Field(default=11, ge=1, le=1000)
+    select: Literal["bound", "validation"] = Field(
+        default="validation", description="validation (lwl's default): Q's validation samples accept steps and "
+                                          "select the returned iterate (lwl.design.validated); bound: the paper's "
+                                          "AMA (steps accepted when the bound falls, the last iterate returned)")
+    backtracks: int = Field(default=2, ge=0, le=50, description="validation: halvings back towards the kept "
+                                                                "distribution before the design stops")
+
+
+def check_ama(spec: JobSpec) -> None:
+    """AMA: a KLE family, a DeepONet, KLE members matching the family's basis, a synchronous
+    oracle with an output grid, bounds for differential evolution."""
+    if spec.family.name == "particles":
+        raise ValueError("algorithm.name: a particles family is moved by particle_ama")
+    operator_parts(spec, "kle", "KLE", "a synchronous oracle (built-in or http)")
+    fam = spec.family.kle_parameters().model_dump(include={"basis", "grid", "modes", "endpoints"})
+    for k, m in enumerate(spec.test_distributions.members):
+        if m.kle is None:
+            raise ValueError(f"test_distributions.members.{k}: ama needs KLE members ('kle') for the "
+                             "closed-form W2")
+        if m.kle.model_dump(include=set(fam)) != fam:
+            raise ValueError(f"test_distributions.members.{k}.kle: basis, grid, modes and endpoints must "
+                             "match the family's")
+    if spec.algorithm.optimizer == "differential_evolution" and set(spec.family.bounds) != set(spec.family.free):
+        raise ValueError("family.bounds: differential evolution needs bounds for every free parameter")
+    try:
+        spec.oracle.build().output_grid(spec.family.dim)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+ALGORITHMS.register("ama", AMASpec, build, check_ama, evaluate=evaluate, final_steps=1, prefers_gpu=True)

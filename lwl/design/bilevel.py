@@ -31,24 +31,31 @@ out of place (the authors' code overwrote its held-out labels with an in-place `
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 
+from lwl.defaults import (
+    LENGTHSCALE_FACTORS,
+    LENGTHSCALE_LIMITS,
+    edge_note,
+    select_widening,
+)
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient
-from lwl.measures.gaussian import moment_matched, regularised_cholesky
-from lwl.defaults import LENGTHSCALE_FACTORS, LENGTHSCALE_LIMITS, edge_note, select_widening
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
 from lwl.design.stepper import StepperDefaults
 from lwl.device import DTYPE, resolve_device
 from lwl.measures import Measure
-from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
-from lwl.streams import STREAM_CHECK, STREAM_DESIGN
+from lwl.measures.gaussian import moment_matched, regularised_cholesky
 from lwl.models import KernelRidge
 from lwl.outcomes import failed_rows, usable
-from lwl.spec import JobSpec
+from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
+from lwl.registry import ALGORITHMS
+from lwl.spec import JobSpec, StrictModel, kle_member_sizes
+from lwl.streams import STREAM_CHECK, STREAM_DESIGN
 
 PHASE_VALIDATION = "label_validation"
 PHASE_CHECK = "check"
@@ -111,7 +118,6 @@ class BilevelDesign(StepperDefaults):
     @classmethod
     def from_spec(cls, spec: JobSpec, resolve: DatasetResolver = _no_datasets) -> "BilevelDesign":
         from lwl.defaults import fill_from_data
-
         from lwl.q_samples import degenerate_member
 
         q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve, domain=spec.domain)
@@ -740,3 +746,116 @@ def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracl
     v = verdict(evaluation, out.get("warnings", []), returned_initial=returned_initial,
                 initial_label=stepper.start_label("given"))
     return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+DEFAULT_BASELINES = ("normal", "barycenter", "mixture")  # a bilevel job's verdict compares with these
+
+
+class BilevelSpec(StrictModel):
+    """Bilevel gradient descent (paper Alg. 3) with a cosine-annealed nugget.
+
+    ``optimizer="adaptive"`` (the default) needs no step size: Adam in Q's whitened coordinates,
+    ``step`` being the step length in standard deviations of Q (cosine-annealed to
+    ``final_step``), with a guarded gradient and a parameter box (docs/method.md).
+    ``optimizer="paper"`` is the paper's plain step theta <- theta - t_k grad with t_k cosine
+    from ``learning_rate`` to ``final_learning_rate``; ``gradient_scale="relative"`` divides that
+    gradient by E_Q(0) (descends 1/2 Err^2); the paper's setting is "absolute".
+
+    Every ``check_every`` iterations (and after the last) the iterate is scored on Q's validation
+    samples by KRR trained on ``check_samples`` points drawn with one fixed seed (default: the
+    evaluation's train_size, at most 2048), with the evaluation's ridge. ``keep="best"`` returns
+    the best checked iterate; the adaptive optimiser also returns to it and halves its step after
+    ``patience`` checks without progress and stops after ``max_halvings`` halvings.
+    """
+
+    name: Literal["bilevel"] = "bilevel"
+    iterations: int = Field(default=1000, ge=1, le=1_000_000)
+    samples_per_iteration: int | None = Field(
+        default=None, ge=2, le=100_000,
+        description="N_k; default: the evaluation's train_size (design for the N you will train with)")
+    optimizer: Literal["adaptive", "paper"] = "adaptive"
+    step: float = Field(default=0.05, gt=0, le=10, description="adaptive: Adam step in standard deviations of Q")
+    final_step: float = Field(default=0.0, ge=0, le=10, description="adaptive: step at the last iteration")
+    learning_rate: float = Field(default=1e-2, gt=0, description="paper: t_0")
+    final_learning_rate: float = Field(default=0.0, ge=0, description="paper: t at the last iteration")
+    nugget: float = Field(default=1e-3, gt=0, description="sigma^2 at the first iteration")
+    final_nugget: float = Field(default=1e-7, gt=0, description="sigma^2 at the last iteration")
+    gradient_scale: Literal["absolute", "relative"] = Field(
+        default="absolute", description="paper: raw gradient of 1/2 E_Q or of 1/2 Err^2 (adaptive is scale-free)")
+    check_every: int = Field(default=25, ge=1, le=1_000_000)
+    check_samples: int | None = Field(default=None, ge=2, le=100_000)
+    keep: Literal["best", "last"] = "best"
+    starts: Literal["given", "moment_matched"] = Field(
+        default="moment_matched",
+        description="adaptive: also check Q's moment-matched Gaussian at iteration 0 and start from the better")
+    broaden: list[Annotated[float, Field(gt=1.0, le=100.0)]] = Field(
+        default_factory=lambda: [1.5, 2.0, 3.0, 4.0], max_length=8,
+        description="adaptive with starts=moment_matched: also check the first start point (Q's fit) with its "
+                    "covariance scaled by each factor at iteration 0 (regression learns Q best from a broader "
+                    "design); [] for none")
+    significance: float = Field(
+        default=2.0, ge=0.0, le=100.0,
+        description="keep=best: the kept iterate must beat the given initial distribution by this many standard "
+                    "errors of the paired validation difference, else the best check that does (or the initial "
+                    "one) is returned (0: off)")
+    start_significance: float = Field(
+        default=1.645, ge=0.0, le=100.0,
+        description="keep=best: the same for the start points checked at iteration 0 (a few candidates fixed in "
+                    "advance, so a one-sided 5% test; never above significance)")
+    patience: int = Field(default=2, ge=1, le=1000)
+    max_halvings: int = Field(default=6, ge=0, le=60)
+    # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted, docs/method.md
+    # "Designs for a label budget"); these four fields are read by it only
+    round_size: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="budgeted jobs: labels bought per design round; default budget/16 within [64, 256], raised "
+                    "so that the rounds fit max_rounds")
+    max_rounds: int = Field(default=30, ge=2, le=10_000,
+                            description="budgeted jobs: most labelling rounds, the validation round included")
+    validation_fraction: float = Field(
+        default=0.25, gt=0.0, lt=1.0,
+        description="budgeted jobs: share of the budget spent on labels of Q's validation samples (at most "
+                    "validation_per_member per member; they are also training data)")
+    hedge: float = Field(default=0.25, ge=0.0, lt=1.0,
+                         description="budgeted jobs: share of each round after selection drawn from Q's mixture "
+                                     "while it races the selected candidate at equal numbers of points (0: off; "
+                                     "see docs/method.md)")
+    inner_steps: int = Field(default=0, ge=0, le=100_000,
+                             description="budgeted jobs: bilevel steps on a surrogate of G* between two rounds, "
+                                         "whose result competes for the next round's labels (0: off; see "
+                                         "docs/method.md)")
+
+
+def check_bilevel(spec: JobSpec) -> None:
+    """Bilevel: a family with a bilevel builder (``bilevel`` in its registry entry), a krr
+    model; N_k defaults to the evaluation's train_size."""
+    from lwl.registry import FAMILIES
+
+    if spec.algorithm.samples_per_iteration is None:
+        spec.algorithm.samples_per_iteration = spec.evaluation.train_size
+    movable = [e.name for e in FAMILIES.entries() if "bilevel" in e.extra]
+    if spec.family.name not in movable:
+        moved_by = FAMILIES.get(spec.family.name).extra.get("moved_by")
+        raise ValueError(f"algorithm.name: a {spec.family.name} family is moved by {moved_by}" if moved_by else
+                         f"algorithm.name: bilevel needs a family among {movable} and a krr model")
+    if spec.model.name != "krr":
+        raise ValueError(f"algorithm.name: bilevel needs a family among {movable} and a krr model")
+    if spec.algorithm.optimizer == "paper" and not FAMILIES.get(spec.family.name).extra.get("paper_optimizer"):
+        raise ValueError("algorithm.optimizer: the paper's plain step is defined for the gaussian family; "
+                         "use the adaptive optimiser")
+    kle_member_sizes(spec)
+    from lwl.q_samples import degenerate_member
+
+    for k, m in enumerate(spec.test_distributions.members):
+        if m.samples is not None:
+            why = degenerate_member(np.asarray(m.samples, dtype=np.float64))
+            if why:
+                raise ValueError(f"test_distributions.members.{k}.samples: {why}")
+
+
+ALGORITHMS.register("bilevel", BilevelSpec, build, check_bilevel, evaluate=evaluate, final_steps=0,
+                    baselines=DEFAULT_BASELINES, domain=True, budgeted="lwl.design.budgeted:build",
+                    budget_needs="lwl.design.budgeted:check_budget",
+                    budgeted_evaluate="lwl.evaluation.equal_labels:evaluate")

@@ -19,14 +19,17 @@ candidate.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import UniformBox
 from lwl.oracles.eit import angles, conductivity, dirichlet_data, draw_coefficients
 from lwl.q_samples import MetaTestSamples
+from lwl.registry import ALGORITHMS, FAMILIES
+from lwl.spec import JobSpec, StrictModel
 from lwl.streams import STREAM_EVAL, STREAM_TRAIN
 
 STREAM_VALIDATION_PAIRS = 21  # which of Q's validation omegas each validation pair takes
@@ -182,3 +185,68 @@ def build(spec, oracle, resolve=None) -> IntervalSearchDesign:
 
 def evaluate(stepper: IntervalSearchDesign, state, spec, oracle, out: dict) -> dict:
     return {"evaluation": stepper.evaluate(state, oracle, spec.algorithm.validation_samples)}
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class IntervalFamilySpec(StrictModel):
+    """U[l, l + width] for a scalar design variable (EIT: the Dirichlet data's frequency omega),
+    the position l free in [range[0], range[1] - width]. Moved by ``interval_search``."""
+    name: Literal["interval"] = "interval"
+    dim_field: ClassVar[str] = "name"
+    width: float = Field(gt=0, description="the interval's fixed width (the paper's EIT laws: pi / 2)")
+    range: Annotated[list[float], Field(min_length=2, max_length=2)] = Field(
+        description="[lower, upper]: where the interval may lie (the paper's EIT: [pi / 2, 7 pi])")
+
+    @model_validator(mode="after")
+    def _fits(self):
+        lo, hi = self.range
+        if not hi > lo:
+            raise ValueError("range: the upper end must exceed the lower end")
+        if self.width > hi - lo:
+            raise ValueError(f"width: {self.width} is wider than the range [{lo}, {hi}]")
+        return self
+
+    @property
+    def dim(self) -> int:
+        return 1
+
+
+class IntervalSearchSpec(StrictModel):
+    """Validation-driven search for the position of an interval family (lwl.design.interval_search):
+    a grid of ``candidates`` positions, then ``refine`` rounds of midpoints around the best; each
+    candidate trains the model on ``samples_per_candidate`` conductivities with ``pairs`` boundary
+    data each and is scored by its relative L^1 error on ``validation_samples`` conductivities
+    whose frequencies come from Q's validation samples. Needs the ``eit`` oracle and ``amino``."""
+    name: Literal["interval_search"] = "interval_search"
+    candidates: int = Field(default=13, ge=2, le=1000)
+    refine: int = Field(default=1, ge=0, le=20)
+    pairs: int = Field(default=16, ge=1, le=10_000, description="L: boundary data pairs per conductivity")
+    samples_per_candidate: int = Field(default=256, ge=2, le=1_000_000)
+    validation_samples: int = Field(default=64, ge=1, le=1_000_000)
+
+    @property
+    def iterations(self) -> int:
+        """At most this many candidates are trained (the progress total; the validation labels
+        before them are no iteration)."""
+        return self.candidates + 2 * self.refine
+
+
+def check_interval_search(spec: JobSpec) -> None:
+    """Interval search: an interval family, AMINO, the eit oracle, scalar members of Q."""
+    if spec.family.name != "interval":
+        raise ValueError("family.name: interval_search moves an interval family ('interval')")
+    if spec.model.name != "amino":
+        raise ValueError("model.name: interval_search trains AMINO ('amino')")
+    if spec.oracle.name != "eit":
+        raise ValueError("oracle.name: interval_search designs the Dirichlet data of the eit oracle")
+    if spec.evaluation.baselines:
+        raise ValueError("evaluation.baselines: interval_search has no baselines (set [])")
+    if spec.algorithm.samples_per_candidate < spec.model.batch_size:
+        raise ValueError("algorithm.samples_per_candidate: fewer samples than one batch of the model")
+
+
+FAMILIES.register("interval", IntervalFamilySpec, moved_by="interval_search")
+ALGORITHMS.register("interval_search", IntervalSearchSpec, build, check_interval_search, evaluate=evaluate,
+                    final_steps=0, prefers_gpu=True)

@@ -13,12 +13,16 @@ Sampling at theta with noise drawn from ``seed`` equals ``measure(theta).sample(
 from __future__ import annotations
 
 import math
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
+from pydantic import Field, model_validator
 
 from lwl.measures import KLEGaussian
 from lwl.measures.base import SeedLike, as_generator
+from lwl.registry import FAMILIES
+from lwl.spec import KLEParameters
 
 PARAMETERS = ("shift", "omega", "amplitude", "alpha", "tau", "sigma")
 _T = torch.float64
@@ -107,3 +111,34 @@ class KLEFamily:
         else:
             x = coef @ self._sines
         return x + self.mean_function(theta)
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class KLEFamilySpec(KLEParameters):
+    """nu_theta = a KLE Gaussian (AMA); ``free`` names the parameters that move, ``bounds``
+    their box (required by differential evolution)."""
+    name: Literal["kle"] = "kle"
+    dim_field: ClassVar[str] = "grid"
+    free: list[Literal["shift", "omega", "amplitude", "alpha", "tau", "sigma"]] = Field(min_length=1)
+    bounds: dict[str, Annotated[list[float], Field(min_length=2, max_length=2)]] = Field(
+        default_factory=dict, description="[lower, upper] per free parameter")
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        for p, (lo, hi) in self.bounds.items():
+            if p not in self.free:
+                raise ValueError(f"bounds.{p}: not a free parameter")
+            if not lo < hi:
+                raise ValueError(f"bounds.{p}: lower bound must be below the upper bound")
+            if not lo <= getattr(self, p) <= hi:
+                raise ValueError(f"bounds.{p}: the initial value {getattr(self, p)} lies outside [{lo}, {hi}]")
+        self.measure()
+        return self
+
+    def kle_parameters(self) -> KLEParameters:
+        return KLEParameters(**self.model_dump(exclude={"name", "free", "bounds"}))
+
+
+FAMILIES.register("kle", KLEFamilySpec, moved_by="ama")

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
-import ot
 import torch
+from pydantic import Field
 
 from lwl.bound import bound_constant_squared
 from lwl.design.stepper import StepperDefaults
@@ -33,6 +33,8 @@ from lwl.design.validated import SELECTIONS, best_weights, judge
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
 from lwl.memory import release_freed_memory
+from lwl.registry import ALGORITHMS, FAMILIES
+from lwl.spec import JobSpec, StrictModel, kle_member_sizes, operator_parts
 
 PHASE_ITERATE, PHASE_DONE = "iterate", "done"
 
@@ -121,6 +123,8 @@ class ParticleAMADesign(StepperDefaults):
     # -- objective ------------------------------------------------------------------------------
     def objective(self, c: np.ndarray, state, model, grad: bool = False):
         """F(c) and, with ``grad``, dF/dc (N, modes, modes)."""
+        from ot import emd2  # POT loads lazily: importing lwl stays fast
+
         ct = torch.tensor(np.asarray(c), dtype=torch.float64, requires_grad=grad)
         a = self.fields(ct)
         y = torch.as_tensor(self.labels(c))
@@ -133,7 +137,7 @@ class ParticleAMADesign(StepperDefaults):
         for x in self.q:
             cost = ((a * a * self._w).sum(1)[:, None] + (x * x * self._w).sum(1)[None, :]
                     - 2 * (a * self._w) @ x.T).clamp_min(0)
-            w2.append(ot.emd2(uniform, torch.full((len(x),), 1.0 / len(x), dtype=torch.float64), cost))
+            w2.append(emd2(uniform, torch.full((len(x),), 1.0 / len(x), dtype=torch.float64), cost))
         w2 = (torch.stack(w2) * self.weights).sum()
         c2 = (bound_constant_squared(state["lipschitz_oracle"], state["lipschitz_model"], m2, self._m2_q,
                                      state["zero_sq"]) * self.weights).sum()
@@ -291,11 +295,11 @@ class ParticleAMADesign(StepperDefaults):
 
     @classmethod
     def from_spec(cls, spec, oracle, resolve=None) -> "ParticleAMADesign":
-        """The stepper of an ``algorithm.name == "particle_ama"`` job spec (lwl.spec.ParticleAMASpec).
+        """The stepper of an ``algorithm.name == "particle_ama"`` job spec (ParticleAMASpec below).
         The first ``validation_per_member`` samples of each member are the OT targets; the rest are
         held out for :meth:`evaluate`."""
-        from lwl.q_samples import MetaTestSamples, _no_datasets
         from lwl.models.deeponet import deeponet_factory
+        from lwl.q_samples import MetaTestSamples, _no_datasets
 
         q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve or _no_datasets)
         fam, a = spec.family, spec.algorithm
@@ -321,3 +325,71 @@ def build(spec, oracle, resolve=None) -> ParticleAMADesign:
 def evaluate(stepper: ParticleAMADesign, state: dict[str, Any], spec, oracle, out: dict) -> dict:
     """Relative OOD error of the final model on Q's held-out samples."""
     return {"evaluation": stepper.evaluate(state)}
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class ParticlesFamilySpec(StrictModel):
+    """N particles a_q = exp(L c_q) on the closed grid x grid nodes of [0, 1]^2, (L c)(x, y) =
+    sum_ij c_ij 2 sin(i pi x) sin(j pi y) with ``modes`` x ``modes`` coefficients, initially
+    c ~ N(0, init_std^2) (paper SM RTE: 20 x 20 coefficients, N = 120, c ~ N(0, 1e-6)). Moved by
+    ``particle_ama``; the result is the particles' empirical measure (family "particles")."""
+    name: Literal["particles"] = "particles"
+    dim_field: ClassVar[str] = "grid"  # the field that fixes the dimension (for error messages)
+    grid: int = Field(ge=3, le=1024, description="nodes per side, boundary included (the oracle's grid)")
+    modes: int = Field(default=20, ge=1, le=256)
+    particles: int = Field(default=120, ge=2, le=100_000)
+    init_std: float = Field(default=1e-3, ge=0, le=10)
+
+    @property
+    def dim(self) -> int:
+        return self.grid**2
+
+
+class ParticleAMASpec(StrictModel):
+    """Particle AMA (paper Alg. 2 in particle form, Cor. "Wasserstein gradient", SM RTE): train
+    the DeepONet on the particles, then move them by c <- c - step_size N grad_c F of the upper
+    bound F (exact OT to the members' validation samples, the oracle's adjoint for the data
+    term). A step that does not lower F halves step_size, which stays reduced; stop when the step
+    norm falls below ``tol``. Needs an oracle with an adjoint solver (``rte``).
+    lwl's default step_size is 0.01 (the paper's 1e-6 does not move the particles under lwl's
+    L^2-normalised bound; docs/method.md)."""
+    name: Literal["particle_ama"] = "particle_ama"
+    iterations: int = Field(default=10, ge=1, le=10_000)
+    step_size: float = Field(default=0.01, gt=0)
+    tol: float = Field(default=1e-6, gt=0)
+    max_halvings: int = Field(default=30, ge=0, le=200)
+    max_field: float = Field(default=1e6, gt=0, description="a step taking a field above this has failed")
+    lipschitz_oracle: float | None = Field(default=None, gt=0, description="Lip(G*); estimated when omitted")
+    lipschitz_model: float | None = Field(default=None, gt=0, description="R; estimated when omitted")
+    select: Literal["bound", "validation"] = Field(
+        default="validation", description="validation (lwl's default): Q's validation samples accept steps and "
+                                          "select the returned particles (lwl.design.validated); bound: the "
+                                          "paper's (the last iterate)")
+    backtracks: int = Field(default=2, ge=0, le=50)
+
+
+def check_particle_ama(spec: JobSpec) -> None:
+    """Particle AMA: a particles family on the oracle's grid, a DeepONet, an oracle with an
+    adjoint solver (rte), members whose grids include the boundary."""
+    operator_parts(spec, "particles", "particles", "the oracle's adjoint: a built-in solver (rte)")
+    oracle = spec.oracle.build()
+    if not hasattr(oracle, "solver"):
+        raise ValueError(f"oracle.name: particle_ama needs an oracle with an adjoint solver (rte), "
+                         f"not {spec.oracle.name}")
+    if oracle.grid != spec.family.grid:
+        raise ValueError(f"family.grid: {spec.family.grid} does not match the oracle's grid {oracle.grid}")
+    if spec.family.modes > spec.family.grid - 2:
+        raise ValueError(f"family.modes: at most grid - 2 = {spec.family.grid - 2} sine modes per axis "
+                         "on this grid")
+    if any(m.kle is not None and not m.kle.endpoints or m.lognormal is not None and not m.lognormal.endpoints
+           for m in spec.test_distributions.members):
+        raise ValueError("test_distributions.members: kle and lognormal members of a particles job need "
+                         "endpoints: true (the oracle's nodes include the boundary)")
+    kle_member_sizes(spec)
+
+
+FAMILIES.register("particles", ParticlesFamilySpec, moved_by="particle_ama")
+ALGORITHMS.register("particle_ama", ParticleAMASpec, build, check_particle_ama, evaluate=evaluate, final_steps=1,
+                    prefers_gpu=True)

@@ -13,12 +13,17 @@ N = 1024 against 5,000 validation points than one 40 MB matrix; bench/bilevel.py
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
+from pydantic import Field
 
 from lwl.cholesky import cholesky_inplace
 from lwl.device import DTYPE, resolve_device
-from lwl.kernels import get_kernel, kernel_rows
+from lwl.kernels import KERNELS, get_kernel, kernel_rows
+from lwl.registry import MODELS
+from lwl.spec import StrictModel
 
 #: entries of one kernel block on a CPU (1 MiB of float64: an L2 cache); on a GPU the blocks
 #: only add launches, so they are as large as memory comfortably allows
@@ -103,3 +108,20 @@ class KernelRidge:
             r = torch.sub(yV[i:i + step], k.T @ self.coef_, out=residual[i:i + step])
             rhs.addmv_(k, a[i:i + step] * r)
         return residual, rhs
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class KRRSpec(StrictModel):
+    """Kernel ridge regression, k(x,x') = exp(-||x-x'||^2 / lengthscale^2) (the paper's
+    convention) or the Laplace kernel exp(-||x-x'||_1 / lengthscale)."""
+
+    name: Literal["krr"] = "krr"
+    kernel: Literal[tuple(KERNELS.names())] = "squared_exponential"
+    lengthscale: float | None = Field(
+        default=None, gt=0, description="default: selected by validation from the median distance between Q's "
+                                          "validation samples (a bilevel job chooses it with the design)")
+
+
+MODELS.register("krr", KRRSpec)

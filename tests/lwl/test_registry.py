@@ -122,7 +122,8 @@ def test_the_spec_vocabulary_is_the_registries():
     registered builder resolves to a callable."""
     from lwl.q_samples import MEMBER_KINDS
     from lwl.registry import BASELINES, KERNELS
-    from lwl.spec import EvaluationSpec, KRRSpec, MemberSpec
+    from lwl.models.krr import KRRSpec
+    from lwl.spec import EvaluationSpec, MemberSpec
 
     assert KERNELS.names() == list(KRRSpec.model_fields["kernel"].annotation.__args__)
     accepted = EvaluationSpec.model_fields["baselines"].annotation.__args__[0].__args__[0].__args__

@@ -5,7 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lwl.spec import ParticleAMASpec, ParticlesFamilySpec, SpecError, parse_job_spec
+from lwl.design.particles import ParticleAMASpec, ParticlesFamilySpec
+from lwl.spec import SpecError, parse_job_spec
 
 
 def test_issue_spec_is_valid_with_documented_defaults(issue_spec):

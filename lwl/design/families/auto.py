@@ -19,12 +19,15 @@ components are equal.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
-from lwl.design.families.base import Params
 from lwl.design.families import mixture
-from lwl.design.families.mixture import MixtureFamily
+from lwl.design.families.base import Params
+from lwl.design.families.mixture import MixtureFamily, MixtureFamilySpec
 from lwl.measures import Gaussian, Measure
+from lwl.registry import FAMILIES
 
 
 class AutoFamily(MixtureFamily):
@@ -96,3 +99,23 @@ def fill(family, q, seed: int):
                                        "means": [g.mean.tolist() for g in fits], "covs": [g.cov.tolist() for g in fits],
                                        "components": K})
     return family, ["weights", "means", "covs"]
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class AutoFamilySpec(MixtureFamilySpec):
+    """The default when a spec names no family: the Gaussian family and the mixture family
+    compete on Q's validation samples, with Q's own mixture as a candidate.
+
+    theta^0 is Q's mixture (one Gaussian per member of Q, or ``components`` k-means clusters,
+    as for ``mixture``); the start points checked at iteration 0 are Q's mixture, Q's
+    moment-matched Gaussian and both broadened by ``algorithm.broaden``; the descent goes on
+    from the best, and a result that does not beat Q's mixture beyond noise on validation is
+    Q's mixture itself (lwl.design.families.auto). The result's ``selected.family`` says which
+    won. Name ``gaussian`` or ``mixture`` to keep one family."""
+
+    name: Literal["auto"] = "auto"
+
+
+FAMILIES.register("auto", AutoFamilySpec, bilevel=build, fill=fill)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import numpy as np
+from pydantic import Field, model_validator
 
 from lwl.design.adaptive import WhitenedGaussian
 from lwl.design.families.base import Params
 from lwl.measures import Gaussian, project_cholesky
 from lwl.measures.gaussian import moment_matched, regularised_cholesky
+from lwl.registry import FAMILIES
+from lwl.spec import StrictModel, check_spd
 
 
 class GaussianFamily:
@@ -93,3 +98,40 @@ def fill(family, q, seed: int):
             family.cov = (L @ L.T).tolist()
             filled.append("cov")
     return family, filled
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class GaussianFamilySpec(StrictModel):
+    """nu_theta = N(m, LL^T) with theta^0 = (mean, chol(cov)); ``free`` lists what moves.
+
+    A missing ``mean`` or ``cov`` is taken from Q's moment-matched Gaussian (the weighted mean
+    and covariance of Q's validation samples) when the job starts; the result's ``spec`` holds
+    the values used."""
+
+    name: Literal["gaussian"] = "gaussian"
+    dim_field: ClassVar[str] = "mean"  # the field that fixes the dimension (for error messages)
+    mean: list[float] | None = Field(default=None, min_length=1, description="default: the mean of Q's validation samples")
+    cov: list[list[float]] | None = Field(default=None, min_length=1,
+                                          description="default: the covariance of Q's validation samples")
+    free: list[Literal["mean", "cov"]] = Field(default_factory=lambda: ["mean", "cov"])
+
+    @model_validator(mode="after")
+    def _spd(self):
+        if self.mean is not None and self.cov is not None:
+            check_spd(self.mean, self.cov)
+        elif self.mean is not None and len(self.mean) == 0:
+            raise ValueError("mean: must have at least one entry")
+        elif self.cov is not None:
+            check_spd([0.0] * len(self.cov), self.cov)
+        return self
+
+    @property
+    def dim(self) -> int | None:
+        if self.mean is not None:
+            return len(self.mean)
+        return len(self.cov) if self.cov is not None else None
+
+
+FAMILIES.register("gaussian", GaussianFamilySpec, bilevel=build, fill=fill, paper_optimizer=True)

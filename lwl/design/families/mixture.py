@@ -13,13 +13,17 @@ samples only) or the k-means clusters of Q's validation samples.
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import numpy as np
-from scipy.cluster.vq import kmeans2
+from pydantic import Field, model_validator
 
 from lwl.design.adaptive import WhitenedGaussian
-from lwl.measures.gaussian import moment_matched, regularised_cholesky
 from lwl.design.families.base import Params, softmax
 from lwl.measures import Gaussian, Mixture
+from lwl.measures.gaussian import moment_matched, regularised_cholesky
+from lwl.registry import FAMILIES
+from lwl.spec import StrictModel, check_spd
 from lwl.streams import STREAM_KMEANS
 
 MAX_LOGIT = 8.0  # |logit| box: weight ratios up to e^16 between components
@@ -55,6 +59,8 @@ def initial_components(q, components: int | None, init: str | None, seed) -> dic
     else:
         if C > len(pts):
             raise ValueError(f"family.components: {C} components for {len(pts)} validation samples")
+        from scipy.cluster.vq import kmeans2  # scipy.cluster loads lazily: importing lwl stays fast
+
         _, label = kmeans2(pts, C, minit="++", seed=np.random.default_rng(seed))
         fits, weights = [], []
         for k in range(C):
@@ -189,3 +195,63 @@ def fill(family, q, seed: int):
     family = family.model_copy(update=initial_components(q, family.components, family.init, [seed, STREAM_KMEANS]))
     family.components = len(family.means)
     return family, ["weights", "means", "covs"]
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class MixtureFamilySpec(StrictModel):
+    """nu_theta = sum_k w_k N(m_k, C_k), moved by the bilevel method (adaptive optimiser).
+
+    Missing ``weights``/``means``/``covs`` are fitted to Q's validation samples when the job
+    starts (:func:`lwl.design.families.mixture.initial_components`): one component per member
+    of Q (``init: "members"``, the ``mixture`` baseline) or ``components`` k-means clusters
+    (``"kmeans"``); by default members when ``components`` equals Q's member count (the default
+    count is min(K, 16)), k-means otherwise. The result's ``spec`` holds the values used."""
+
+    name: Literal["mixture"] = "mixture"
+    dim_field: ClassVar[str] = "means"  # the field that fixes the dimension (for error messages)
+    components: int | None = Field(default=None, ge=1, le=64, description="default: min(K, 16)")
+    init: Literal["members", "kmeans"] | None = Field(
+        default=None, description="default: members when components equals Q's member count, else kmeans")
+    weights: list[float] | None = Field(default=None, min_length=1)
+    means: list[list[float]] | None = Field(default=None, min_length=1)
+    covs: list[list[list[float]]] | None = Field(default=None, min_length=1)
+    free: list[Literal["weights", "means", "covs"]] = Field(
+        default_factory=lambda: ["weights", "means", "covs"], min_length=1)
+
+    @model_validator(mode="after")
+    def _components(self):
+        given = [k for k in ("weights", "means", "covs") if getattr(self, k) is not None]
+        if given and len(given) != 3:
+            missing = sorted({"weights", "means", "covs"} - set(given))
+            raise ValueError(f"{missing[0]}: give weights, means and covs together (or none)")
+        if given:
+            C = len(self.means)
+            if C == 0:
+                raise ValueError("means: at least one component")
+            for k in ("weights", "covs"):
+                if len(getattr(self, k)) != C:
+                    raise ValueError(f"{k}: {len(getattr(self, k))} entries for {C} means")
+            if self.components is not None and self.components != C:
+                raise ValueError(f"components: {self.components} does not match the {C} means")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights: must be non-negative with a positive sum")
+            if any(w == 0 for w in self.weights):
+                raise ValueError("weights: every component needs a positive weight (drop the others)")
+            d = len(self.means[0])
+            for k, (m, c) in enumerate(zip(self.means, self.covs)):
+                if len(m) != d:
+                    raise ValueError(f"means.{k}: dimension {len(m)}, expected {d}")
+                try:
+                    check_spd(m, c, blame_mean=False)
+                except ValueError as exc:
+                    raise ValueError(f"covs.{k}: {str(exc).partition(': ')[2]}") from None
+        return self
+
+    @property
+    def dim(self) -> int | None:
+        return len(self.means[0]) if self.means else None
+
+
+FAMILIES.register("mixture", MixtureFamilySpec, bilevel=build, fill=fill)

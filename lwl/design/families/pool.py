@@ -15,13 +15,18 @@ r_ip = w_p N_p(x_i) / p_theta(x_i) the score of sum_i c_i log p_theta(x_i) is
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import numpy as np
+from pydantic import Field
 from scipy.linalg import solve_triangular
 from scipy.special import logsumexp
 
 from lwl.design.adaptive import WhitenedGaussian
 from lwl.design.families.base import Params, softmax
 from lwl.measures import WeightedPool
+from lwl.registry import FAMILIES
+from lwl.spec import MAX_SEED, StrictModel
 from lwl.streams import STREAM_POOL
 
 MAX_LOGIT = 8.0
@@ -153,3 +158,26 @@ def fill(family, q, seed: int):
         family.bandwidth = scott_bandwidth(size, q.dim)
         filled.append("bandwidth")
     return family, filled
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class PoolFamilySpec(StrictModel):
+    """nu_theta = sum_p w_p N(x_p, h^2 C_Q) over a pool {x_p} of Q's validation points (all of
+    them, or ``pool_size`` drawn with probabilities w_k / M_k), C_Q Q's covariance; the bilevel
+    method moves the weights and the bandwidth h (adaptive optimiser). Initially Q's kernel
+    density estimate: the points' own weights and Scott's bandwidth P^(-1/(d+4)). A
+    differentiable coreset (lwl.design.families.pool)."""
+
+    name: Literal["pool"] = "pool"
+    dim_field: ClassVar[str] = "name"
+    pool_size: int = Field(default=1000, ge=2, le=20_000)
+    bandwidth: float | None = Field(default=None, gt=0, le=3, description="h in standard deviations of Q; "
+                                    "default: Scott's rule P^(-1/(d+4))")
+    pool_seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="default: the job's seed")
+    free: list[Literal["weights", "bandwidth"]] = Field(default_factory=lambda: ["weights", "bandwidth"],
+                                                        min_length=1)
+
+
+FAMILIES.register("pool", PoolFamilySpec, bilevel=build, fill=fill)
