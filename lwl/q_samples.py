@@ -136,6 +136,63 @@ def degenerate_member(x: np.ndarray, rel: float = 1e-10) -> str | None:
     return None
 
 
+class DatasetError(ValueError):
+    """A test member's dataset that a job cannot use: ``field`` names the member, ``title`` says
+    what is wrong in a few words (the service's problem title), ``detail`` why."""
+
+    def __init__(self, field: str, title: str, detail: str):
+        self.field, self.title, self.detail = field, title, detail
+        super().__init__(f"{field}: {detail}")
+
+
+def check_datasets(spec, shape_of: Callable[[str], tuple | None], load: DatasetResolver) -> None:
+    """Every dataset member of a job spec (a ``lwl.spec.JobSpec``) exists (``shape_of(ref)`` is
+    not None), has rows of the job's input dimension (the family's, or the other members') and
+    of what the oracle takes, leaves points held out after ``validation_per_member``, has a
+    full-rank covariance where the algorithm needs one (``full_rank_members`` in its registry
+    entry) and lies in the input domain. Raises :class:`DatasetError`; ``load`` is called only
+    for the checks that need the rows. The service calls this before it stores a job."""
+    from lwl.registry import ALGORITHMS
+
+    tests = spec.test_distributions
+    dim = spec.dim if spec.dim is not None else tests.dim  # None: every member is a dataset
+    for k, m in enumerate(tests.members):
+        if m.dataset is None:
+            continue
+        field = f"test_distributions.members.{k}.dataset"
+        shape = shape_of(m.dataset)
+        if shape is None:
+            raise DatasetError(field, "Unknown dataset", f"no dataset {m.dataset!r}")
+        if len(shape) == 2 and dim is None:
+            dim = shape[1]  # the first dataset fixes the dimension the others must have
+        if len(shape) != 2 or shape[1] != dim:
+            raise DatasetError(field, "Dataset has the wrong shape",
+                               f"expected an (M, {dim}) array, dataset has shape {tuple(shape)}")
+        oracle = spec.oracle.build()
+        if oracle.design_dim is not None:  # the design picks part of each input (eit: omega)
+            if dim != oracle.design_dim:
+                raise DatasetError(field, "Dataset has the wrong shape",
+                                   f"a design for oracle {spec.oracle.name} chooses {oracle.design_dim} input "
+                                   f"coordinate(s), the dataset's rows have {dim}")
+        elif dim < oracle.min_dim or (oracle.dim is not None and dim != oracle.dim):
+            want = oracle.dim if oracle.dim is not None else f">= {oracle.min_dim}"
+            raise DatasetError(field, "Dataset has the wrong shape",
+                               f"oracle {spec.oracle.name} takes inputs of dimension {want}, the dataset's rows "
+                               f"have {dim}")
+        if shape[0] <= tests.validation_per_member:
+            raise DatasetError(field, "Dataset too small", f"{shape[0]} rows leave none held out after "
+                               f"validation_per_member={tests.validation_per_member}")
+        if ALGORITHMS.get(spec.algorithm.name).extra.get("full_rank_members"):
+            why = degenerate_member(load(m.dataset))
+            if why:
+                raise DatasetError(field, "Degenerate test member", why)
+        if spec.domain is not None:  # the lab's points outside its own input domain
+            try:
+                member_in_domain(load(m.dataset), k, "dataset", spec.domain.build(), spec.domain.outside)
+            except ValueError as exc:
+                raise DatasetError(field, "Test samples outside the domain", str(exc).partition(": ")[2]) from None
+
+
 @dataclass
 class MetaTestSamples:
     members: list[np.ndarray]  # full (M_k, d) samples of each member

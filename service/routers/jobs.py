@@ -320,49 +320,20 @@ def job_view(job: dict, live: list[dict] | None = None, settings=None) -> dict:
 
 
 def check_datasets(spec, store: Store, owner: str) -> None:
-    """Every dataset a spec names exists, belongs to the owner, has a usable shape (the
-    dimension of the family or of the other members) and, for a bilevel job, a full-rank
-    covariance: refused here, before anything is stored or queued, not after the design ran."""
-    from lwl.q_samples import degenerate_member, member_in_domain
+    """The library's dataset checks (:func:`lwl.q_samples.check_datasets`) against the owner's
+    datasets, before anything is stored or queued, not after the design ran."""
+    from lwl.q_samples import DatasetError
+    from lwl.q_samples import check_datasets as check
 
-    tests = spec.test_distributions
-    dim = spec.dim if spec.dim is not None else tests.dim  # None: every member is a dataset
-    for k, m in enumerate(tests.members):
-        if m.dataset is None:
-            continue
-        field = f"test_distributions.members.{k}.dataset"
-        meta = store.get_dataset(m.dataset, owner)
-        if meta is None:
-            raise Problem(422, "Unknown dataset", f"no dataset {m.dataset!r}", field=field)
-        shape = meta["shape"]
-        if len(shape) == 2 and dim is None:
-            dim = shape[1]  # the first dataset fixes the dimension the others must have
-        if len(shape) != 2 or shape[1] != dim:
-            raise Problem(422, "Dataset has the wrong shape",
-                          f"expected an (M, {dim}) array, dataset has shape {tuple(shape)}", field=field)
-        oracle = spec.oracle.build()
-        if oracle.design_dim is not None:  # the design picks part of each input (eit: omega)
-            if dim != oracle.design_dim:
-                raise Problem(422, "Dataset has the wrong shape", f"a design for oracle {spec.oracle.name} "
-                              f"chooses {oracle.design_dim} input coordinate(s), the dataset's rows have {dim}",
-                              field=field)
-        elif dim < oracle.min_dim or (oracle.dim is not None and dim != oracle.dim):
-            want = oracle.dim if oracle.dim is not None else f">= {oracle.min_dim}"
-            raise Problem(422, "Dataset has the wrong shape", f"oracle {spec.oracle.name} takes inputs of "
-                          f"dimension {want}, the dataset's rows have {dim}", field=field)
-        if shape[0] <= tests.validation_per_member:
-            raise Problem(422, "Dataset too small", f"{shape[0]} rows leave none held out after "
-                          f"validation_per_member={tests.validation_per_member}", field=field)
-        if spec.algorithm.name == "bilevel":
-            why = degenerate_member(store.load_dataset(m.dataset, owner))
-            if why:
-                raise Problem(422, "Degenerate test member", why, field=field)
-        if spec.domain is not None:  # the lab's points outside its own input domain (lwl.q_samples)
-            try:
-                member_in_domain(store.load_dataset(m.dataset, owner), k, "dataset", spec.domain.build(),
-                                 spec.domain.outside)
-            except ValueError as exc:
-                raise Problem(422, "Test samples outside the domain", str(exc).partition(": ")[2], field=field)
+    def shape_of(ref: str):
+        meta = store.get_dataset(ref, owner)
+        return None if meta is None else tuple(meta["shape"])
+
+    try:
+        check(spec, shape_of, lambda ref: store.load_dataset(ref, owner))
+    except DatasetError as exc:
+        raise Problem(422, exc.title, exc.detail, field=exc.field) from None
+
 
 
 def samples_response(job_id: str, measure, body: SampleRequest, npy: bool) -> Response:
