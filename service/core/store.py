@@ -230,21 +230,9 @@ class Store:
                 cur.execute("PRAGMA synchronous=NORMAL")
                 cur.execute("PRAGMA busy_timeout=30000")
                 cur.close()
-        metadata.create_all(self.engine)
-        self._add_missing_columns()
+        from service.core.migrations import upgrade
 
-    def _add_missing_columns(self) -> None:
-        """Stores made by an older lwl gain the nullable columns added since (create_all
-        makes missing tables only); existing rows keep NULL there."""
-        from sqlalchemy import inspect, text
-
-        with self.engine.begin() as c:
-            for table in (jobs, label_batches):
-                have = {col["name"] for col in inspect(c).get_columns(table.name)}
-                for col in table.c:
-                    if col.name not in have and col.nullable:
-                        c.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} "
-                                       f"{col.type.compile(self.engine.dialect)}"))
+        upgrade(self.engine)  # the schema of this module, by Alembic revisions (service/core/migrations)
 
     def ping(self) -> None:
         with self.engine.connect() as c:

@@ -36,8 +36,9 @@ def test_an_older_store_gains_the_kind_column_and_keeps_its_jobs(tmp_path):
     store = Store(f"sqlite:///{path}")
     job, _ = store.create_job("alice", small_job(), 30)
     store.engine.dispose()
-    with sqlite3.connect(path) as db:  # the store as lwl wrote it before job kinds existed
+    with sqlite3.connect(path) as db:  # the store as lwl wrote it before job kinds (and migrations) existed
         db.execute("ALTER TABLE jobs DROP COLUMN kind")
+        db.execute("DROP TABLE alembic_version")
         assert "kind" not in {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
     store = Store(f"sqlite:///{path}")
     old = store.get_job(job["id"])
@@ -77,9 +78,10 @@ def test_an_older_store_gains_the_outcome_columns_and_reads_told_batches_as_labe
     job, (batch,) = _asktell_round(store)
     store.tell(job, batch, Told(np.arange(8), np.arange(8.0), np.zeros(8, dtype=bool)))
     store.engine.dispose()
-    with sqlite3.connect(path) as db:  # label_batches as lwl wrote it before per-point outcomes
+    with sqlite3.connect(path) as db:  # label_batches as lwl wrote it before per-point outcomes (and migrations)
         db.execute("ALTER TABLE label_batches DROP COLUMN outcomes")
         db.execute("ALTER TABLE label_batches DROP COLUMN partial")
+        db.execute("DROP TABLE alembic_version")
     again = Store(f"sqlite:///{path}")
     outcomes, labels = again.point_state(again.batch(job, batch))
     assert (outcomes == PointOutcome.LABELLED).all() and labels.tolist() == list(range(8))
