@@ -53,29 +53,24 @@ def ama_spec() -> dict:
 
 @pytest.fixture
 def eit_spec() -> dict:
-    """examples/eit_interval.json made small enough to run in seconds (grid 9, a tiny AMINO)."""
-    s = json.loads((ROOT / "examples" / "eit_interval.json").read_text())
-    s["oracle"]["params"]["grid"] = 9
+    """examples/eit_interval.json made small enough to run in seconds (grid 9, a tiny AMINO):
+    the conformance suite's example with more samples, epochs and candidates."""
+    from tests.conformance.examples import interval_search
+
+    s = interval_search()
     s["test_distributions"]["members"][0]["size"] = 60
     s["test_distributions"]["validation_per_member"] = 30
-    s["model"].update(channels=[4, 8, 8, 8, 8, 8, 8, 8], trunk_layers=2, trunk_width=16, latent=8, fno_channels=4,
-                      fno_modes=3, epochs=2, batch_size=8)
-    s["algorithm"].update(candidates=3, refine=1, pairs=4, samples_per_candidate=16, validation_samples=8)
-    s["device"] = "cpu"
+    s["model"].update(epochs=2)
+    s["algorithm"].update(candidates=3)
     return s
 
 
 @pytest.fixture
 def particle_spec() -> dict:
-    """examples/rte_particles.json made small enough to run in seconds (grid 9)."""
-    s = json.loads((ROOT / "examples" / "rte_particles.json").read_text())
-    s["oracle"]["params"].update(grid=9, directions=8)
-    for m in s["test_distributions"]["members"]:
-        m["lognormal"]["grid"] = 9
-        m["size"] = 16
-    s["test_distributions"]["validation_per_member"] = 8
-    s["family"].update(grid=9, modes=4, particles=8)
-    s["model"].update(branch=[32], trunk=[32], latent=16, iterations=40)
-    s["algorithm"].update(iterations=2, step_size=0.05)
-    s["device"] = "cpu"
+    """examples/rte_particles.json made small enough to run in seconds (grid 9): the
+    conformance suite's example with 40 DeepONet steps instead of 20."""
+    from tests.conformance.examples import particle_ama
+
+    s = particle_ama()
+    s["model"]["iterations"] = 40
     return s

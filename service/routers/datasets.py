@@ -9,6 +9,7 @@ from lwl.arrays import ArrayTooLarge, read_single_array
 from service.deps import OwnerDep, SettingsDep, StoreDep, read_body
 from service import problems
 from service.problems import Problem
+from service.schemas import DatasetView
 
 router = APIRouter()
 # what the contract names (service.guard takes any type a browser cannot send cross-site)
@@ -17,7 +18,8 @@ ARRAY_BYTES = ("the bytes of a .npy file, or of an .npz archive holding one arra
                "finite real numbers (np.save / np.savez; never pickled objects)")
 
 
-@router.post("/v1/datasets", status_code=201, tags=["datasets"], responses=problems.responses(400, 401, 413, 415, 422),
+@router.post("/v1/datasets", status_code=201, tags=["datasets"], response_model=DatasetView,
+             responses=problems.responses(400, 401, 413, 415, 422),
              openapi_extra={"requestBody": {"required": True, "content": {
               media: {"schema": {"type": "string", "format": "binary", "description": ARRAY_BYTES}}
               for media in DATASET_TYPES}}})
@@ -31,7 +33,8 @@ async def upload_dataset(request: Request, response: Response, store: StoreDep, 
     response.headers["Location"] = f"/v1/datasets/{meta['id']}"
     return _dataset_view(meta)
 
-@router.get("/v1/datasets/{dataset_id}", tags=["datasets"], responses=problems.responses(401, 404))
+@router.get("/v1/datasets/{dataset_id}", tags=["datasets"], response_model=DatasetView,
+            responses=problems.responses(401, 404))
 def get_dataset(dataset_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     meta = store.get_dataset(dataset_id, owner)
     if meta is None:

@@ -6,7 +6,7 @@ import hashlib
 import io
 import json
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import numpy as np
 import orjson
@@ -22,6 +22,7 @@ from service.core.store import IdempotencyConflict, JobStatus, Store
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.jsonresponse import FastJSONResponse
 from service.problems import Problem
+from service.schemas import JobCreated, JobHistory, JobList, JobView
 
 NPY = "application/x-npy"
 NPZ = "application/x-npz"  # a numpy .npz archive (np.load reads it)
@@ -64,36 +65,6 @@ EXAMPLE_JOB = {  # Friedman-1 on a two-regime Q; everything else from lwl's defa
 }
 
 
-class JobCreated(BaseModel):
-    id: str
-    status: str
-
-
-class JobView(BaseModel):
-    """A job as ``GET /v1/jobs/{id}`` shows it (documentation of the response; the handler
-    serialises :func:`job_view`'s dict with orjson on the polling path). ``progress`` carries
-    iteration/total, objective, validation error and elapsed seconds; ``verdict`` the held-out
-    comparison of a finished bilevel job; ``conditions`` why a queued job waits."""
-    id: str
-    status: JobStatus
-    created_at: float
-    updated_at: float | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    progress: dict[str, Any] | None = None
-    error: str | None = None
-    attempts: int
-    worker: str | None = None
-    cancel_requested: bool = Field(description="a cancel was asked for: a running job stops at its next "
-                                                 "step boundary, then shows status cancelled")
-    kind: dict[str, str] | None = None  # {"algorithm", "family", "oracle"} names
-    queue: str | None = None
-    conditions: list[dict[str, Any]]
-    verdict: dict[str, Any] | None = None
-    warnings: list[str]
-    links: dict[str, str]
-
-
 @router.post("/v1/jobs", status_code=202, response_model=JobCreated, tags=["jobs"],
              responses=problems.responses(400, 401, 409, 413, 415, 422, 503),
           openapi_extra={"requestBody": {"required": True, "content": {
@@ -134,7 +105,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     response.headers["Location"] = f"/v1/jobs/{job['id']}"
     return {"id": job["id"], "status": job["status"]}
 
-@router.get("/v1/jobs", tags=["jobs"], responses=problems.responses(400, 401, 422))
+@router.get("/v1/jobs", tags=["jobs"], response_model=JobList, responses=problems.responses(400, 401, 422))
 def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
               status: Annotated[JobStatus | None, Query()] = None,
               limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -165,7 +136,8 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: Setti
     live = live_workers(store, settings) if job["status"] in (JobStatus.QUEUED, JobStatus.RUNNING) else []
     return FastJSONResponse(job_view(job, live, settings))
 
-@router.get("/v1/jobs/{job_id}/history", tags=["jobs"], responses=problems.responses(401, 404, 422))
+@router.get("/v1/jobs/{job_id}/history", tags=["jobs"], response_model=JobHistory,
+            responses=problems.responses(401, 404, 422))
 def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
                 after: Annotated[str | None, Query(pattern=r"^(-1|[0-9]{1,15})$",
                                                    description="an integer: only iterations after this one "
@@ -183,8 +155,8 @@ def get_spec(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     own_job(store, job_id, owner)
     return store.spec(job_id)
 
-@router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"],
-             responses={202: {"model": JobView}, **problems.responses(401, 404, 409)})
+@router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"], response_model=JobView,
+             responses=problems.responses(401, 404, 409))
 def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """Stop the job between iterations (at once when queued or awaiting labels): 202 with the
     job, ``cancel_requested: true`` (a running job shows ``running`` until its current step

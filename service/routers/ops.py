@@ -11,17 +11,18 @@ from service.catalog import catalog
 from service.deps import OwnerDep, metrics_dep
 from service import problems
 from service.problems import Problem
+from service.schemas import Catalog, Health, Ready
 
 router = APIRouter()
 
 
-@router.get("/healthz", tags=["ops"])
+@router.get("/healthz", tags=["ops"], response_model=Health)
 def healthz() -> dict:
     """The process is alive."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", tags=["ops"], responses=problems.responses(503))
+@router.get("/readyz", tags=["ops"], response_model=Ready, responses=problems.responses(503))
 def readyz(request: Request):
     """The job store and the broker are reachable."""
     state = request.app.state
@@ -60,7 +61,7 @@ def metrics_router(public: bool) -> APIRouter:
     return out
 
 
-@router.get("/v1/catalog", tags=["catalog"], responses=problems.responses(401))
+@router.get("/v1/catalog", tags=["catalog"], response_model=Catalog, responses=problems.responses(401))
 def get_catalog(owner: OwnerDep) -> dict:
     """Oracles, families, models and algorithms with their parameter schemas."""
     return catalog()

@@ -8,12 +8,13 @@ from fastapi import APIRouter
 
 from service import problems
 from service.deps import OwnerDep, SettingsDep, StoreDep
+from service.schemas import WorkerList
 
 router = APIRouter()
 FORGET_AFTER = 3600.0  # seconds of silence after which a dead worker is no longer listed
 
 
-@router.get("/v1/workers", tags=["workers"], responses=problems.responses(401))
+@router.get("/v1/workers", tags=["workers"], response_model=WorkerList, responses=problems.responses(401))
 def list_workers(store: StoreDep, owner: OwnerDep, settings: SettingsDep) -> dict:
     """Every worker heard from in the last hour: device, queues, hardware (GPU name and memory),
     version, slices run, whether it is alive (a heartbeat within the stale timeout) and, when it
