@@ -8,14 +8,18 @@ sets and every ``/samples`` answer from distributions restricted to D
 outside it (:func:`apply_to_member`). docs/method.md ("Input domains") says why restriction
 (truncation) is the construction.
 
-This module is numpy only: the pydantic wire format is :class:`lwl.spec.DomainSpec`.
+The job spec's ``domain`` block, :class:`DomainSpec` (pydantic), is at the end of this module.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
+
+from lwl.params import StrictModel, check_rectangular
+
 
 class Domain:
     """D = {x in R^d : low <= x <= high, A x <= b} (closed; ``A``/``b`` optional)."""
@@ -191,3 +195,45 @@ class Domain:
             k = int(np.argmax(self.A @ row - self.b))
             where = [f"A[{k}] x = {float(self.A[k] @ row):g} > b[{k}] = {self.b[k]:g}"]
         return f"{out.size} of {len(x)} rows lie outside the domain (first: row {i}, {'; '.join(where[:3])})"
+
+
+# -- the job spec's domain block -------------------------------------------------------------
+
+
+class DomainSpec(StrictModel):
+    """The instrument's input domain D = {x : low <= x <= high, A x <= b} (lwl.domain): every
+    input the job hands out (design batches, ask/tell batches, training sets, the evaluation's
+    training draws, ``/samples``) lies in D. The designed distribution is the family restricted
+    to D (docs/method.md "Input domains"). Test samples the user gives (``samples``,
+    ``dataset``) outside D are refused, or moved to the nearest point of D with ``outside: "clip"``;
+    members lwl draws (``gaussian``, ``uniform``, ...) are drawn restricted to D, and refused
+    when more than 1% of their mass lies outside unless ``outside`` is ``"clip"``."""
+
+    low: list[float] = Field(min_length=1, description="lower bound of each input")
+    high: list[float] = Field(min_length=1, description="upper bound of each input (> low)")
+    A: list[list[float]] | None = Field(default=None, min_length=1, max_length=10_000,
+                                        description="linear constraints A x <= b (rows of length d), with b")
+    b: list[float] | None = Field(default=None, min_length=1, max_length=10_000)
+    outside: Literal["refuse", "clip"] = Field(
+        default="refuse", description="test samples outside the domain: refused (422 naming the member) or "
+                                      "clipped: moved to the nearest point of the domain")
+
+    @model_validator(mode="after")
+    def _domain(self):
+        from lwl.domain import Domain
+
+        if self.A is not None:
+            check_rectangular(self.A, "A")
+        domain = Domain(self.low, self.high, self.A, self.b)  # raises "high: ..." / "A: ..." / "b: ..."
+        if domain.interior_radius() <= 0:
+            raise ValueError("b: the constraints A x <= b leave no interior point in the box [low, high]")
+        return self
+
+    @property
+    def dim(self) -> int:
+        return len(self.low)
+
+    def build(self):
+        from lwl.domain import Domain
+
+        return Domain(self.low, self.high, self.A, self.b)

@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from pydantic import ConfigDict, Field, model_validator
 
 from lwl.measures import Gaussian, UniformBox
+from lwl.measures.kle import KLEParameters
+from lwl.params import StrictModel, check_rectangular, check_spd
 from lwl.registry import Registry
 from lwl.streams import STREAM_DOMAIN, STREAM_Q
 
@@ -24,7 +27,7 @@ def _no_datasets(ref: str) -> np.ndarray:
     raise ValueError(f"dataset: {ref!r} cannot be resolved here (no dataset store configured)")
 
 
-# How each kind of test member (lwl.spec.MemberSpec: exactly one field is given) becomes
+# How each kind of test member (MemberSpec below: exactly one field is given) becomes
 # samples: build(value of that field, size, seed, dataset resolver) -> (M, d) float64 array.
 MEMBER_KINDS = Registry("member kind")
 # ``drawn``: lwl draws the member's samples (from the job's seed), so with an input domain it
@@ -59,7 +62,7 @@ def share_outside(member, domain, seed: int, k: int) -> float:
 
 
 def check_member_domain(member, k: int, domain, outside: str, seed: int) -> None:
-    """Refuse member ``k`` (a ``lwl.spec.MemberSpec``) when the domain cannot hold it: the
+    """Refuse member ``k`` (a :class:`MemberSpec`) when the domain cannot hold it: the
     user's points outside it (``outside: "refuse"``; ``"clip"`` moves them to the nearest point
     of the domain), a drawn member with more than MAX_OUTSIDE_SHARE of
     its mass outside (``"refuse"``) or less than MIN_SHARE_INSIDE inside (either). Datasets are
@@ -202,9 +205,8 @@ class MetaTestSamples:
     @classmethod
     def from_spec(cls, spec, seed: int,
                   resolve: DatasetResolver = _no_datasets, domain=None) -> "MetaTestSamples":
-        """Q's samples from ``spec`` (a ``lwl.spec.TestDistributionsSpec``: the spec layer imports
-        this module to check its members, so this one names the spec's types only in words); with
-        ``domain`` (a ``lwl.spec.DomainSpec``) every sample lies in it:
+        """Q's samples from ``spec`` (a :class:`TestDistributionsSpec`); with ``domain`` (a
+        :class:`lwl.domain.DomainSpec`) every sample lies in it:
         drawn members are drawn restricted to it, the user's points refused or clipped
         (:func:`check_member_domain`)."""
         members = []
@@ -248,3 +250,135 @@ class MetaTestSamples:
     def point_weights(parts: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
         """Weights w_k / M_k of the stacked points, so sum_points a f = E_{Q} E_{nu'} f."""
         return np.concatenate([np.full(len(x), w / len(x)) for x, w in zip(parts, weights)])
+
+
+# -- the job spec's test-distributions block ----------------------------------------------------
+
+
+MAX_MEMBER_SIZE = 1_000_000
+
+
+class GaussianMember(StrictModel):
+    mean: list[float] = Field(min_length=1)
+    cov: list[list[float]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _spd(self):
+        check_spd(self.mean, self.cov)
+        return self
+
+
+class UniformMember(StrictModel):
+    """The uniform law on the box [low, high] (per coordinate)."""
+    low: list[float] = Field(min_length=1)
+    high: list[float] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _box(self):
+        if len(self.low) != len(self.high):
+            raise ValueError(f"high: {len(self.high)} bounds for {len(self.low)} lower bounds")
+        if any(h <= lo for lo, h in zip(self.low, self.high)):
+            raise ValueError("high: every upper bound must exceed its lower bound")
+        return self
+
+
+def _one_member_kind(schema: dict) -> None:
+    """The JSON schema says what :meth:`MemberSpec._one_source` enforces: exactly one kind,
+    given (not null), the others absent or null, and ``size`` with the kinds lwl draws from."""
+    props = schema["properties"]
+    branches = []
+    kinds = MEMBER_KINDS.names()
+    for kind in kinds:
+        given = next(s for s in props[kind]["anyOf"] if s.get("type") != "null")
+        needs_size = kind in ("gaussian", "uniform", "lognormal")
+        branches.append({"required": [kind, "size"] if needs_size else [kind],
+                         "properties": {kind: given, **{k: {"type": "null"} for k in kinds if k != kind},
+                                        **({"size": next(s for s in props["size"]["anyOf"] if s.get("type") != "null")}
+                                           if needs_size else {})}})
+    schema["oneOf"] = branches
+
+
+class MemberSpec(StrictModel):
+    """One test distribution nu'_k of Q, given by exactly one of: ``gaussian`` parameters
+    (lwl draws ``size`` samples from the job's seed), ``kle`` parameters (closed-form W2 for
+    AMA; ``size`` samples are drawn when the algorithm needs samples), ``lognormal`` (exp of a
+    KLE Gaussian with these parameters, e.g. scattering or conductivity fields; ``size``
+    samples), ``samples`` (an (M, d) array the user drew), or ``dataset`` (the id of an uploaded
+    array, resolved by the service or the CLI)."""
+    model_config = ConfigDict(json_schema_extra=_one_member_kind)
+
+    gaussian: GaussianMember | None = None
+    uniform: UniformMember | None = None
+    kle: KLEParameters | None = None
+    lognormal: KLEParameters | None = None
+    samples: list[list[float]] | None = Field(default=None, min_length=1)
+    dataset: str | None = None
+    size: int | None = Field(default=None, ge=1, le=MAX_MEMBER_SIZE)
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        given = [k for k in MEMBER_KINDS.names() if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(MEMBER_KINDS.names())} (got {given or 'none'})")
+        for kle in (self.kle, self.lognormal):
+            if kle is not None:
+                kle.measure()  # parameter checks
+        if self.lognormal is not None and self.size is None:
+            raise ValueError("size: a lognormal member needs the number of samples to draw")
+        for kind in ("gaussian", "uniform"):
+            if getattr(self, kind) is not None and self.size is None:
+                raise ValueError(f"size: a {kind} member needs the number of samples to draw")
+        if self.samples is not None:
+            check_rectangular(self.samples, "samples")
+            if self.size is not None and self.size != len(self.samples):
+                raise ValueError(f"size: {self.size} does not match the {len(self.samples)} rows of samples")
+        return self
+
+    @property
+    def dim(self) -> int | None:
+        if self.gaussian is not None:
+            return len(self.gaussian.mean)
+        if self.uniform is not None:
+            return len(self.uniform.low)
+        if self.kle is not None:
+            return self.kle.dim
+        if self.lognormal is not None:
+            return self.lognormal.dim
+        if self.samples is not None:
+            return len(self.samples[0])
+        return None  # a dataset's dimension is known once it is resolved
+
+    @property
+    def count(self) -> int | None:
+        if self.samples is not None:
+            return len(self.samples)
+        return self.size
+
+
+class TestDistributionsSpec(StrictModel):
+    """The meta test distribution Q = sum_k w_k delta_{nu'_k}."""
+
+    members: list[MemberSpec] = Field(min_length=1, max_length=1000)
+    weights: list[float] | None = Field(default=None, min_length=1)
+    validation_per_member: int = Field(default=500, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.weights is not None:
+            if len(self.weights) != len(self.members):
+                raise ValueError(f"weights: {len(self.weights)} weights for {len(self.members)} members")
+            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+                raise ValueError("weights: must be non-negative with a positive sum")
+        dims = {m.dim for m in self.members if m.dim is not None}
+        if len(dims) > 1:
+            raise ValueError(f"members: all members must have the same dimension, got {sorted(dims)}")
+        for k, m in enumerate(self.members):
+            if m.count is not None and m.count <= self.validation_per_member:
+                raise ValueError(
+                    f"members.{k}: {m.count} samples leave none held out after validation_per_member="
+                    f"{self.validation_per_member}")
+        return self
+
+    @property
+    def dim(self) -> int | None:
+        return next((m.dim for m in self.members if m.dim is not None), None)

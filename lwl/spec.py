@@ -11,10 +11,18 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from lwl.q_samples import MEMBER_KINDS as SAMPLERS
+from lwl.domain import DomainSpec
+from lwl.oracles.spec import OracleSpec
+from lwl.params import MAX_SEED, StrictModel, check_rectangular
+from lwl.q_samples import TestDistributionsSpec
 from lwl.registry import BASELINES
 
 
@@ -31,244 +39,6 @@ def _register_builtin_baselines() -> None:
 
 _register_builtin_baselines()
 
-MAX_MEMBER_SIZE = 1_000_000
-MAX_SEED = 2**53 - 1  # the largest integer every JSON parser reads exactly
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
-
-
-def check_spd(mean: list[float], cov: list[list[float]], what: str = "cov", blame_mean: bool = True) -> None:
-    """``cov`` is a symmetric positive definite d x d matrix for the d entries of ``mean``.
-    A square covariance of another size names the mean when ``blame_mean`` (a lone Gaussian:
-    the mean is the odd one out as often as the covariance, and its length is the simpler fix
-    to see), the covariance otherwise (a mixture's means were checked against each other)."""
-    d = len(mean)
-    if d == 0:
-        raise ValueError("mean: must have at least one entry")
-    try:
-        c = np.asarray(cov, dtype=np.float64)
-    except ValueError:  # ragged rows
-        raise ValueError(f"{what}: rows must all have the same length") from None
-    if blame_mean and c.ndim == 2 and c.shape[0] == c.shape[1] and c.shape[0] != d:
-        raise ValueError(f"mean: {d} entries, but {what} is a {c.shape[0]}x{c.shape[0]} matrix")
-    if c.shape != (d, d):
-        raise ValueError(f"{what}: expected a {d}x{d} matrix to match mean, got shape {c.shape}")
-    if not np.allclose(c, c.T, rtol=1e-10, atol=1e-12):
-        raise ValueError(f"{what}: must be symmetric")
-    try:
-        np.linalg.cholesky(c)
-    except np.linalg.LinAlgError:
-        raise ValueError(f"{what}: must be positive definite") from None
-
-
-def _check_rectangular(rows: list[list[float]], what: str) -> int:
-    if not rows:
-        raise ValueError(f"{what}: must hold at least one row")
-    widths = {len(r) for r in rows}
-    if len(widths) != 1 or 0 in widths:
-        raise ValueError(f"{what}: rows must all have the same, non-zero length (got lengths {sorted(widths)[:5]})")
-    return widths.pop()
-
-
-def _oracle_names(schema: dict) -> None:
-    """The JSON schema's ``oracle.name`` lists the registered oracles (what the validator accepts)."""
-    from lwl.oracles import oracle_names
-
-    schema["properties"]["name"]["enum"] = oracle_names()
-
-
-class OracleSpec(StrictModel):
-    """The labelling oracle.
-
-    Built-in functions (``sobol_g``, ``friedman1``, ``friedman2``, ``kernel_expansion``) take
-    ``params``. ``external`` is ask/tell through the service (``batch_size`` inputs per batch,
-    optional ``webhook_url`` announcing new queries); ``http`` posts batches to a lab's ``url``
-    (``batch_size``; ``timeout_s``: the deadline of one call, the whole exchange, at most 600;
-    ``attempts``: the job's budget of failed calls, at most 100).
-    """
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra=_oracle_names)
-
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    batch_size: int | None = Field(default=None, ge=1, le=1_000_000)
-    url: str | None = Field(default=None, max_length=2000)
-    timeout_s: float = Field(default=30.0, gt=0, le=600)
-    attempts: int = Field(default=8, ge=1, le=100)
-    webhook_url: str | None = Field(default=None, max_length=2000)
-    _built: Any = PrivateAttr(default=None)
-
-    @model_validator(mode="after")
-    def _buildable(self):
-        from lwl.oracles import make_oracle
-        from lwl.oracles.http import URLNotAllowed, check_url
-
-        if self.name in ("external", "http") and self.params:
-            raise ValueError(f"params: the {self.name} oracle takes no params")
-        if self.name != "http" and self.url is not None:
-            raise ValueError("url: only the http oracle takes a url")
-        if self.name != "external" and self.webhook_url is not None:
-            raise ValueError("webhook_url: only the external oracle announces queries")
-        if self.name == "http":
-            if self.url is None:
-                raise ValueError("url: the http oracle needs the lab's endpoint")
-            try:
-                check_url(self.url, resolve=False)  # the resolved address is checked at every call
-            except URLNotAllowed as exc:
-                raise ValueError(f"url: {exc}") from None
-        if self.webhook_url is not None:
-            try:
-                check_url(self.webhook_url, resolve=False)
-            except URLNotAllowed as exc:
-                raise ValueError(f"webhook_url: {exc}") from None
-        self._built = make_oracle(self.model_dump())  # raises "oracle.name: ..." / "oracle.params: ..."
-        return self
-
-    def __eq__(self, other: object) -> bool:  # the built oracle is a cache, not part of the value
-        return isinstance(other, OracleSpec) and self.model_dump() == other.model_dump()
-
-    def build(self):
-        """The oracle, built once when the spec was validated (every check and the run share it)."""
-        if self._built is None:
-            from lwl.oracles import make_oracle
-
-            self._built = make_oracle(self.model_dump())
-        return self._built
-
-    @property
-    def is_external(self) -> bool:
-        return self.name == "external"
-
-
-class GaussianMember(StrictModel):
-    mean: list[float] = Field(min_length=1)
-    cov: list[list[float]] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _spd(self):
-        check_spd(self.mean, self.cov)
-        return self
-
-
-class UniformMember(StrictModel):
-    """The uniform law on the box [low, high] (per coordinate)."""
-    low: list[float] = Field(min_length=1)
-    high: list[float] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _box(self):
-        if len(self.low) != len(self.high):
-            raise ValueError(f"high: {len(self.high)} bounds for {len(self.low)} lower bounds")
-        if any(h <= lo for lo, h in zip(self.low, self.high)):
-            raise ValueError("high: every upper bound must exceed its lower bound")
-        return self
-
-
-class KLEParameters(StrictModel):
-    """A Matern-like KLE Gaussian on grid functions (:class:`lwl.measures.KLEGaussian`):
-    sqrt(lambda_j) = sigma (c j^2 + tau^2)^(-alpha/2) on the sine basis of [0, 1] (``sine1d``),
-    of (0, 1)^2 (``sine2d``) or the Fourier basis of [0, 2 pi) (``fourier``); mean
-    shift + amplitude sin(omega (x - 1/2)); ``endpoints`` puts the sine grid's nodes on the
-    boundary (Darcy)."""
-
-    basis: Literal["sine1d", "sine2d", "fourier"] = "sine1d"
-    grid: int = Field(ge=2, le=16384)
-    modes: int | None = Field(default=None, ge=1)
-    alpha: float = Field(default=2.0, gt=0)
-    tau: float = Field(default=3.0, ge=0)
-    sigma: float = Field(default=1.0, ge=0)
-    shift: float = 0.0
-    amplitude: float = 0.0
-    omega: float = 0.0
-    endpoints: bool = False
-
-    def measure(self):
-        from lwl.measures import KLEGaussian
-
-        try:
-            return KLEGaussian(**self.model_dump(include=set(KLEParameters.model_fields)))
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
-
-    @property
-    def dim(self) -> int:
-        return self.grid**2 if self.basis == "sine2d" else self.grid
-
-
-def _one_member_kind(schema: dict) -> None:
-    """The JSON schema says what :meth:`MemberSpec._one_source` enforces: exactly one kind,
-    given (not null), the others absent or null, and ``size`` with the kinds lwl draws from."""
-    props = schema["properties"]
-    branches = []
-    kinds = SAMPLERS.names()
-    for kind in kinds:
-        given = next(s for s in props[kind]["anyOf"] if s.get("type") != "null")
-        needs_size = kind in ("gaussian", "uniform", "lognormal")
-        branches.append({"required": [kind, "size"] if needs_size else [kind],
-                         "properties": {kind: given, **{k: {"type": "null"} for k in kinds if k != kind},
-                                        **({"size": next(s for s in props["size"]["anyOf"] if s.get("type") != "null")}
-                                           if needs_size else {})}})
-    schema["oneOf"] = branches
-
-
-class MemberSpec(StrictModel):
-    """One test distribution nu'_k of Q, given by exactly one of: ``gaussian`` parameters
-    (lwl draws ``size`` samples from the job's seed), ``kle`` parameters (closed-form W2 for
-    AMA; ``size`` samples are drawn when the algorithm needs samples), ``lognormal`` (exp of a
-    KLE Gaussian with these parameters, e.g. scattering or conductivity fields; ``size``
-    samples), ``samples`` (an (M, d) array the user drew), or ``dataset`` (the id of an uploaded
-    array, resolved by the service or the CLI)."""
-    model_config = ConfigDict(json_schema_extra=_one_member_kind)
-
-    gaussian: GaussianMember | None = None
-    uniform: UniformMember | None = None
-    kle: KLEParameters | None = None
-    lognormal: KLEParameters | None = None
-    samples: list[list[float]] | None = Field(default=None, min_length=1)
-    dataset: str | None = None
-    size: int | None = Field(default=None, ge=1, le=MAX_MEMBER_SIZE)
-
-    @model_validator(mode="after")
-    def _one_source(self):
-        given = [k for k in SAMPLERS.names() if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of {', '.join(SAMPLERS.names())} (got {given or 'none'})")
-        for kle in (self.kle, self.lognormal):
-            if kle is not None:
-                kle.measure()  # parameter checks
-        if self.lognormal is not None and self.size is None:
-            raise ValueError("size: a lognormal member needs the number of samples to draw")
-        for kind in ("gaussian", "uniform"):
-            if getattr(self, kind) is not None and self.size is None:
-                raise ValueError(f"size: a {kind} member needs the number of samples to draw")
-        if self.samples is not None:
-            _check_rectangular(self.samples, "samples")
-            if self.size is not None and self.size != len(self.samples):
-                raise ValueError(f"size: {self.size} does not match the {len(self.samples)} rows of samples")
-        return self
-
-    @property
-    def dim(self) -> int | None:
-        if self.gaussian is not None:
-            return len(self.gaussian.mean)
-        if self.uniform is not None:
-            return len(self.uniform.low)
-        if self.kle is not None:
-            return self.kle.dim
-        if self.lognormal is not None:
-            return self.lognormal.dim
-        if self.samples is not None:
-            return len(self.samples[0])
-        return None  # a dataset's dimension is known once it is resolved
-
-    @property
-    def count(self) -> int | None:
-        if self.samples is not None:
-            return len(self.samples)
-        return self.size
-
 
 class InitialDataSpec(StrictModel):
     """Inputs and labels a lab already has (a budgeted job's free labels, kept in its training set):
@@ -280,13 +50,12 @@ class InitialDataSpec(StrictModel):
 
     @model_validator(mode="after")
     def _shapes(self):
-        import numpy as np
 
-        _check_rectangular(self.inputs, "inputs")
+        check_rectangular(self.inputs, "inputs")
         if not np.all(np.isfinite(np.asarray(self.inputs, dtype=np.float64))):
             raise ValueError("inputs: values must be finite")
         if isinstance(self.labels[0], list):
-            width = _check_rectangular(self.labels, "labels")
+            width = check_rectangular(self.labels, "labels")
             if width != 1:
                 raise ValueError(f"labels: the budgeted design takes one label per input, got {width} per row")
         if not np.all(np.isfinite(np.asarray(self.labels, dtype=np.float64))):
@@ -296,78 +65,9 @@ class InitialDataSpec(StrictModel):
         return self
 
     def arrays(self):
-        import numpy as np
 
         return (np.asarray(self.inputs, dtype=np.float64),
                 np.asarray(self.labels, dtype=np.float64).reshape(len(self.inputs)))
-
-
-class TestDistributionsSpec(StrictModel):
-    """The meta test distribution Q = sum_k w_k delta_{nu'_k}."""
-
-    members: list[MemberSpec] = Field(min_length=1, max_length=1000)
-    weights: list[float] | None = Field(default=None, min_length=1)
-    validation_per_member: int = Field(default=500, ge=1)
-
-    @model_validator(mode="after")
-    def _consistent(self):
-        if self.weights is not None:
-            if len(self.weights) != len(self.members):
-                raise ValueError(f"weights: {len(self.weights)} weights for {len(self.members)} members")
-            if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
-                raise ValueError("weights: must be non-negative with a positive sum")
-        dims = {m.dim for m in self.members if m.dim is not None}
-        if len(dims) > 1:
-            raise ValueError(f"members: all members must have the same dimension, got {sorted(dims)}")
-        for k, m in enumerate(self.members):
-            if m.count is not None and m.count <= self.validation_per_member:
-                raise ValueError(
-                    f"members.{k}: {m.count} samples leave none held out after validation_per_member="
-                    f"{self.validation_per_member}")
-        return self
-
-    @property
-    def dim(self) -> int | None:
-        return next((m.dim for m in self.members if m.dim is not None), None)
-
-
-class DomainSpec(StrictModel):
-    """The instrument's input domain D = {x : low <= x <= high, A x <= b} (lwl.domain): every
-    input the job hands out (design batches, ask/tell batches, training sets, the evaluation's
-    training draws, ``/samples``) lies in D. The designed distribution is the family restricted
-    to D (docs/method.md "Input domains"). Test samples the user gives (``samples``,
-    ``dataset``) outside D are refused, or moved to the nearest point of D with ``outside: "clip"``;
-    members lwl draws (``gaussian``, ``uniform``, ...) are drawn restricted to D, and refused
-    when more than 1% of their mass lies outside unless ``outside`` is ``"clip"``."""
-
-    low: list[float] = Field(min_length=1, description="lower bound of each input")
-    high: list[float] = Field(min_length=1, description="upper bound of each input (> low)")
-    A: list[list[float]] | None = Field(default=None, min_length=1, max_length=10_000,
-                                        description="linear constraints A x <= b (rows of length d), with b")
-    b: list[float] | None = Field(default=None, min_length=1, max_length=10_000)
-    outside: Literal["refuse", "clip"] = Field(
-        default="refuse", description="test samples outside the domain: refused (422 naming the member) or "
-                                      "clipped: moved to the nearest point of the domain")
-
-    @model_validator(mode="after")
-    def _domain(self):
-        from lwl.domain import Domain
-
-        if self.A is not None:
-            _check_rectangular(self.A, "A")
-        domain = Domain(self.low, self.high, self.A, self.b)  # raises "high: ..." / "A: ..." / "b: ..."
-        if domain.interior_radius() <= 0:
-            raise ValueError("b: the constraints A x <= b leave no interior point in the box [low, high]")
-        return self
-
-    @property
-    def dim(self) -> int:
-        return len(self.low)
-
-    def build(self):
-        from lwl.domain import Domain
-
-        return Domain(self.low, self.high, self.A, self.b)
 
 
 class EvaluationSpec(StrictModel):
@@ -563,8 +263,8 @@ def _check_initial_in_domain(family, domain, seed: int) -> None:
     """An initial distribution given explicitly (a Gaussian's mean and cov, a mixture's
     components) must keep some mass in the domain: restricted to it, it is drawn by rejection
     (lwl.measures.truncated.MIN_DESIGN_SHARE; a family filled from Q starts inside, as Q is)."""
-    from lwl.measures.truncated import MIN_DESIGN_SHARE
     from lwl.measures import Gaussian, Mixture
+    from lwl.measures.truncated import MIN_DESIGN_SHARE
     from lwl.streams import STREAM_DOMAIN
 
     if getattr(family, "mean", None) is not None and getattr(family, "cov", None) is not None:

@@ -47,8 +47,9 @@ from lwl.design.validated import SELECTIONS, best_weights, judge
 from lwl.lipschitz import lipschitz_pairs, lipschitz_ratio
 from lwl.measures import KLEGaussian
 from lwl.oracles import Oracle, as_numpy
+from lwl.params import StrictModel
 from lwl.registry import ALGORITHMS
-from lwl.spec import JobSpec, StrictModel, operator_parts
+from lwl.spec import JobSpec, operator_parts
 from lwl.streams import STREAM_LIP, STREAM_OPT, STREAM_TRAIN
 
 OPTIMIZERS = ("differential_evolution", "adam", "lbfgsb")
@@ -364,7 +365,10 @@ class AMADesign(StepperDefaults):
     def _optimise(self, theta: np.ndarray, state, model) -> np.ndarray:
         fam = self.family
         bounds = [fam.bounds[p] for p in fam.free]
-        from scipy.optimize import differential_evolution, minimize  # loaded lazily: importing lwl stays fast
+        from scipy.optimize import (  # loaded lazily: importing lwl stays fast
+            differential_evolution,
+            minimize,
+        )
 
         if self.optimizer == "differential_evolution":
             res = differential_evolution(lambda x: self.objective(x, state, model), bounds, tol=self.tol,

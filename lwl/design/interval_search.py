@@ -27,9 +27,10 @@ from pydantic import Field, model_validator
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import UniformBox
 from lwl.oracles.eit import angles, conductivity, dirichlet_data, draw_coefficients
+from lwl.params import StrictModel
 from lwl.q_samples import MetaTestSamples
 from lwl.registry import ALGORITHMS, FAMILIES
-from lwl.spec import JobSpec, StrictModel
+from lwl.spec import JobSpec
 from lwl.streams import STREAM_EVAL, STREAM_TRAIN
 
 STREAM_VALIDATION_PAIRS = 21  # which of Q's validation omegas each validation pair takes

@@ -21,8 +21,8 @@ from pydantic import Field, model_validator
 
 from lwl.measures import KLEGaussian
 from lwl.measures.base import SeedLike, as_generator
+from lwl.measures.kle import KLEParameters
 from lwl.registry import FAMILIES
-from lwl.spec import KLEParameters
 
 PARAMETERS = ("shift", "omega", "amplitude", "alpha", "tau", "sigma")
 _T = torch.float64

@@ -33,8 +33,9 @@ from lwl.design.validated import SELECTIONS, best_weights, judge
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
 from lwl.memory import release_freed_memory
+from lwl.params import StrictModel
 from lwl.registry import ALGORITHMS, FAMILIES
-from lwl.spec import JobSpec, StrictModel, kle_member_sizes, operator_parts
+from lwl.spec import JobSpec, kle_member_sizes, operator_parts
 
 PHASE_ITERATE, PHASE_DONE = "iterate", "done"
 

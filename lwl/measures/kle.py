@@ -22,11 +22,13 @@ the L^2 norm of the mean difference uses the grid's quadrature.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from lwl.measures.base import Measure, SeedLike, as_generator, register_family
+from lwl.params import StrictModel
 
 BASES = ("sine1d", "sine2d", "fourier")
 
@@ -201,3 +203,37 @@ def darcy_test_member(rng: np.random.Generator, grid: int, endpoints: bool = Fal
     alpha, tau = rho(rng, 2, 3), rho(rng, 1, 4)
     return KLEGaussian("sine2d", grid, modes=None, alpha=alpha, tau=tau, sigma=tau ** (alpha - 1),
                        shift=rho(rng, 0, 1), endpoints=endpoints)
+
+
+# -- the job spec's block of a KLE Gaussian (test members, the kle family) ----------------------
+
+
+class KLEParameters(StrictModel):
+    """A Matern-like KLE Gaussian on grid functions (:class:`lwl.measures.KLEGaussian`):
+    sqrt(lambda_j) = sigma (c j^2 + tau^2)^(-alpha/2) on the sine basis of [0, 1] (``sine1d``),
+    of (0, 1)^2 (``sine2d``) or the Fourier basis of [0, 2 pi) (``fourier``); mean
+    shift + amplitude sin(omega (x - 1/2)); ``endpoints`` puts the sine grid's nodes on the
+    boundary (Darcy)."""
+
+    basis: Literal["sine1d", "sine2d", "fourier"] = "sine1d"
+    grid: int = Field(ge=2, le=16384)
+    modes: int | None = Field(default=None, ge=1)
+    alpha: float = Field(default=2.0, gt=0)
+    tau: float = Field(default=3.0, ge=0)
+    sigma: float = Field(default=1.0, ge=0)
+    shift: float = 0.0
+    amplitude: float = 0.0
+    omega: float = 0.0
+    endpoints: bool = False
+
+    def measure(self):
+        from lwl.measures import KLEGaussian
+
+        try:
+            return KLEGaussian(**self.model_dump(include=set(KLEParameters.model_fields)))
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+
+    @property
+    def dim(self) -> int:
+        return self.grid**2 if self.basis == "sine2d" else self.grid

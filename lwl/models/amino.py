@@ -34,8 +34,8 @@ from pydantic import Field
 
 from lwl.device import resolve_device
 from lwl.models.precision import check_precision, matmul_precision
+from lwl.params import StrictModel
 from lwl.registry import MODELS
-from lwl.spec import StrictModel
 
 PAPER_CHANNELS = (64, 128, 128, 256, 256, 512, 512, 512)
 #: (kernel width, stride) on the boundary axis of the first seven ConvBlocks (paper SM AMINO)

@@ -23,8 +23,8 @@ from pydantic import Field, field_validator
 
 from lwl.device import resolve_device
 from lwl.models.precision import check_precision, matmul_precision
+from lwl.params import StrictModel
 from lwl.registry import MODELS
-from lwl.spec import StrictModel
 
 PRESETS = {
     # paper SM NtD (M = 128: 4M - 4 = 508 boundary sensors, 2-d query points)

@@ -22,8 +22,8 @@ from pydantic import Field
 from lwl.cholesky import cholesky_inplace
 from lwl.device import DTYPE, resolve_device
 from lwl.kernels import KERNELS, get_kernel, kernel_rows
+from lwl.params import StrictModel
 from lwl.registry import MODELS
-from lwl.spec import StrictModel
 
 #: entries of one kernel block on a CPU (1 MiB of float64: an L2 cache); on a GPU the blocks
 #: only add launches, so they are as large as memory comfortably allows

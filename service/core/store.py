@@ -232,7 +232,9 @@ class Store:
                 cur.close()
         from service.core.migrations import upgrade
 
-        upgrade(self.engine)  # the schema of this module, by Alembic revisions (service/core/migrations)
+        # the schema of this module, by Alembic revisions (service/core/migrations); a store made
+        # before migrations first gains the nullable columns of these tables added since
+        upgrade(self.engine, legacy_tables=(jobs, label_batches))
 
     def ping(self) -> None:
         with self.engine.connect() as c:

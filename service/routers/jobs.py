@@ -15,7 +15,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lwl.spec import MAX_SEED, SpecError, parse_job_spec
+from lwl.spec import SpecError, parse_job_spec
+from lwl.params import MAX_SEED
 from service import problems
 from service.core.routing import DEVICE_OF_QUEUE, QUEUE_CPU, queue_for
 from service.core.store import IdempotencyConflict, JobStatus, Store

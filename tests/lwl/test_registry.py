@@ -123,7 +123,8 @@ def test_the_spec_vocabulary_is_the_registries():
     from lwl.q_samples import MEMBER_KINDS
     from lwl.registry import BASELINES, KERNELS
     from lwl.models.krr import KRRSpec
-    from lwl.spec import EvaluationSpec, MemberSpec
+    from lwl.spec import EvaluationSpec
+    from lwl.q_samples import MemberSpec
 
     assert KERNELS.names() == list(KRRSpec.model_fields["kernel"].annotation.__args__)
     accepted = EvaluationSpec.model_fields["baselines"].annotation.__args__[0].__args__[0].__args__

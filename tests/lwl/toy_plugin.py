@@ -13,7 +13,7 @@ from lwl.design.stepper import StepperDefaults
 from lwl.measures import Gaussian
 from lwl.q_samples import MetaTestSamples
 from lwl.registry import ALGORITHMS, FAMILIES
-from lwl.spec import StrictModel
+from lwl.params import StrictModel
 
 
 class IsotropicFamilySpec(StrictModel):

@@ -71,7 +71,7 @@ def _validator(component: str):
 
 
 def test_openapi_states_what_the_validators_enforce():
-    from lwl.spec import MemberSpec
+    from lwl.q_samples import MemberSpec
     from service.routers.jobs import SampleRequest
 
     gaussian = {"mean": [0.0], "cov": [[1.0]]}

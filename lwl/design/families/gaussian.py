@@ -11,8 +11,8 @@ from lwl.design.adaptive import WhitenedGaussian
 from lwl.design.families.base import Params
 from lwl.measures import Gaussian, project_cholesky
 from lwl.measures.gaussian import moment_matched, regularised_cholesky
+from lwl.params import StrictModel, check_spd
 from lwl.registry import FAMILIES
-from lwl.spec import StrictModel, check_spd
 
 
 class GaussianFamily:

@@ -22,8 +22,8 @@ from lwl.design.adaptive import WhitenedGaussian
 from lwl.design.families.base import Params, softmax
 from lwl.measures import Gaussian, Mixture
 from lwl.measures.gaussian import moment_matched, regularised_cholesky
+from lwl.params import StrictModel, check_spd
 from lwl.registry import FAMILIES
-from lwl.spec import StrictModel, check_spd
 from lwl.streams import STREAM_KMEANS
 
 MAX_LOGIT = 8.0  # |logit| box: weight ratios up to e^16 between components
@@ -59,7 +59,9 @@ def initial_components(q, components: int | None, init: str | None, seed) -> dic
     else:
         if C > len(pts):
             raise ValueError(f"family.components: {C} components for {len(pts)} validation samples")
-        from scipy.cluster.vq import kmeans2  # scipy.cluster loads lazily: importing lwl stays fast
+        from scipy.cluster.vq import (
+            kmeans2,  # scipy.cluster loads lazily: importing lwl stays fast
+        )
 
         _, label = kmeans2(pts, C, minit="++", seed=np.random.default_rng(seed))
         fits, weights = [], []

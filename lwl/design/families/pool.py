@@ -25,8 +25,8 @@ from scipy.special import logsumexp
 from lwl.design.adaptive import WhitenedGaussian
 from lwl.design.families.base import Params, softmax
 from lwl.measures import WeightedPool
+from lwl.params import MAX_SEED, StrictModel
 from lwl.registry import FAMILIES
-from lwl.spec import MAX_SEED, StrictModel
 from lwl.streams import STREAM_POOL
 
 MAX_LOGIT = 8.0

@@ -46,10 +46,11 @@ def current(engine: Engine) -> str | None:
         return MigrationContext.configure(c).get_current_revision()
 
 
-def upgrade(engine: Engine) -> None:
+def upgrade(engine: Engine, legacy_tables=()) -> None:
     """Bring the store behind ``engine`` to the head revision. A store made before migrations
     existed (its tables there, no alembic_version) first gets the nullable columns added since
-    it was made, then is stamped at the baseline. Processes that start together (the API and
+    it was made (the nullable columns of ``legacy_tables``, the store module's tables), then is
+    stamped at the baseline. Processes that start together (the API and
     its workers) may all call this: PostgreSQL serialises them on an advisory lock; on SQLite a
     process that loses the race sees the revision the winner wrote."""
     for attempt in range(5):
@@ -61,7 +62,7 @@ def upgrade(engine: Engine) -> None:
                 cfg.attributes["connection"] = c
                 revision = MigrationContext.configure(c).get_current_revision()
                 if revision is None and LEGACY_TABLES <= set(inspect(c).get_table_names()):
-                    _legacy_columns(c)
+                    _legacy_columns(c, legacy_tables)
                     command.stamp(cfg, "0001")
                 command.upgrade(cfg, "head")
             return
@@ -72,13 +73,11 @@ def upgrade(engine: Engine) -> None:
             time.sleep(0.2 * (attempt + 1))
 
 
-def _legacy_columns(c) -> None:
-    """The pre-Alembic upgrade path (lwl before migrations): add the nullable columns of the
-    baseline tables that an older store lacks; existing rows keep NULL there."""
-    from service.core.store import jobs, label_batches
-
+def _legacy_columns(c, tables) -> None:
+    """The pre-Alembic upgrade path (lwl before migrations): add the nullable columns of
+    ``tables`` that an older store lacks; existing rows keep NULL there."""
     have_tables = inspect(c)
-    for table in (jobs, label_batches):
+    for table in tables:
         have = {col["name"] for col in have_tables.get_columns(table.name)}
         for col in table.c:
             if col.name not in have and col.nullable:
