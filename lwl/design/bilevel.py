@@ -738,7 +738,8 @@ def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracl
     from lwl.measures import from_spec
 
     family = stepper.family
-    initial = family.measure(family.initial()) if spec.family.name != "gaussian" else None
+    # theta^0 is a candidate of its own unless a baseline already is it (the Gaussian family's is "normal")
+    initial = None if getattr(family, "initial_is_baseline", None) else family.measure(family.initial())
     # validation labels line up with Q's validation points only when none failed
     labels = None if state.get("validation_ok") is not None else np.asarray(state.get("validation_labels"))
     evaluation = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle, labels, initial=initial)
@@ -844,8 +845,9 @@ def check_bilevel(spec: JobSpec) -> None:
     if spec.model.name != "krr":
         raise ValueError(f"algorithm.name: bilevel needs a family among {movable} and a krr model")
     if spec.algorithm.optimizer == "paper" and not FAMILIES.get(spec.family.name).extra.get("paper_optimizer"):
-        raise ValueError("algorithm.optimizer: the paper's plain step is defined for the gaussian family; "
-                         "use the adaptive optimiser")
+        plain = [e.name for e in FAMILIES.entries() if e.extra.get("paper_optimizer")]
+        raise ValueError(f"algorithm.optimizer: the paper's plain step is defined for the {', '.join(plain)} "
+                         f"family; use the adaptive optimiser")
     kle_member_sizes(spec)
     from lwl.q_samples import degenerate_member
 

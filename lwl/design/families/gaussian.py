@@ -19,6 +19,7 @@ class GaussianFamily:
     """N(m, LL^T); phi = (m~, log diag L~, offdiag L~) with m = mu_Q + S m~, L = S L~."""
 
     name = "gaussian"
+    initial_is_baseline = "normal"  # theta^0 = N(mean, cov) is the normal baseline: no candidate of its own
     param_names = ("mean", "chol")
 
     def __init__(self, spec, coords: WhitenedGaussian):
