@@ -48,8 +48,14 @@ SHARE_DRAWS = 20_000  # draws behind that share (fewer for high-dimensional memb
 MIN_SHARE_INSIDE = 1e-3  # below this a drawn member cannot be drawn restricted to the domain at all
 
 
+def member_kinds() -> list[str]:
+    """The member kinds a spec can name: the registered ones that are fields of
+    :class:`MemberSpec` (a kind registered without a field there cannot be written in a spec)."""
+    return [k for k in MEMBER_KINDS.names() if k in MemberSpec.model_fields]
+
+
 def _kind(member) -> str:
-    return next(name for name in MEMBER_KINDS.names() if getattr(member, name) is not None)
+    return next(name for name in member_kinds() if getattr(member, name) is not None)
 
 
 def share_outside(member, domain, seed: int, k: int) -> float:
@@ -287,7 +293,7 @@ def _one_member_kind(schema: dict) -> None:
     given (not null), the others absent or null, and ``size`` with the kinds lwl draws from."""
     props = schema["properties"]
     branches = []
-    kinds = MEMBER_KINDS.names()
+    kinds = member_kinds()
     for kind in kinds:
         given = next(s for s in props[kind]["anyOf"] if s.get("type") != "null")
         needs_size = kind in ("gaussian", "uniform", "lognormal")
@@ -317,9 +323,9 @@ class MemberSpec(StrictModel):
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in MEMBER_KINDS.names() if getattr(self, k) is not None]
+        given = [k for k in member_kinds() if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of {', '.join(MEMBER_KINDS.names())} (got {given or 'none'})")
+            raise ValueError(f"give exactly one of {', '.join(member_kinds())} (got {given or 'none'})")
         for kle in (self.kle, self.lognormal):
             if kle is not None:
                 kle.measure()  # parameter checks

@@ -114,7 +114,7 @@ class JobSpec(StrictModel):
 
     # family, model and algorithm accept any entry of lwl.registry's FAMILIES, MODELS and
     # ALGORITHMS: the annotations below are replaced by the registered unions
-    # (_rebuild_job_spec); the algorithm's compatibility check runs last (_algorithm_parts)
+    # (rebuild_job_spec); the algorithm's compatibility check runs last (_algorithm_parts)
 
     oracle: OracleSpec
     test_distributions: TestDistributionsSpec
@@ -189,7 +189,7 @@ class JobSpec(StrictModel):
             raise ValueError("enabled: an external (ask/tell) oracle cannot label the evaluation's "
                              "training sets; set false")
         tests = info.data.get("test_distributions")
-        if tests is not None and any(BASELINES.get(b).extra["kind"] == "pool" for b in ev.baselines or ()):
+        if tests is not None and any(BASELINES.get(b).extra.get("kind") == "pool" for b in ev.baselines or ()):
             pool = tests.validation_per_member * len(tests.members)
             if max([ev.train_size, *ev.sizes]) > pool:
                 raise ValueError(f"train_size: coreset baselines select from the {pool} validation points; "
@@ -310,7 +310,7 @@ def _algorithms():
     return ALGORITHMS
 
 
-def _rebuild_job_spec() -> None:
+def rebuild_job_spec(force: bool = False) -> None:
     """Re-derive JobSpec's tagged unions from the registries (called when an entry is added)."""
     from typing import Union
 
@@ -330,7 +330,7 @@ def _rebuild_job_spec() -> None:
         if JobSpec.model_fields[field].annotation != annotation:
             JobSpec.model_fields[field].annotation = annotation
             changed = True
-    if changed:
+    if changed or force:
         JobSpec.model_rebuild(force=True)
 
 
@@ -340,8 +340,8 @@ def _listen() -> None:
     from lwl.registry import ALGORITHMS, FAMILIES, MODELS
 
     for registry in (FAMILIES, MODELS, ALGORITHMS, BASELINES):
-        registry.on_change(_rebuild_job_spec)
-    _rebuild_job_spec()
+        registry.on_change(rebuild_job_spec)
+    rebuild_job_spec()
 
 
 _listen()

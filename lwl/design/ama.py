@@ -402,7 +402,7 @@ class AMADesign(StepperDefaults):
 
 
 def build(spec, oracle: Oracle, resolve=None) -> AMADesign:
-    """The stepper of an ``ama`` job (registered in :mod:`lwl.spec`)."""
+    """The stepper of an ``ama`` job (registered at the end of this module)."""
     design = AMADesign.from_spec(spec, oracle)
     design.spec = spec
     return design

@@ -727,7 +727,7 @@ class BilevelDesign(StepperDefaults):
 
 
 def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BilevelDesign:
-    """The stepper of a ``bilevel`` job (registered in :mod:`lwl.spec`)."""
+    """The stepper of a ``bilevel`` job (registered at the end of this module)."""
     return BilevelDesign.from_spec(spec, resolve)
 
 

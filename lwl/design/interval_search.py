@@ -176,7 +176,7 @@ class IntervalSearchDesign(StepperDefaults):
 
 
 def build(spec, oracle, resolve=None) -> IntervalSearchDesign:
-    """The stepper of an ``interval_search`` job (registered in :mod:`lwl.spec`)."""
+    """The stepper of an ``interval_search`` job (registered at the end of this module)."""
     from lwl.q_samples import _no_datasets
 
     design = IntervalSearchDesign.from_spec(spec, resolve or _no_datasets)

@@ -317,7 +317,7 @@ class ParticleAMADesign(StepperDefaults):
 
 
 def build(spec, oracle, resolve=None) -> ParticleAMADesign:
-    """The stepper of a ``particle_ama`` job (registered in :mod:`lwl.spec`)."""
+    """The stepper of a ``particle_ama`` job (registered at the end of this module)."""
     design = ParticleAMADesign.from_spec(spec, oracle, resolve)
     design.spec = spec
     return design

@@ -103,7 +103,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     failed: dict[str, str] = {}
     domain = spec.domain.build() if getattr(spec, "domain", None) is not None else None
     names = [b for b in (baselines if baselines is not None else BASELINES)
-             if REG.get(b).extra.get("kind") == "distribution"]
+             if REG.get(b).extra.get("kind", "distribution") == "distribution"]
     for name in names:
         try:
             measure = constrain(REG.get(name).resolve()(spec, q), domain)  # inside the input domain

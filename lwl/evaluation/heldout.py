@@ -48,7 +48,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     if initial is not None:  # the verdict compares with where the design started
         candidates["initial"] = initial
     failed: dict[str, str] = {}  # a baseline that cannot be built or trained never costs the design
-    pool_baselines = [b for b in ev.baselines if BASELINES.get(b).extra["kind"] == "pool"]
+    pool_baselines = [b for b in ev.baselines if BASELINES.get(b).extra.get("kind") == "pool"]
     domain = spec.domain.build() if getattr(spec, "domain", None) is not None else None
     for name in ev.baselines:
         if name not in pool_baselines:

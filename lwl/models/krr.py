@@ -125,3 +125,18 @@ class KRRSpec(StrictModel):
 
 
 MODELS.register("krr", KRRSpec)
+
+
+def _accept_registered_kernels() -> None:
+    """``model.kernel`` accepts every registered kernel, a plugin's too (a registration
+    rebuilds this block and the job spec)."""
+    from lwl.spec import rebuild_job_spec
+
+    accepted = Literal[tuple(KERNELS.names())]
+    if KRRSpec.model_fields["kernel"].annotation != accepted:
+        KRRSpec.model_fields["kernel"].annotation = accepted
+        KRRSpec.model_rebuild(force=True)
+        rebuild_job_spec(force=True)
+
+
+KERNELS.on_change(_accept_registered_kernels)

@@ -144,12 +144,36 @@ def test_a_registered_baseline_is_accepted_and_runs_in_the_verdict(small_spec):
                                         "bound": False}}
     with pytest.raises(SpecError, match="evaluation.baselines"):
         parse_job_spec(doc)
-    BASELINES.register("toy_wide", None, lambda spec, q: Gaussian([0.0] * q.dim, cov=(9.0 * np.eye(q.dim)).tolist()),
-                       kind="distribution")
+    # no kind=: a baseline is a distribution unless it says "pool"
+    BASELINES.register("toy_wide", None, lambda spec, q: Gaussian([0.0] * q.dim, cov=(9.0 * np.eye(q.dim)).tolist()))
     try:
         result = run_job(parse_job_spec(doc))
         assert set(result["evaluation"]["err"]) >= {"optimized", "mixture", "toy_wide"}
     finally:
         BASELINES.unregister("toy_wide")
     with pytest.raises(SpecError, match="evaluation.baselines"):
+        parse_job_spec(doc)
+
+
+def test_a_registered_kernel_and_member_kind_leave_specs_working(small_spec):
+    """A plugin kernel is accepted by model.kernel once registered (and refused again after);
+    a member kind without a MemberSpec field cannot be named, and leaves every spec parseable."""
+    from lwl.kernels import KERNELS, squared_exponential
+    from lwl.q_samples import MEMBER_KINDS
+
+    doc = {**small_spec, "model": {**small_spec.get("model", {}), "name": "krr", "kernel": "toy_rbf"}}
+    with pytest.raises(SpecError, match="model.kernel"):
+        parse_job_spec(doc)
+    KERNELS.register("toy_rbf", None, squared_exponential)
+    MEMBER_KINDS.register("toy_kind", None, lambda value, size, seed, _: None)
+    try:
+        assert parse_job_spec(doc).model.kernel == "toy_rbf"
+        parse_job_spec(small_spec)
+        from lwl.spec import JobSpec
+
+        assert "toy_kind" not in str(JobSpec.model_json_schema())
+    finally:
+        KERNELS.unregister("toy_rbf")
+        MEMBER_KINDS.unregister("toy_kind")
+    with pytest.raises(SpecError, match="model.kernel"):
         parse_job_spec(doc)

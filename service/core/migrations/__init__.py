@@ -21,9 +21,6 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 
 HERE = Path(__file__).resolve().parent
-# tables of a store made before lwl used Alembic (they then get the pre-Alembic column additions
-# and are stamped at the baseline)
-LEGACY_TABLES = {"jobs", "history", "datasets", "label_batches"}
 ADVISORY_LOCK = 0x6C776C  # "lwl": one migrating process at a time on PostgreSQL
 # Alembic's migration context is global to a process: one migration at a time in it
 _IN_PROCESS = threading.Lock()
@@ -48,9 +45,10 @@ def current(engine: Engine) -> str | None:
 
 def upgrade(engine: Engine, legacy_tables=()) -> None:
     """Bring the store behind ``engine`` to the head revision. A store made before migrations
-    existed (its tables there, no alembic_version) first gets the nullable columns added since
-    it was made (the nullable columns of ``legacy_tables``, the store module's tables), then is
-    stamped at the baseline. Processes that start together (the API and
+    existed (its tables there, no alembic_version) first gets the nullable columns of
+    ``legacy_tables`` (the store module's tables) added since it was made; the revisions then
+    keep the tables that exist (as after a first start cut short: SQLite commits each CREATE
+    TABLE on its own) and make the rest. Processes that start together (the API and
     its workers) may all call this: PostgreSQL serialises them on an advisory lock; on SQLite a
     process that loses the race sees the revision the winner wrote."""
     for attempt in range(5):
@@ -60,10 +58,10 @@ def upgrade(engine: Engine, legacy_tables=()) -> None:
                     c.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": ADVISORY_LOCK})
                 cfg = config()
                 cfg.attributes["connection"] = c
-                revision = MigrationContext.configure(c).get_current_revision()
-                if revision is None and LEGACY_TABLES <= set(inspect(c).get_table_names()):
-                    _legacy_columns(c, legacy_tables)
-                    command.stamp(cfg, "0001")
+                if MigrationContext.configure(c).get_current_revision() is None:
+                    # a store made before migrations (or a first start cut short): its tables
+                    # gain the columns added since; the revisions keep the tables that exist
+                    _legacy_columns(c, [t for t in legacy_tables if t.name in inspect(c).get_table_names()])
                 command.upgrade(cfg, "head")
             return
         except Exception:  # another process created the tables first: look again

@@ -10,8 +10,11 @@ if connection is None:  # the alembic command line: LWL_DATABASE_URL or the embe
     from sqlalchemy import create_engine
 
     from service.core.settings import get_settings
+    from service.core.store import private_sqlite_file
 
-    with create_engine(get_settings().resolved_database_url()).begin() as connection:
+    url = get_settings().resolved_database_url()
+    private_sqlite_file(url)  # a store the command line creates is the owner's only, as lwl's
+    with create_engine(url).begin() as connection:
         context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
         context.run_migrations()
 else:

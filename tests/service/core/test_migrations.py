@@ -65,7 +65,35 @@ def test_a_store_made_before_migrations_is_upgraded_and_keeps_its_rows(tmp_path)
     assert "workers" in inspect(store.engine).get_table_names()
 
 
+def test_a_first_start_cut_short_is_finished_by_the_next(tmp_path):
+    """SQLite commits each CREATE TABLE on its own: a first start killed after the jobs table
+    leaves a store without a version row; the next start makes the rest."""
+    path = tmp_path / "cut.db"
+    with sqlite3.connect(path) as c:
+        c.executescript(OLD_SCHEMA.split("CREATE TABLE history")[0])  # the jobs table only
+        c.executescript("INSERT INTO" + OLD_SCHEMA.split("INSERT INTO")[1])  # and its row
+    store = Store(f"sqlite:///{path}")
+    assert migrations.current(store.engine) == migrations.head()
+    assert _differences(store.engine) == []
+    assert store.get_job("j1", "alice")["status"] == "succeeded"
+
+
 def test_processes_that_open_a_new_store_together_all_get_it(tmp_path):
+    """Separate processes (the API and its workers start together) on one new SQLite store."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'raced.db'}"
+    code = ("import sys; from service.core.store import Store; from service.core import migrations; "
+            "print(migrations.current(Store(sys.argv[1]).engine))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-500:] for _, err in outs]
+    assert {out.strip() for out, _ in outs} == {migrations.head()}
+
+
+def test_threads_of_one_process_that_open_a_new_store_together_all_get_it(tmp_path):
     url = f"sqlite:///{tmp_path / 'raced.db'}"
     errors, stores = [], []
 

@@ -14,6 +14,20 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # a table that exists is kept: a store made before migrations (its columns were brought up to
+    # date first), or a first start that stopped half-way (SQLite commits each CREATE TABLE)
+    have = set(sa.inspect(op.get_bind()).get_table_names())
+    if "jobs" not in have:
+        _jobs()
+    if "history" not in have:
+        _history()
+    if "datasets" not in have:
+        _datasets()
+    if "label_batches" not in have:
+        _label_batches()
+
+
+def _jobs() -> None:
     op.create_table(
         "jobs",
         sa.Column("id", sa.String(32), primary_key=True),
@@ -44,6 +58,9 @@ def upgrade() -> None:
     )
     op.create_index("ix_jobs_owner", "jobs", ["owner"])
     op.create_index("ix_jobs_status", "jobs", ["status"])
+
+
+def _history() -> None:
     op.create_table(
         "history",
         sa.Column("job_id", sa.String(32), primary_key=True),
@@ -51,6 +68,9 @@ def upgrade() -> None:
         sa.Column("seconds", sa.Float, nullable=False),
         sa.Column("record", sa.Text, nullable=False),
     )
+
+
+def _datasets() -> None:
     op.create_table(
         "datasets",
         sa.Column("id", sa.String(32), primary_key=True),
@@ -62,6 +82,9 @@ def upgrade() -> None:
         sa.Column("created_at", sa.Float, nullable=False),
     )
     op.create_index("ix_datasets_owner", "datasets", ["owner"])
+
+
+def _label_batches() -> None:
     op.create_table(
         "label_batches",
         sa.Column("job_id", sa.String(32), primary_key=True),

@@ -4,8 +4,8 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-28
 
-A store made by the lwl just before migrations existed has this table already (it was stamped
-at 0001): it is kept as it is.
+A store made by the lwl just before migrations existed has this table already: it is kept as
+it is.
 """
 import sqlalchemy as sa
 from alembic import op
