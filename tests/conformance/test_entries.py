@@ -41,9 +41,24 @@ def _example(kind, name) -> dict:
     return spec
 
 
-def _run_marks(kind, name):
-    algorithm = job_example(kind, name)["algorithm"]["name"] if job_example(kind, name) else name
-    return [pytest.mark.slow] if algorithm in SLOW_ALGORITHMS else []
+def _run_cases():
+    """One case per distinct example job, naming every entry it covers: an algorithm, the family
+    it moves and the model it trains often share one example, and the job need run only once."""
+    import json
+
+    cases: dict[str, list[tuple[str, str]]] = {}
+    for kind, name in _entries():
+        spec = job_example(kind, name)
+        key = json.dumps(spec, sort_keys=True) if spec is not None else f"{kind}:{name}"
+        cases.setdefault(key, []).append((kind, name))
+    out = []
+    for key, covered in cases.items():
+        kind, name = covered[0]
+        spec = job_example(kind, name)
+        slow = spec is not None and spec["algorithm"]["name"] in SLOW_ALGORITHMS
+        out.append(pytest.param(kind, name, marks=[pytest.mark.slow] if slow else [],
+                                id="+".join(f"{k}-{n}" for k, n in covered)))
+    return out
 
 
 def test_every_entry_has_an_example():
@@ -113,7 +128,7 @@ def test_spec_checks(kind, name, check):
     check(kind, name)
 
 
-@pytest.mark.parametrize("kind, name", [pytest.param(k, n, marks=_run_marks(k, n)) for k, n in _entries()])
+@pytest.mark.parametrize("kind, name", _run_cases())
 def test_same_seed_same_result_and_resume_bit_for_bit(kind, name):
     check_runs(kind, name)
 

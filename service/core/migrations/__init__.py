@@ -61,7 +61,8 @@ def upgrade(engine: Engine, legacy_tables=()) -> None:
                 if MigrationContext.configure(c).get_current_revision() is None:
                     # a store made before migrations (or a first start cut short): its tables
                     # gain the columns added since; the revisions keep the tables that exist
-                    _legacy_columns(c, [t for t in legacy_tables if t.name in inspect(c).get_table_names()])
+                    present = set(inspect(c).get_table_names())
+                    _legacy_columns(c, [t for t in legacy_tables if t.name in present])
                 command.upgrade(cfg, "head")
             return
         except Exception:  # another process created the tables first: look again
