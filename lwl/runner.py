@@ -26,7 +26,7 @@ class Interrupted(Exception):
     """Raised by :func:`run_job` when ``should_stop`` returns True between steps (cancellation,
     or the end of a worker's time slice); ``state`` is where the job stopped."""
 
-    def __init__(self, state: dict[str, Any]):
+    def __init__(self, state: State):
         super().__init__("job interrupted between steps")
         self.state = state
 
@@ -60,7 +60,7 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
     service appends one row per iteration from ``progress``) and hands them back to
     :func:`run_job` (``history=``) when it resumes."""
     t0 = time.perf_counter()
-    before = float(state.get("elapsed_seconds", 0.0))
+    before = float(_get(state, "elapsed_seconds", 0.0))
     while not stepper.done(state):
         if should_stop is not None and should_stop():
             raise Interrupted(state)
@@ -69,23 +69,36 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
             labels = as_numpy(oracle.label(stepper.queries(state)))
             check_labels(labels, oracle)  # NaN marks a failed point only where the oracle reports failures
         state = stepper.step(state, labels)
-        state["elapsed_seconds"] = before + time.perf_counter() - t0
+        _set(state, "elapsed_seconds", before + time.perf_counter() - t0)
         if checkpoint is not None:
-            checkpoint(pack(state if checkpoint_history else {k: v for k, v in state.items() if k != "history"}))
+            checkpoint(pack(state, history=checkpoint_history))
         if after_step is not None:
             after_step(state)
         if progress is not None:
-            last = state["history"][-1] if state["history"] else {}
+            records, iteration = _get(state, "history"), _get(state, "iteration")
+            last = records[-1] if records else {}
             # an early stop (the adaptive optimiser converged) completes the bar where it stopped
-            progress({"iteration": state["iteration"], "total": state["iteration"] if stepper.done(state) else total,
+            progress({"iteration": iteration, "total": iteration if stepper.done(state) else total,
                       "objective": last.get("objective"), "validation_err": last.get("validation_err"),
                       "elapsed": time.perf_counter() - t0, "record": last or None})
     return state
 
 
+def _get(state, name: str, default: Any = None) -> Any:
+    # TRANSITION: steppers not yet typed keep a flat dict
+    return state.get(name, default) if isinstance(state, dict) else getattr(state, name)
+
+
+def _set(state, name: str, value: Any) -> None:
+    if isinstance(state, dict):  # TRANSITION
+        state[name] = value
+    else:
+        setattr(state, name, value)
+
+
 def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
             resolve: DatasetResolver = _no_datasets,
-            state: State | bytes | None = None,
+            state: State | dict | bytes | None = None,
             progress: Callable[[dict[str, Any]], None] | None = None,
             checkpoint: Callable[[bytes], None] | None = None,
             should_stop: Callable[[], bool] | None = None,
@@ -96,7 +109,7 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
 
     ``result = {"spec": ..., "distribution": ..., "history": [...], "evaluation": {...},
     "timings": {...}}`` (bilevel jobs add ``verdict`` and ``warnings``). ``state`` resumes from
-    a checkpoint (a state dict or packed bytes); ``history`` gives the records of its earlier
+    a checkpoint (packed bytes, their flat dict, or a typed state); ``history`` gives the records of its earlier
     iterations when the checkpoint was written without them (``checkpoint_history=False``, see
     :func:`iterate`); ``evaluate`` overrides the spec's ``evaluation.enabled``. Callbacks: see
     :func:`iterate`.
@@ -113,11 +126,13 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         spec = stepper.spec or spec  # with the data-derived defaults filled in
         if isinstance(state, (bytes, bytearray, memoryview)):
             state = unpack(bytes(state))
-        if state is not None and "history" not in state:
-            if history is None:
-                raise ValueError("history: the checkpoint was written without its iteration records "
-                                 "(checkpoint_history=False); pass them to resume")
-            state["history"] = [dict(r) for r in history]
+        if isinstance(state, dict):  # a checkpoint's flat layout
+            if "history" not in state:
+                if history is None:
+                    raise ValueError("history: the checkpoint was written without its iteration records "
+                                     "(checkpoint_history=False); pass them to resume")
+                state = {**state, "history": [dict(r) for r in history]}
+            state = stepper.restore(state)
         state = state if state is not None else stepper.init()
         t0 = time.perf_counter()
         total = getattr(stepper, "total_steps", None) or (
@@ -125,7 +140,7 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         state = iterate(stepper, oracle, state, total=total, progress=progress, checkpoint=checkpoint,
                         should_stop=should_stop, checkpoint_history=checkpoint_history)
         slice_seconds = time.perf_counter() - t0
-        design_seconds = float(state.get("elapsed_seconds", slice_seconds))  # over every slice
+        design_seconds = float(_get(state, "elapsed_seconds", slice_seconds))  # over every slice
         out = stepper.result(state)
         spec = stepper.resolved_spec(state)  # e.g. with the lengthscale the run selected
         t1 = time.perf_counter()

@@ -2,8 +2,9 @@
 
 A stepper never calls the oracle itself unless its algorithm needs the oracle inside a step
 (AMA's distribution step, particle AMA's adjoint): the loop (:func:`lwl.runner.iterate`) asks
-it for ``queries(state)``, labels them and hands the labels to ``step``. The state is a flat
-dict of numpy arrays and JSON values (:mod:`lwl.design.state` packs it without pickle); every
+it for ``queries(state)``, labels them and hands the labels to ``step``. The state is a typed
+value (a :class:`lwl.design.state.StepperState` dataclass; a step returns a new one) that
+packs to the flat checkpoint layout without pickle and comes back through ``restore``; every
 random draw derives from (seed, stream, index), so a resumed state continues bit for bit.
 """
 
@@ -13,7 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-State = dict[str, Any]
+from lwl.design.state import Flat, StepperState
+
+State = StepperState
 
 
 @runtime_checkable
@@ -40,11 +43,21 @@ class Stepper(Protocol):
     def resolved_spec(self, state: State) -> Any:
         """The spec as run (with what the run selected, e.g. a lengthscale)."""
 
+    def restore(self, flat: Flat) -> State:
+        """The state of a checkpoint's flat dict (:func:`lwl.design.state.unpack`)."""
+
 
 class StepperDefaults:
-    """The optional parts of :class:`Stepper` for algorithms that need nothing special."""
+    """The optional parts of :class:`Stepper` for algorithms that need nothing special;
+    ``state_type`` names the state class whose ``from_flat`` restores a checkpoint."""
 
     spec: Any = None
+    state_type: type[StepperState] = StepperState
+
+    def restore(self, flat: Flat) -> State:
+        if self.state_type is StepperState:  # TRANSITION: a stepper not yet typed keeps its dict
+            return flat
+        return self.state_type.from_flat(flat)
 
     def cached_labels(self, state: State) -> np.ndarray | None:
         return None
