@@ -24,6 +24,7 @@ from lwl.oracles.spec import OracleSpec
 from lwl.params import MAX_SEED, StrictModel, check_rectangular
 from lwl.q_samples import TestDistributionsSpec
 from lwl.registry import BASELINES
+from lwl.spec_errors import SpecError, spec_error  # SpecError: what parse_job_spec raises
 
 
 def _register_builtin_baselines() -> None:
@@ -347,26 +348,8 @@ def _listen() -> None:
 _listen()
 
 
-class SpecError(ValueError):
-    """An invalid job spec; ``errors`` lists (field path, message) pairs."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
-
-
-def _union_tags() -> dict[str, list[str]]:
-    from lwl.registry import ALGORITHMS, FAMILIES, MODELS
-
-    return {"family": FAMILIES.names(), "model": MODELS.names(), "algorithm": ALGORITHMS.names()}
-
-
-def _loc(parts) -> str:
-    return ".".join(str(p) for p in parts) or "(root)"
-
-
 def parse_job_spec(doc: dict[str, Any] | str | bytes, *, strict: bool = False) -> JobSpec:
-    """Validate a job spec (a dict or JSON text); raise :class:`SpecError` naming each field.
+    """Validate a job spec (a dict or JSON text); raise :class:`~lwl.spec_errors.SpecError` naming each field.
 
     ``strict=True`` (documents from the wire or a file: ``POST /v1/jobs``, ``lwl run``) refuses
     values of the wrong JSON type instead of coercing them ("5" for an integer, 1 for a boolean);
@@ -376,22 +359,4 @@ def parse_job_spec(doc: dict[str, Any] | str | bytes, *, strict: bool = False) -
             return JobSpec.model_validate_json(doc, strict=strict)
         return JobSpec.model_validate(doc, strict=strict)
     except ValidationError as exc:
-        errors, tags = [], _union_tags()
-        for e in exc.errors(include_url=False):
-            msg = e["msg"].removeprefix("Value error, ")
-            # the branch names of plain unions (initial_data.labels: "list[float]") are no field
-            loc = [p for p in e["loc"] if not (isinstance(p, str) and "[" in p)]
-            # tagged unions (family, model, algorithm): report "model.lengthscale", not "model.krr.lengthscale"
-            if len(loc) >= 2 and loc[1] in tags.get(loc[0], ()):
-                del loc[1]
-            if e["type"] in ("union_tag_invalid", "union_tag_not_found"):
-                loc.append("name")
-            # messages of the form "sub.field: why" name a field below the validator's location
-            head, sep, rest = msg.partition(": ")
-            if sep and " " not in head and head.replace(".", "").replace("_", "").isalnum():
-                sub = head.split(".")
-                loc = (loc[:-1] if loc and loc[-1] == sub[0] else loc) + sub
-                msg = rest
-            errors.append((_loc(loc), msg))
-        raise SpecError(errors) from None
-
+        raise spec_error(exc) from None
