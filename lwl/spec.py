@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import (
     Field,
     ValidationError,
@@ -20,8 +19,9 @@ from pydantic import (
 )
 
 from lwl.domain import DomainSpec
+from lwl.initial_data import InitialDataSpec, check_initial_data
 from lwl.oracles.spec import OracleSpec
-from lwl.params import MAX_SEED, StrictModel, check_rectangular
+from lwl.params import MAX_SEED, StrictModel
 from lwl.q_samples import TestDistributionsSpec
 from lwl.registry import BASELINES
 from lwl.spec_errors import SpecError, spec_error  # SpecError: what parse_job_spec raises
@@ -39,36 +39,6 @@ def _register_builtin_baselines() -> None:
 
 
 _register_builtin_baselines()
-
-
-class InitialDataSpec(StrictModel):
-    """Inputs and labels a lab already has (a budgeted job's free labels, kept in its training set):
-    ``inputs`` an (n, d) array, ``labels`` (n,) or (n, 1)."""
-
-    inputs: list[list[float]] = Field(min_length=1, description="(n, d) inputs already labelled")
-    labels: list[float] | list[list[float]] = Field(
-        min_length=1, description="their labels: (n,) or (n, 1) (the budgeted design takes one label per input)")
-
-    @model_validator(mode="after")
-    def _shapes(self):
-
-        check_rectangular(self.inputs, "inputs")
-        if not np.all(np.isfinite(np.asarray(self.inputs, dtype=np.float64))):
-            raise ValueError("inputs: values must be finite")
-        if isinstance(self.labels[0], list):
-            width = check_rectangular(self.labels, "labels")
-            if width != 1:
-                raise ValueError(f"labels: the budgeted design takes one label per input, got {width} per row")
-        if not np.all(np.isfinite(np.asarray(self.labels, dtype=np.float64))):
-            raise ValueError("labels: values must be finite (a failed measurement is no initial data)")
-        if len(self.labels) != len(self.inputs):
-            raise ValueError(f"labels: {len(self.labels)} labels for {len(self.inputs)} inputs")
-        return self
-
-    def arrays(self):
-
-        return (np.asarray(self.inputs, dtype=np.float64),
-                np.asarray(self.labels, dtype=np.float64).reshape(len(self.inputs)))
 
 
 class EvaluationSpec(StrictModel):
@@ -211,7 +181,7 @@ class JobSpec(StrictModel):
         if self.domain is not None:
             _check_domain(self, entry)
         if self.initial_data is not None:
-            _check_initial_data(self)
+            check_initial_data(self)
         if self.budget is not None:
             _check_budget(self, entry)
         return self
@@ -279,18 +249,6 @@ def _check_initial_in_domain(family, domain, seed: int) -> None:
     if share < MIN_DESIGN_SHARE:
         raise ValueError(f"{field}: the initial distribution puts {share:.2%} of its mass inside the domain "
                          f"(a design restricted to it keeps at least {MIN_DESIGN_SHARE:.0%})")
-
-
-def _check_initial_data(spec: JobSpec) -> None:
-    """Initial data: a budgeted job's, with inputs of the job's input dimension."""
-    if spec.budget is None:
-        raise ValueError("initial_data: only jobs with a label budget (budget) take initial data")
-    d = spec.test_distributions.dim
-    if d is None:
-        d = spec.dim
-    width = len(spec.initial_data.inputs[0])
-    if d is not None and width != d:
-        raise ValueError(f"initial_data.inputs: rows of {width} inputs, the job's inputs have dimension {d}")
 
 
 def _check_budget(spec: JobSpec, entry) -> None:
