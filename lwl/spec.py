@@ -192,25 +192,6 @@ class JobSpec(StrictModel):
         return getattr(self.family, "dim", None)
 
 
-# -- compatibility checks of the built-in algorithms (lwl.registry entries) ------------------------
-def kle_member_sizes(spec: JobSpec) -> None:
-    for k, m in enumerate(spec.test_distributions.members):
-        if m.kle is not None and m.size is None:
-            raise ValueError(f"test_distributions.members.{k}.size: a kle member needs the number of "
-                             "samples to draw")
-
-
-def operator_parts(spec: JobSpec, family: str, family_what: str, oracle_need: str) -> None:
-    """An AMA-type job: the family it moves, a DeepONet, and an oracle it can call inside a step."""
-    name = spec.algorithm.name
-    if spec.family.name != family:
-        raise ValueError(f"family.name: {name} moves a {family_what} family ({family!r})")
-    if spec.model.name != "deeponet":
-        raise ValueError(f"model.name: {name} trains a DeepONet ('deeponet')")
-    if spec.oracle.is_external:
-        raise ValueError(f"oracle.name: {name} labels inside its steps and needs {oracle_need}, not ask/tell")
-
-
 def _check_domain(spec: JobSpec, entry) -> None:
     """An input domain: an algorithm that restricts its draws to it (``domain`` in its registry
     entry), a family of the same dimension, and test members inside it
