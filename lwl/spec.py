@@ -277,10 +277,11 @@ def rebuild_job_spec(force: bool = False) -> None:
 def _listen() -> None:
     """Rebuild JobSpec whenever a family, model, algorithm or baseline registers (the built-in
     components register themselves on import, :mod:`lwl.builtins`; plugins the same way)."""
-    from lwl.registry import ALGORITHMS, FAMILIES, MODELS
+    from lwl.registry import ALGORITHMS, FAMILIES, MODELS, on_block_rebuilt
 
     for registry in (FAMILIES, MODELS, ALGORITHMS, BASELINES):
         registry.on_change(rebuild_job_spec)
+    on_block_rebuilt(lambda: rebuild_job_spec(force=True))  # a nested block rebuilt itself (model.kernel)
     rebuild_job_spec()
 
 
