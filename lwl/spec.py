@@ -19,52 +19,13 @@ from pydantic import (
 )
 
 from lwl.domain import DomainSpec
+from lwl.evaluation.spec import EvaluationSpec
 from lwl.initial_data import InitialDataSpec, check_initial_data
 from lwl.oracles.spec import OracleSpec
 from lwl.params import MAX_SEED, StrictModel
 from lwl.q_samples import TestDistributionsSpec
 from lwl.registry import BASELINES
-from lwl.spec_errors import SpecError, spec_error  # SpecError: what parse_job_spec raises
-
-
-def _register_builtin_baselines() -> None:
-    """Table 1's baselines (:mod:`lwl.evaluation.baselines`), registered by name before the
-    evaluation block below reads their names."""
-    module = "lwl.evaluation.baselines"
-    for name, build, kind in (("normal", "normal", "distribution"), ("barycenter", "barycenter_baseline", "distribution"),
-                              ("mixture", "mixture_baseline", "distribution"), ("uniform", "uniform_on", "distribution"),
-                              ("ncoreset", "ncoreset_baseline", "pool"), ("acoreset", "acoreset", "pool")):
-        if name not in BASELINES.names():
-            BASELINES.register(name, None, f"{module}:{build}", kind=kind)
-
-
-_register_builtin_baselines()
-
-
-class EvaluationSpec(StrictModel):
-    """Err of the final distribution and of baselines on the held-out Q samples: a KRR model
-    is trained on ``train_size`` labelled samples with ridge N sigma^2 = ``ridge``."""
-
-    enabled: bool | None = Field(default=None, description="default: on, except for external (ask/tell) oracles")
-    train_size: int = Field(default=1024, ge=1, le=100_000)
-    ridge: float = Field(default=1e-3, gt=0)
-    baselines: list[Literal[tuple(BASELINES.names())]] | None = Field(
-        default=None, description="default: normal, barycenter and mixture for bilevel jobs, none otherwise")
-    sizes: list[int] = Field(default_factory=list, description="extra N for an Err-vs-N curve")
-    draws: int = Field(default=5, ge=1, le=100,
-                       description="training sets drawn per candidate: the verdict compares held-out Err over "
-                                   "all of them (paired by draw index, common random numbers), with an interval "
-                                   "that covers the training draw and the held-out points (lwl.evaluation.comparison)")
-    bound: bool = Field(default=True, description="bilevel: also report the paper's OOD upper bound (Prop. 3.1 / "
-                                                  "Cor. 3.2) of the design's model, with which constants are exact "
-                                                  "(lwl.bound); costs about 2,500 oracle labels")
-
-    @field_validator("sizes")
-    @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        if any(n < 1 for n in v):
-            raise ValueError("every size must be >= 1")
-        return sorted(set(v))
+from lwl.spec_errors import SpecError, spec_error  # noqa: F401  (SpecError: what parse_job_spec raises)
 
 
 class _Unregistered(StrictModel):
@@ -257,11 +218,6 @@ def rebuild_job_spec(force: bool = False) -> None:
     from lwl.registry import ALGORITHMS, FAMILIES, MODELS
 
     changed = False
-    accepted = list[Literal[tuple(BASELINES.names())]] | None  # a plugin's baseline too
-    if EvaluationSpec.model_fields["baselines"].annotation != accepted:
-        EvaluationSpec.model_fields["baselines"].annotation = accepted
-        EvaluationSpec.model_rebuild(force=True)
-        changed = True
     for field, registry in (("family", FAMILIES), ("model", MODELS), ("algorithm", ALGORITHMS)):
         models = registry.params_models()
         if not models:
@@ -275,13 +231,14 @@ def rebuild_job_spec(force: bool = False) -> None:
 
 
 def _listen() -> None:
-    """Rebuild JobSpec whenever a family, model, algorithm or baseline registers (the built-in
-    components register themselves on import, :mod:`lwl.builtins`; plugins the same way)."""
+    """Rebuild JobSpec whenever a family, model or algorithm registers, or a nested block rebuilds
+    itself (``model.kernel``, ``evaluation.baselines``: a kernel or baseline registered); the built-in
+    components register themselves on import (:mod:`lwl.builtins`), plugins the same way."""
     from lwl.registry import ALGORITHMS, FAMILIES, MODELS, on_block_rebuilt
 
-    for registry in (FAMILIES, MODELS, ALGORITHMS, BASELINES):
+    for registry in (FAMILIES, MODELS, ALGORITHMS):
         registry.on_change(rebuild_job_spec)
-    on_block_rebuilt(lambda: rebuild_job_spec(force=True))  # a nested block rebuilt itself (model.kernel)
+    on_block_rebuilt(lambda: rebuild_job_spec(force=True))
     rebuild_job_spec()
 
 
