@@ -19,9 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from lwl.q_samples import MetaTestSamples
-
 from lwl.streams import STREAM_MEDIAN
-from lwl.spec import JobSpec
 
 MEDIAN_POINTS = 2000
 # candidates of the lengthscale selection, times the median distance between Q's samples
@@ -78,10 +76,11 @@ def median_lengthscale(q: MetaTestSamples, seed: int) -> float:
     return median_distance(np.concatenate(q.validation), [seed, STREAM_MEDIAN])
 
 
-def fill_from_data(spec: JobSpec, q: MetaTestSamples) -> JobSpec:
-    """The spec with the family's missing parameters (its registry entry's ``fill`` hook, e.g.
-    the Gaussian's mean/cov) and KRR's lengthscale filled from Q (see module docstring);
-    ``spec.derived`` names what was filled. Refuses a family whose dimension differs from Q's."""
+def fill_from_data(spec, q: MetaTestSamples):
+    """The job spec (a ``lwl.spec.JobSpec``) with the family's missing parameters (its registry
+    entry's ``fill`` hook, e.g. the Gaussian's mean/cov) and KRR's lengthscale filled from Q (see
+    module docstring); ``spec.derived`` names what was filled. Refuses a family whose dimension
+    differs from Q's."""
     from lwl.registry import FAMILIES
 
     family, model = spec.family.model_copy(), spec.model.model_copy()

@@ -1,7 +1,8 @@
 """The base of every spec block's parameter model: strict pydantic models (unknown fields and
 non-finite numbers refused) and the checks several blocks share. The lowest layer of the spec:
 the blocks live beside their code (lwl.spec, lwl.oracles.spec, lwl.q_samples, lwl.domain,
-lwl.measures.kle, the families, models and algorithms) and import this module."""
+lwl.initial_data, lwl.evaluation.spec, lwl.measures.kle, the families, models and algorithms)
+and import this module."""
 
 from __future__ import annotations
 

@@ -145,6 +145,15 @@ def degenerate_member(x: np.ndarray, rel: float = 1e-10) -> str | None:
     return None
 
 
+def kle_member_sizes(spec) -> None:
+    """A job spec (a ``lwl.spec.JobSpec``) whose algorithm draws samples from its kle members
+    (bilevel, particle_ama: a compatibility check of their registry entries): each gives ``size``."""
+    for k, m in enumerate(spec.test_distributions.members):
+        if m.kle is not None and m.size is None:
+            raise ValueError(f"test_distributions.members.{k}.size: a kle member needs the number of "
+                             "samples to draw")
+
+
 class DatasetError(ValueError):
     """A test member's dataset that a job cannot use: ``field`` names the member, ``title`` says
     what is wrong in a few words (the service's problem title), ``detail`` why."""

@@ -105,6 +105,23 @@ class Registry:
             listener()
 
 
+_REBUILT: list[Callable[[], None]] = []
+
+
+def on_block_rebuilt(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` whenever a spec block rebuilds its own schema (:func:`block_rebuilt`);
+    :mod:`lwl.spec` rebuilds the job spec that nests the blocks."""
+    _REBUILT.append(listener)
+
+
+def block_rebuilt() -> None:
+    """A spec block rebuilt its schema after a registration (``model.kernel`` after a kernel,
+    ``evaluation.baselines`` after a baseline): whatever nests it rebuilds too. The block's module
+    says so here rather than import the spec layer that nests it."""
+    for listener in _REBUILT:
+        listener()
+
+
 FAMILIES = Registry("family")
 MODELS = Registry("model")
 ALGORITHMS = Registry("algorithm")

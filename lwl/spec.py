@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import (
     Field,
     ValidationError,
@@ -20,80 +19,13 @@ from pydantic import (
 )
 
 from lwl.domain import DomainSpec
+from lwl.evaluation.spec import EvaluationSpec
+from lwl.initial_data import InitialDataSpec, check_initial_data
 from lwl.oracles.spec import OracleSpec
-from lwl.params import MAX_SEED, StrictModel, check_rectangular
+from lwl.params import MAX_SEED, StrictModel
 from lwl.q_samples import TestDistributionsSpec
 from lwl.registry import BASELINES
-
-
-def _register_builtin_baselines() -> None:
-    """Table 1's baselines (:mod:`lwl.evaluation.baselines`), registered by name before the
-    evaluation block below reads their names."""
-    module = "lwl.evaluation.baselines"
-    for name, build, kind in (("normal", "normal", "distribution"), ("barycenter", "barycenter_baseline", "distribution"),
-                              ("mixture", "mixture_baseline", "distribution"), ("uniform", "uniform_on", "distribution"),
-                              ("ncoreset", "ncoreset_baseline", "pool"), ("acoreset", "acoreset", "pool")):
-        if name not in BASELINES.names():
-            BASELINES.register(name, None, f"{module}:{build}", kind=kind)
-
-
-_register_builtin_baselines()
-
-
-class InitialDataSpec(StrictModel):
-    """Inputs and labels a lab already has (a budgeted job's free labels, kept in its training set):
-    ``inputs`` an (n, d) array, ``labels`` (n,) or (n, 1)."""
-
-    inputs: list[list[float]] = Field(min_length=1, description="(n, d) inputs already labelled")
-    labels: list[float] | list[list[float]] = Field(
-        min_length=1, description="their labels: (n,) or (n, 1) (the budgeted design takes one label per input)")
-
-    @model_validator(mode="after")
-    def _shapes(self):
-
-        check_rectangular(self.inputs, "inputs")
-        if not np.all(np.isfinite(np.asarray(self.inputs, dtype=np.float64))):
-            raise ValueError("inputs: values must be finite")
-        if isinstance(self.labels[0], list):
-            width = check_rectangular(self.labels, "labels")
-            if width != 1:
-                raise ValueError(f"labels: the budgeted design takes one label per input, got {width} per row")
-        if not np.all(np.isfinite(np.asarray(self.labels, dtype=np.float64))):
-            raise ValueError("labels: values must be finite (a failed measurement is no initial data)")
-        if len(self.labels) != len(self.inputs):
-            raise ValueError(f"labels: {len(self.labels)} labels for {len(self.inputs)} inputs")
-        return self
-
-    def arrays(self):
-
-        return (np.asarray(self.inputs, dtype=np.float64),
-                np.asarray(self.labels, dtype=np.float64).reshape(len(self.inputs)))
-
-
-class EvaluationSpec(StrictModel):
-    """Err of the final distribution and of baselines on the held-out Q samples: a KRR model
-    is trained on ``train_size`` labelled samples with ridge N sigma^2 = ``ridge``."""
-
-    enabled: bool | None = Field(default=None, description="default: on, except for external (ask/tell) oracles")
-    train_size: int = Field(default=1024, ge=1, le=100_000)
-    ridge: float = Field(default=1e-3, gt=0)
-    baselines: list[Literal[tuple(BASELINES.names())]] | None = Field(
-        default=None, description="default: normal, barycenter and mixture for bilevel jobs, none otherwise")
-    sizes: list[int] = Field(default_factory=list, description="extra N for an Err-vs-N curve")
-    draws: int = Field(default=5, ge=1, le=100,
-                       description="training sets drawn per candidate: the verdict compares held-out Err over "
-                                   "all of them (paired by draw index, common random numbers), with an interval "
-                                   "that covers the training draw and the held-out points (lwl.evaluation.comparison)")
-    bound: bool = Field(default=True, description="bilevel: also report the paper's OOD upper bound (Prop. 3.1 / "
-                                                  "Cor. 3.2) of the design's model, with which constants are exact "
-                                                  "(lwl.bound); costs about 2,500 oracle labels")
-
-    @field_validator("sizes")
-    @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        if any(n < 1 for n in v):
-            raise ValueError("every size must be >= 1")
-        return sorted(set(v))
+from lwl.spec_errors import SpecError, spec_error  # noqa: F401  (SpecError: what parse_job_spec raises)
 
 
 class _Unregistered(StrictModel):
@@ -210,7 +142,7 @@ class JobSpec(StrictModel):
         if self.domain is not None:
             _check_domain(self, entry)
         if self.initial_data is not None:
-            _check_initial_data(self)
+            check_initial_data(self)
         if self.budget is not None:
             _check_budget(self, entry)
         return self
@@ -219,25 +151,6 @@ class JobSpec(StrictModel):
     def dim(self) -> int | None:
         """The family's dimension when its parameters fix one (else None: Q's members fix it)."""
         return getattr(self.family, "dim", None)
-
-
-# -- compatibility checks of the built-in algorithms (lwl.registry entries) ------------------------
-def kle_member_sizes(spec: JobSpec) -> None:
-    for k, m in enumerate(spec.test_distributions.members):
-        if m.kle is not None and m.size is None:
-            raise ValueError(f"test_distributions.members.{k}.size: a kle member needs the number of "
-                             "samples to draw")
-
-
-def operator_parts(spec: JobSpec, family: str, family_what: str, oracle_need: str) -> None:
-    """An AMA-type job: the family it moves, a DeepONet, and an oracle it can call inside a step."""
-    name = spec.algorithm.name
-    if spec.family.name != family:
-        raise ValueError(f"family.name: {name} moves a {family_what} family ({family!r})")
-    if spec.model.name != "deeponet":
-        raise ValueError(f"model.name: {name} trains a DeepONet ('deeponet')")
-    if spec.oracle.is_external:
-        raise ValueError(f"oracle.name: {name} labels inside its steps and needs {oracle_need}, not ask/tell")
 
 
 def _check_domain(spec: JobSpec, entry) -> None:
@@ -280,18 +193,6 @@ def _check_initial_in_domain(family, domain, seed: int) -> None:
                          f"(a design restricted to it keeps at least {MIN_DESIGN_SHARE:.0%})")
 
 
-def _check_initial_data(spec: JobSpec) -> None:
-    """Initial data: a budgeted job's, with inputs of the job's input dimension."""
-    if spec.budget is None:
-        raise ValueError("initial_data: only jobs with a label budget (budget) take initial data")
-    d = spec.test_distributions.dim
-    if d is None:
-        d = spec.dim
-    width = len(spec.initial_data.inputs[0])
-    if d is not None and width != d:
-        raise ValueError(f"initial_data.inputs: rows of {width} inputs, the job's inputs have dimension {d}")
-
-
 def _check_budget(spec: JobSpec, entry) -> None:
     """A budget: an algorithm with a budgeted design (``budgeted`` in its registry entry) and
     a budget that covers the job's fixed needs (``budget_needs``, e.g. Q's validation labels)."""
@@ -317,11 +218,6 @@ def rebuild_job_spec(force: bool = False) -> None:
     from lwl.registry import ALGORITHMS, FAMILIES, MODELS
 
     changed = False
-    accepted = list[Literal[tuple(BASELINES.names())]] | None  # a plugin's baseline too
-    if EvaluationSpec.model_fields["baselines"].annotation != accepted:
-        EvaluationSpec.model_fields["baselines"].annotation = accepted
-        EvaluationSpec.model_rebuild(force=True)
-        changed = True
     for field, registry in (("family", FAMILIES), ("model", MODELS), ("algorithm", ALGORITHMS)):
         models = registry.params_models()
         if not models:
@@ -335,38 +231,22 @@ def rebuild_job_spec(force: bool = False) -> None:
 
 
 def _listen() -> None:
-    """Rebuild JobSpec whenever a family, model, algorithm or baseline registers (the built-in
-    components register themselves on import, :mod:`lwl.builtins`; plugins the same way)."""
-    from lwl.registry import ALGORITHMS, FAMILIES, MODELS
+    """Rebuild JobSpec whenever a family, model or algorithm registers, or a nested block rebuilds
+    itself (``model.kernel``, ``evaluation.baselines``: a kernel or baseline registered); the built-in
+    components register themselves on import (:mod:`lwl.builtins`), plugins the same way."""
+    from lwl.registry import ALGORITHMS, FAMILIES, MODELS, on_block_rebuilt
 
-    for registry in (FAMILIES, MODELS, ALGORITHMS, BASELINES):
+    for registry in (FAMILIES, MODELS, ALGORITHMS):
         registry.on_change(rebuild_job_spec)
+    on_block_rebuilt(lambda: rebuild_job_spec(force=True))
     rebuild_job_spec()
 
 
 _listen()
 
 
-class SpecError(ValueError):
-    """An invalid job spec; ``errors`` lists (field path, message) pairs."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in errors))
-
-
-def _union_tags() -> dict[str, list[str]]:
-    from lwl.registry import ALGORITHMS, FAMILIES, MODELS
-
-    return {"family": FAMILIES.names(), "model": MODELS.names(), "algorithm": ALGORITHMS.names()}
-
-
-def _loc(parts) -> str:
-    return ".".join(str(p) for p in parts) or "(root)"
-
-
 def parse_job_spec(doc: dict[str, Any] | str | bytes, *, strict: bool = False) -> JobSpec:
-    """Validate a job spec (a dict or JSON text); raise :class:`SpecError` naming each field.
+    """Validate a job spec (a dict or JSON text); raise :class:`~lwl.spec_errors.SpecError` naming each field.
 
     ``strict=True`` (documents from the wire or a file: ``POST /v1/jobs``, ``lwl run``) refuses
     values of the wrong JSON type instead of coercing them ("5" for an integer, 1 for a boolean);
@@ -376,22 +256,4 @@ def parse_job_spec(doc: dict[str, Any] | str | bytes, *, strict: bool = False) -
             return JobSpec.model_validate_json(doc, strict=strict)
         return JobSpec.model_validate(doc, strict=strict)
     except ValidationError as exc:
-        errors, tags = [], _union_tags()
-        for e in exc.errors(include_url=False):
-            msg = e["msg"].removeprefix("Value error, ")
-            # the branch names of plain unions (initial_data.labels: "list[float]") are no field
-            loc = [p for p in e["loc"] if not (isinstance(p, str) and "[" in p)]
-            # tagged unions (family, model, algorithm): report "model.lengthscale", not "model.krr.lengthscale"
-            if len(loc) >= 2 and loc[1] in tags.get(loc[0], ()):
-                del loc[1]
-            if e["type"] in ("union_tag_invalid", "union_tag_not_found"):
-                loc.append("name")
-            # messages of the form "sub.field: why" name a field below the validator's location
-            head, sep, rest = msg.partition(": ")
-            if sep and " " not in head and head.replace(".", "").replace("_", "").isalnum():
-                sub = head.split(".")
-                loc = (loc[:-1] if loc and loc[-1] == sub[0] else loc) + sub
-                msg = rest
-            errors.append((_loc(loc), msg))
-        raise SpecError(errors) from None
-
+        raise spec_error(exc) from None

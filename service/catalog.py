@@ -10,7 +10,8 @@ import inspect
 def catalog() -> dict:
     import lwl.oracles  # noqa: F401  (registers the built-in oracles)
     from lwl.registry import ALGORITHMS, FAMILIES, MODELS, ORACLES
-    from lwl.spec import EvaluationSpec, JobSpec
+    from lwl.evaluation.spec import EvaluationSpec
+    from lwl.spec import JobSpec
 
     oracles = []
     for name, cls in sorted((e.name, e.build) for e in ORACLES.entries()):

@@ -49,7 +49,7 @@ from lwl.measures import KLEGaussian
 from lwl.oracles import Oracle, as_numpy
 from lwl.params import StrictModel
 from lwl.registry import ALGORITHMS
-from lwl.spec import JobSpec, operator_parts
+from lwl.spec import JobSpec
 from lwl.streams import STREAM_LIP, STREAM_OPT, STREAM_TRAIN
 
 OPTIMIZERS = ("differential_evolution", "adam", "lbfgsb")
@@ -443,6 +443,18 @@ class AMASpec(StrictModel):
                                           "AMA (steps accepted when the bound falls, the last iterate returned)")
     backtracks: int = Field(default=2, ge=0, le=50, description="validation: halvings back towards the kept "
                                                                 "distribution before the design stops")
+
+
+def operator_parts(spec: JobSpec, family: str, family_what: str, oracle_need: str) -> None:
+    """An AMA-type job (ama, particle_ama): the family it moves, a DeepONet, and an oracle it can
+    call inside a step."""
+    name = spec.algorithm.name
+    if spec.family.name != family:
+        raise ValueError(f"family.name: {name} moves a {family_what} family ({family!r})")
+    if spec.model.name != "deeponet":
+        raise ValueError(f"model.name: {name} trains a DeepONet ('deeponet')")
+    if spec.oracle.is_external:
+        raise ValueError(f"oracle.name: {name} labels inside its steps and needs {oracle_need}, not ask/tell")
 
 
 def check_ama(spec: JobSpec) -> None:

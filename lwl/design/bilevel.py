@@ -53,9 +53,9 @@ from lwl.measures.gaussian import moment_matched, regularised_cholesky
 from lwl.models import KernelRidge
 from lwl.outcomes import failed_rows, usable
 from lwl.params import StrictModel
-from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
+from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets, kle_member_sizes
 from lwl.registry import ALGORITHMS
-from lwl.spec import JobSpec, kle_member_sizes
+from lwl.spec import JobSpec
 from lwl.streams import STREAM_CHECK, STREAM_DESIGN
 
 PHASE_VALIDATION = "label_validation"

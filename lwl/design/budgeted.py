@@ -34,10 +34,10 @@ labelled point, Q's validation labels included. The rounds, in order:
    the incumbent when its points, added to everything bought before, validate better beyond
    noise (ACCEPT_Z standard errors of the paired difference on the validation points).
 
-**Initial data** (``initial_data``: points the lab already labelled) count toward the budget as
-paid: the oracle is asked for ``budget - n`` labels at most. They join the pool after the validation
-round (source INITIAL): the refinement scores and the surrogate train on them, and they are part of
-the returned training set. The selection scores and the race do not: against 500 initial points
+**Initial data** (``initial_data``: points the lab already labelled, :mod:`lwl.initial_data`) count
+toward the budget as paid: the oracle is asked for ``budget - n`` labels at most. They join the pool
+after the validation round (source INITIAL): the refinement scores and the surrogate train on them,
+and they are part of the returned training set. The selection scores and the race do not: against 500 initial points
 the few dozen points a candidate has in the first rounds change nothing, and selection went by noise
 (docs/method.md, "Initial data").
 

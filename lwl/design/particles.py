@@ -28,14 +28,16 @@ import torch
 from pydantic import Field
 
 from lwl.bound import bound_constant_squared
+from lwl.design.ama import operator_parts
 from lwl.design.stepper import StepperDefaults
 from lwl.design.validated import SELECTIONS, best_weights, judge
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
 from lwl.memory import release_freed_memory
 from lwl.params import StrictModel
+from lwl.q_samples import kle_member_sizes
 from lwl.registry import ALGORITHMS, FAMILIES
-from lwl.spec import JobSpec, kle_member_sizes, operator_parts
+from lwl.spec import JobSpec
 
 PHASE_ITERATE, PHASE_DONE = "iterate", "done"
 

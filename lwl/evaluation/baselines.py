@@ -122,9 +122,9 @@ def normal(spec, q: MetaTestSamples) -> Gaussian:
     return Gaussian(mean, regularised_cholesky(cov, rel=1e-6))
 
 
-# The builders registered under lwl.registry.BASELINES (lwl.spec registers the built-in ones by
-# name). A distribution baseline: build(spec, q) -> Measure; a pool baseline: build(pool, labels,
-# n, kernel=, lengthscale=, ridge=, seed=) -> indices into the pool in selection order.
+# The builders registered under lwl.registry.BASELINES (lwl.evaluation.spec registers the built-in
+# ones by name). A distribution baseline: build(spec, q) -> Measure; a pool baseline: build(pool,
+# labels, n, kernel=, lengthscale=, ridge=, seed=) -> indices into the pool in selection order.
 def barycenter_baseline(spec, q: MetaTestSamples) -> Gaussian:
     return barycenter(q)
 

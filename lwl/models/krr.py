@@ -23,7 +23,7 @@ from lwl.cholesky import cholesky_inplace
 from lwl.device import DTYPE, resolve_device
 from lwl.kernels import KERNELS, get_kernel, kernel_rows
 from lwl.params import StrictModel
-from lwl.registry import MODELS
+from lwl.registry import MODELS, block_rebuilt
 
 #: entries of one kernel block on a CPU (1 MiB of float64: an L2 cache); on a GPU the blocks
 #: only add launches, so they are as large as memory comfortably allows
@@ -130,13 +130,11 @@ MODELS.register("krr", KRRSpec)
 def _accept_registered_kernels() -> None:
     """``model.kernel`` accepts every registered kernel, a plugin's too (a registration
     rebuilds this block and the job spec)."""
-    from lwl.spec import rebuild_job_spec
-
     accepted = Literal[tuple(KERNELS.names())]
     if KRRSpec.model_fields["kernel"].annotation != accepted:
         KRRSpec.model_fields["kernel"].annotation = accepted
         KRRSpec.model_rebuild(force=True)
-        rebuild_job_spec(force=True)
+        block_rebuilt()  # the job spec nesting KRRSpec rebuilds (lwl.spec)
 
 
 KERNELS.on_change(_accept_registered_kernels)

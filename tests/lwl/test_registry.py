@@ -123,7 +123,7 @@ def test_the_spec_vocabulary_is_the_registries():
     from lwl.q_samples import MEMBER_KINDS
     from lwl.registry import BASELINES, KERNELS
     from lwl.models.krr import KRRSpec
-    from lwl.spec import EvaluationSpec
+    from lwl.evaluation.spec import EvaluationSpec
     from lwl.q_samples import MemberSpec
 
     assert KERNELS.names() == list(KRRSpec.model_fields["kernel"].annotation.__args__)
