@@ -79,7 +79,7 @@ class AutoFamily(MixtureFamily):
 
 
 def build(spec, coords, q) -> AutoFamily:
-    """The bilevel builder registered for ``auto`` (:mod:`lwl.spec`)."""
+    """The bilevel builder registered for ``auto`` (the ``register`` call at the end of this module)."""
     return AutoFamily(spec, coords)
 
 

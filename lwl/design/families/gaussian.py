@@ -82,7 +82,7 @@ class GaussianFamily:
 
 
 def build(spec, coords: WhitenedGaussian, q) -> GaussianFamily:
-    """The bilevel builder registered for ``gaussian`` (:mod:`lwl.spec`)."""
+    """The bilevel builder registered for ``gaussian`` (the ``register`` call at the end of this module)."""
     return GaussianFamily(spec, coords)
 
 

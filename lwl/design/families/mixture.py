@@ -186,7 +186,7 @@ class MixtureFamily:
 
 
 def build(spec, coords: WhitenedGaussian, q) -> MixtureFamily:
-    """The bilevel builder registered for ``mixture`` (:mod:`lwl.spec`)."""
+    """The bilevel builder registered for ``mixture`` (the ``register`` call at the end of this module)."""
     return MixtureFamily(spec, coords)
 
 

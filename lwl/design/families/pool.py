@@ -143,7 +143,7 @@ class PoolFamily:
 
 
 def build(spec, coords: WhitenedGaussian, q) -> PoolFamily:
-    """The bilevel builder registered for ``pool`` (:mod:`lwl.spec`)."""
+    """The bilevel builder registered for ``pool`` (the ``register`` call at the end of this module)."""
     return PoolFamily(spec, coords, q)
 
 
