@@ -39,7 +39,6 @@ from lwl.registry import ALGORITHMS, FAMILIES
 from lwl.spec import JobSpec, kle_member_sizes, operator_parts
 
 
-
 @dataclass(kw_only=True)
 class ParticleAMAState(AMAStateBase):
     """Particle AMA's state: the particles' coefficients c, the step size eta and the fields of
