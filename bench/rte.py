@@ -86,13 +86,13 @@ def main():
     t = time.perf_counter()
     state = design.step(state, labels)  # trains again, gradient (adjoints), step with its bound evaluations
     t_first = time.perf_counter() - t
-    rec = state["history"][-1]
+    rec = state.history[-1]
     # a steady-state iteration: the accepted step's labels and factorisations are reused
     t = time.perf_counter()
     cached = design.cached_labels(state)
     state = design.step(state, cached if cached is not None else oracle.label(design.queries(state)))
     t_second = time.perf_counter() - t
-    rec2 = state["history"][-1]
+    rec2 = state.history[-1]
     print(f"\nParticle AMA at N = {N}, 20 x 20 coefficients, eps = {args.eps:g}, DeepONet on {resolve_device(args.device)}, "
           f"DeepONet {args.epochs} epochs (80/20 split, validation every 10, "
           f"{args.query_batch or G * G} output points per step):")

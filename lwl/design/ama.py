@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 import numpy as np
@@ -43,7 +44,7 @@ from pydantic import Field
 from lwl.bound import bound_constant_squared
 from lwl.design.kle_family import KLEFamily
 from lwl.design.stepper import StepperDefaults
-from lwl.design.validated import SELECTIONS, best_weights, judge
+from lwl.design.validated import SELECTIONS, AMAStateBase, Phase, best_weights, judge
 from lwl.lipschitz import lipschitz_pairs, lipschitz_ratio
 from lwl.measures import KLEGaussian
 from lwl.oracles import Oracle, as_numpy
@@ -53,17 +54,30 @@ from lwl.spec import JobSpec
 from lwl.streams import STREAM_LIP, STREAM_OPT, STREAM_TRAIN
 
 OPTIMIZERS = ("differential_evolution", "adam", "lbfgsb")
-PHASE_LIPSCHITZ, PHASE_ITERATE, PHASE_DONE = "lipschitz", "iterate", "done"
+
+
+@dataclass(kw_only=True)
+class AMAState(AMAStateBase):
+    """Parametric AMA's state: the family's free parameters theta_k and the fields of
+    :class:`lwl.design.validated.AMAStateBase` (the bound's constants, J, the current model, the
+    kept pair of validated AMA). Phase ``lipschitz`` while L = Lip(G*) is to be estimated."""
+
+    POINT = "theta"
+
+    theta: np.ndarray  # the free parameters of nu_theta (KLEFamily.free)
 
 
 class AMADesign(StepperDefaults):
-    """AMA as a stepper over a :class:`KLEFamily` (see the module docstring).
+    """AMA as a stepper over a :class:`KLEFamily` (see the module docstring); its state is an
+    :class:`AMAState`.
 
     ``model_factory(seed)`` returns an unfitted regressor with ``fit(U, Y, z)`` (warm start
     supported), ``forward(u)`` (differentiable) and ``get_weights``/``set_weights``, e.g.
     :class:`lwl.models.DeepONetRegressor`. ``z`` are the model's output query points and
     ``output_weights`` the quadrature weights of the output grid (L^2 norms of labels).
     """
+
+    state_type = AMAState
 
     def __init__(self, family: KLEFamily, members: list[KLEGaussian], oracle: Oracle,
                  model_factory: Callable[[int], Any], z: np.ndarray, *, weights: list[float] | None = None,
@@ -118,7 +132,7 @@ class AMADesign(StepperDefaults):
                    lipschitz_candidates=a.lipschitz_candidates, seed=spec.seed, select=a.select,
                    validation_size=spec.test_distributions.validation_per_member, backtracks=a.backtracks)
 
-    def evaluate(self, state: dict[str, Any], n: int, seed) -> dict[str, Any]:
+    def evaluate(self, state: AMAState, n: int, seed) -> dict[str, Any]:
         """Relative OOD error (SM eqn app_ntd_rel_ood_error) of the final model on ``n`` fresh
         samples of every member of Q, labelled by the oracle."""
         from lwl.evaluation.metrics import member_relative_error
@@ -156,37 +170,37 @@ class AMADesign(StepperDefaults):
             out.append(self.family.measure(np.where(ok, lo + s * (np.where(ok, hi, 0) - np.where(ok, lo, 0)), t0)))
         return out
 
-    def model(self, state: dict[str, Any]):
-        weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
-        return self.model_factory(self.seed).set_weights(weights, self.z) if weights else None
+    def model(self, state: AMAState):
+        """The current model (None before the first model step)."""
+        return self.model_factory(self.seed).set_weights(state.model, self.z) if state.model else None
 
-    def selected_model(self, state: dict[str, Any]):
+    def selected_model(self, state: AMAState):
         """The model the result reports: the best validated one (``select="validation"``), else the last."""
         weights = best_weights(state) if self.select == "validation" else {}
         return self.model_factory(self.seed).set_weights(weights, self.z) if weights else self.model(state)
 
-    def validation_error(self, state: dict[str, Any], model) -> tuple[float, dict[str, Any]]:
+    def validation_error(self, state: AMAState, model) -> tuple[float, AMAState]:
         """The model's member-weighted relative error on Q's validation samples (labelled once)."""
         from lwl.evaluation.metrics import member_relative_error
         from lwl.streams import STREAM_VALIDATION
 
         U = [m.sample(self.validation_size, [self.seed, STREAM_VALIDATION, k]) for k, m in enumerate(self.members)]
-        if state.get("validation_labels") is None:
-            state = {**state, "validation_labels": np.concatenate([self._label(u) for u in U])}
-        Y = np.split(state["validation_labels"], len(U))
+        if state.validation_labels is None:
+            state = state.replace(validation_labels=np.concatenate([self._label(u) for u in U]))
+        Y = np.split(state.validation_labels, len(U))
         err = member_relative_error(((y, model.predict(u)) for u, y in zip(U, Y)), self.weights.numpy(),
                                     self.output_weights)
         return err, state
 
     # -- the bound ----------------------------------------------------------------------------
-    def bound_terms(self, theta: torch.Tensor, state: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def bound_terms(self, theta: torch.Tensor, state: AMAState) -> tuple[torch.Tensor, torch.Tensor]:
         """(sqrt(E_Q c_R^2), sqrt(E_Q W2^2)) at theta, differentiable."""
         w2 = torch.stack([self.family.w2_squared(theta, m) for m in self.members])
-        c2 = bound_constant_squared(state["lipschitz_oracle"], state["lipschitz_model"],
-                                    self.family.second_moment(theta), self._m2_q, state["zero_sq"])
+        c2 = bound_constant_squared(state.lipschitz_oracle, state.lipschitz_model,
+                                    self.family.second_moment(theta), self._m2_q, state.zero_sq)
         return torch.sqrt(self.weights @ c2), torch.sqrt(self.weights @ w2)
 
-    def objective(self, theta: np.ndarray, state: dict[str, Any], model=None, grad: bool = False):
+    def objective(self, theta: np.ndarray, state: AMAState, model=None, grad: bool = False):
         """J(theta) with the model fixed; with ``grad``, also dJ/dtheta (see the module docstring)."""
         model = model or self.model(state)
         theta = np.asarray(theta, dtype=np.float64)
@@ -217,29 +231,27 @@ class AMADesign(StepperDefaults):
         return (a * b * w).sum(dim=1)
 
     # -- stepper protocol ---------------------------------------------------------------------
-    def init(self) -> dict[str, Any]:
+    def init(self) -> AMAState:
         need = self.lipschitz_oracle is None
-        return {"phase": PHASE_LIPSCHITZ if need else PHASE_ITERATE, "iteration": 0,
-                "theta": self.family.theta0(), "history": [], "objective": None,
-                "lipschitz_oracle": self.lipschitz_oracle, "lipschitz_model": self.lipschitz_model,
-                "zero_sq": None, "oracle_zero_sq": None, "labels_used": 0}
+        return AMAState(phase=Phase.LIPSCHITZ if need else Phase.ITERATE, theta=self.family.theta0(),
+                        lipschitz_oracle=self.lipschitz_oracle, lipschitz_model=self.lipschitz_model)
 
-    def done(self, state: dict[str, Any]) -> bool:
-        return state["phase"] == PHASE_DONE
+    def done(self, state: AMAState) -> bool:
+        return state.phase == Phase.DONE
 
     def _pairs(self):
         return lipschitz_pairs(self.candidates(), self.n_pairs, [self.seed, STREAM_LIP])
 
-    def queries(self, state: dict[str, Any]) -> np.ndarray:
-        if state["phase"] == PHASE_LIPSCHITZ:
+    def queries(self, state: AMAState) -> np.ndarray:
+        if state.phase == Phase.LIPSCHITZ:
             a, b = self._pairs()
             return np.concatenate([a, b, np.zeros((1, a.shape[1]))])
-        if state["phase"] == PHASE_DONE:
+        if state.phase == Phase.DONE:
             return np.zeros((0, self.family.template.dim))
-        th = torch.as_tensor(state["theta"], dtype=torch.float64)
+        th = torch.as_tensor(state.theta, dtype=torch.float64)
         return self.family.sample(th, self._xi_train).numpy()
 
-    def step(self, state: dict[str, Any], labels) -> dict[str, Any]:
+    def step(self, state: AMAState, labels) -> AMAState:
         labels = np.asarray(labels, dtype=np.float64)
         expected = len(self.queries(state))
         labels = labels.reshape(expected, -1) if labels.size % max(expected, 1) == 0 else labels
@@ -247,41 +259,41 @@ class AMADesign(StepperDefaults):
             raise ValueError(f"labels: expected {expected} rows, got {labels.shape[0]}")
         if not np.all(np.isfinite(labels)):
             raise ValueError("labels: values must be finite")
-        used = state["labels_used"] + expected
-        if state["phase"] == PHASE_LIPSCHITZ:
+        used = state.labels_used + expected
+        if state.phase == Phase.LIPSCHITZ:
             a, b = self._pairs()
             n = len(a)
             iw = self.family.template.quadrature_weights()
             L = lipschitz_ratio(labels[:n], labels[n:2 * n], a, b, iw, self.output_weights)
             zero = float(self._sq_norm(torch.as_tensor(labels[2 * n:]))[0])
-            return {**state, "phase": PHASE_ITERATE, "lipschitz_oracle": L, "oracle_zero_sq": zero,
-                    "labels_used": used}
-        if state["phase"] == PHASE_DONE:
+            return state.replace(phase=Phase.ITERATE, lipschitz_oracle=L, oracle_zero_sq=zero, labels_used=used)
+        if state.phase == Phase.DONE:
             raise ValueError("step: the design is finished")
         return self._iterate(state, labels, used)
 
-    def result(self, state: dict[str, Any]) -> dict[str, Any]:
-        out = {"distribution": self.family.measure(state["theta"]).to_spec(), "history": list(state["history"]),
-               "lipschitz": {"oracle": state["lipschitz_oracle"], "model": state["lipschitz_model"]},
-               "labels_used": state["labels_used"]}
-        if self.select == "validation" and state.get("best.theta") is not None:
+    def result(self, state: AMAState) -> dict[str, Any]:
+        out = {"distribution": self.family.measure(state.theta).to_spec(), "history": list(state.history),
+               "lipschitz": {"oracle": state.lipschitz_oracle, "model": state.lipschitz_model},
+               "labels_used": state.labels_used}
+        if self.select == "validation" and state.best is not None:
             out["last_distribution"] = out["distribution"]
-            out["distribution"] = self.family.measure(state["best.theta"]).to_spec()
-            out["selected"] = {"iteration": state["best_iteration"], "validation_error": state["best_validation"],
+            out["distribution"] = self.family.measure(state.best.params["theta"]).to_spec()
+            out["selected"] = {"iteration": state.best.iteration, "validation_error": state.best.err,
                                "rule": "best validation error (validated AMA)"}
         return out
 
     # -- one iteration ------------------------------------------------------------------------
-    def _zero_sq(self, state, model) -> float:
-        if state["oracle_zero_sq"] is None:
+    def _zero_sq(self, state: AMAState, model) -> tuple[float, AMAState]:
+        """||G*(0)||^2 + ||G_hat(0)||^2 for ``model`` (labelling G*(0) once if L was given)."""
+        if state.oracle_zero_sq is None:
             g0 = self._label(np.zeros((1, self.family.template.dim)))
-            state = {**state, "oracle_zero_sq": float(self._sq_norm(torch.as_tensor(g0))[0])}
+            state = state.replace(oracle_zero_sq=float(self._sq_norm(torch.as_tensor(g0))[0]))
         m0 = model.forward(torch.zeros((1, self.family.template.dim), dtype=torch.float64)).detach()
-        return state["oracle_zero_sq"] + float(self._sq_norm(m0)[0]), state
+        return state.oracle_zero_sq + float(self._sq_norm(m0)[0]), state
 
-    def _model_step(self, state, U, Y):
+    def _model_step(self, state: AMAState, U, Y):
         """Train on (U, Y); keep training while J at theta_k has not fallen below the last J."""
-        k = state["iteration"]
+        k = state.iteration
         previous = self.model(state)
         model = self.model_factory(self.seed + 1000 * k)
         if previous is not None:  # continue from the current weights (warm start)
@@ -290,18 +302,18 @@ class AMADesign(StepperDefaults):
         while True:
             model.fit(U, Y, self.z)
             rounds += 1
-            if state["lipschitz_model"] is None:
-                state = {**state, "lipschitz_model": self._estimate_model_lipschitz(model)}
+            if state.lipschitz_model is None:
+                state = state.replace(lipschitz_model=self._estimate_model_lipschitz(model))
             zero_sq, state = self._zero_sq(state, model)
-            trial = {**state, "zero_sq": zero_sq}
-            value = self.objective(state["theta"], trial, model)
-            if state["objective"] is None or value <= state["objective"] or rounds >= self.model_rounds:
+            trial = state.replace(zero_sq=zero_sq)
+            value = self.objective(state.theta, trial, model)
+            if state.objective is None or value <= state.objective or rounds >= self.model_rounds:
                 break
             model.seed += 1
-        if state["objective"] is not None and value > state["objective"] and previous is not None:
+        if state.objective is not None and value > state.objective and previous is not None:
             # the model step never lowered J: keep the previous model (monotone objective)
             zero_sq, state = self._zero_sq(state, previous)
-            return previous, {**state, "zero_sq": zero_sq}, state["objective"], rounds, False
+            return previous, state.replace(zero_sq=zero_sq), state.objective, rounds, False
         return model, trial, value, rounds, True
 
     def _estimate_model_lipschitz(self, model) -> float:
@@ -311,28 +323,28 @@ class AMADesign(StepperDefaults):
             gb = model.forward(torch.as_tensor(b)).numpy()
         return lipschitz_ratio(ga, gb, a, b, self.family.template.quadrature_weights(), self.output_weights)
 
-    def _iterate(self, state, Y, used) -> dict[str, Any]:
+    def _iterate(self, state: AMAState, Y, used) -> AMAState:
         t0 = time.perf_counter()
         self.labels_used = 0
-        k = state["iteration"]
+        k = state.iteration
         U = self.queries(state)
         model, state, after_model, rounds, model_accepted = self._model_step(state, U, Y)
-        record = {"iteration": k, "theta": state["theta"].tolist(), "objective_after_model": after_model,
+        record = {"iteration": k, "theta": state.theta.tolist(), "objective_after_model": after_model,
                   "model_rounds": rounds, "model_accepted": model_accepted,
-                  "training_error": self._training_error(state["theta"], model)}
+                  "training_error": self._training_error(state.theta, model)}
         final = k >= self.iterations
         if self.select == "validation":
             record["validation_error"], state = self.validation_error(state, model)
-            state, action = judge(state, "theta", model, record["validation_error"], self.backtracks)
+            state, action = judge(state, state.candidate(model, record["validation_error"]), self.backtracks)
             record["validation_action"] = action
             if action != "kept":  # the last distribution step validated worse than the kept pair
                 model = self.selected_model(state)
                 if action == "stop":
                     final = True
                 else:  # retrain at the point halfway back, from the kept model; no bound step now
-                    return self._advance(state, model, record, state["objective"], used, t0, final,
+                    return self._advance(state, model, record, state.objective, used, t0, final,
                                          reset_objective=True)
-        theta = state["theta"]
+        theta = state.theta
         if not final:
             proposal = self.family.clip(self._optimise(theta, state, model))
             value = self.objective(proposal, state, model)
@@ -341,19 +353,19 @@ class AMADesign(StepperDefaults):
             record.update(proposal=proposal.tolist(), proposal_objective=value, accepted=bool(accepted))
         else:
             objective = after_model
-        return self._advance({**state, "theta": np.asarray(theta, dtype=np.float64)}, model, record, objective,
+        return self._advance(state.replace(theta=np.asarray(theta, dtype=np.float64)), model, record, objective,
                              used, t0, final)
 
-    def _advance(self, state, model, record, objective, used, t0, final, reset_objective=False) -> dict[str, Any]:
+    def _advance(self, state: AMAState, model, record, objective, used, t0, final,
+                 reset_objective=False) -> AMAState:
         """The state after iteration k: the record, the model's weights, the next phase (after a
         validated backtrack the bound at the new point is unknown: ``reset_objective``)."""
-        c, w = self.bound_terms(torch.as_tensor(state["theta"], dtype=torch.float64), state)
+        c, w = self.bound_terms(torch.as_tensor(state.theta, dtype=torch.float64), state)
         record.update(objective=objective, c_term=float(c), w2_term=float(w),
                       labels_used=used + self.labels_used, seconds=time.perf_counter() - t0)
-        weights = {f"model.{name}": v for name, v in model.get_weights().items()}
-        return {**state, **weights, "objective": None if reset_objective else objective,
-                "iteration": state["iteration"] + 1, "phase": PHASE_DONE if final else PHASE_ITERATE,
-                "labels_used": used + self.labels_used, "history": [*state["history"], record]}
+        return state.replace(model=model.get_weights(), objective=None if reset_objective else objective,
+                             iteration=state.iteration + 1, phase=Phase.DONE if final else Phase.ITERATE,
+                             labels_used=used + self.labels_used, history=[*state.history, record])
 
     def _training_error(self, theta, model) -> float:
         u, y = self._opt_labels(np.asarray(theta))
@@ -362,7 +374,7 @@ class AMADesign(StepperDefaults):
         return float(self._sq_norm(r).mean())
 
     # -- distribution step optimisers ----------------------------------------------------------
-    def _optimise(self, theta: np.ndarray, state, model) -> np.ndarray:
+    def _optimise(self, theta: np.ndarray, state: AMAState, model) -> np.ndarray:
         fam = self.family
         bounds = [fam.bounds[p] for p in fam.free]
         from scipy.optimize import (  # loaded lazily: importing lwl stays fast
@@ -372,7 +384,7 @@ class AMADesign(StepperDefaults):
 
         if self.optimizer == "differential_evolution":
             res = differential_evolution(lambda x: self.objective(x, state, model), bounds, tol=self.tol,
-                                         maxiter=self.maxiter, seed=self.seed + state["iteration"],
+                                         maxiter=self.maxiter, seed=self.seed + state.iteration,
                                          x0=np.clip(theta, *zip(*bounds)), polish=True)
             return res.x
         if self.optimizer == "lbfgsb":
@@ -383,7 +395,7 @@ class AMADesign(StepperDefaults):
             return res.x
         return self._adam(theta, state, model)
 
-    def _adam(self, theta: np.ndarray, state, model) -> np.ndarray:
+    def _adam(self, theta: np.ndarray, state: AMAState, model) -> np.ndarray:
         """Rounds of ``steps`` Adam steps; stop after the first round that lowers J (paper SM Darcy)."""
         th = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
         opt = torch.optim.Adam([th], lr=self.learning_rate)
@@ -408,7 +420,7 @@ def build(spec, oracle: Oracle, resolve=None) -> AMADesign:
     return design
 
 
-def evaluate(stepper: AMADesign, state: dict[str, Any], spec, oracle, out: dict) -> dict:
+def evaluate(stepper: AMADesign, state: AMAState, spec, oracle, out: dict) -> dict:
     """Relative OOD error of the final model on fresh samples of Q's members."""
     from lwl.streams import STREAM_EVAL
 

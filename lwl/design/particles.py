@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
@@ -30,7 +31,7 @@ from pydantic import Field
 from lwl.bound import bound_constant_squared
 from lwl.design.ama import operator_parts
 from lwl.design.stepper import StepperDefaults
-from lwl.design.validated import SELECTIONS, best_weights, judge
+from lwl.design.validated import SELECTIONS, AMAStateBase, Phase, best_weights, judge
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
 from lwl.memory import release_freed_memory
@@ -39,13 +40,28 @@ from lwl.q_samples import kle_member_sizes
 from lwl.registry import ALGORITHMS, FAMILIES
 from lwl.spec import JobSpec
 
-PHASE_ITERATE, PHASE_DONE = "iterate", "done"
+
+@dataclass(kw_only=True)
+class ParticleAMAState(AMAStateBase):
+    """Particle AMA's state: the particles' coefficients c, the step size eta and the fields of
+    :class:`lwl.design.validated.AMAStateBase` (phase ``iterate`` or ``done``: L is estimated
+    from the first particles and their labels, inside the first step)."""
+
+    POINT = "c"
+    OMITTED_WHEN_NONE = ("validation_labels", "oracle_zero_sq")  # ||G*(1)||^2: labelled in the first step
+
+    c: np.ndarray  # (N, modes, modes) sine coefficients, particle q is a_q = exp(L c_q) (eqn rte_particleform)
+    eta: float  # the step size of eqn rte_coef_update (halved on a failed step; the reduced one carries over)
+    output_weights: np.ndarray | None = None  # quadrature weights of the labels' L^2 norm (set by the first step)
 
 
 class ParticleAMADesign(StepperDefaults):
-    """Particle AMA as a stepper. ``oracle`` needs ``label`` and ``solver(a)`` with
-    ``density()`` and ``gradient(d_rho)`` (the :class:`lwl.oracles.rte.RTE` oracle); ``q_samples``
-    are K arrays of test-member samples of a (rows on the grid, flattened)."""
+    """Particle AMA as a stepper; its state is a :class:`ParticleAMAState`. ``oracle`` needs
+    ``label`` and ``solver(a)`` with ``density()`` and ``gradient(d_rho)`` (the
+    :class:`lwl.oracles.rte.RTE` oracle); ``q_samples`` are K arrays of test-member samples of a
+    (rows on the grid, flattened)."""
+
+    state_type = ParticleAMAState
 
     def __init__(self, oracle, q_samples: list[np.ndarray], model_factory: Callable[[int], Any], z: np.ndarray, *,
                  particles: int = 120, modes: int = 20, init_std: float = 1e-3, step_size: float = 0.01,
@@ -96,42 +112,42 @@ class ParticleAMADesign(StepperDefaults):
             return self._cache[2]
         return [self.oracle.solver(row) for row in a]
 
-    def cached_labels(self, state) -> np.ndarray | None:
+    def cached_labels(self, state: ParticleAMAState) -> np.ndarray | None:
         """Labels of the current particles when the last step already computed them."""
-        key = np.asarray(state["c"]).tobytes()
+        key = np.asarray(state.c).tobytes()
         return self._cache[1] if self._cache is not None and self._cache[0] == key else None
 
-    def model(self, state):
-        weights = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
-        return self.factory(self.seed).set_weights(weights, self.z) if weights else None
+    def model(self, state: ParticleAMAState):
+        """The current model (None before the first step)."""
+        return self.factory(self.seed).set_weights(state.model, self.z) if state.model else None
 
-    def selected_model(self, state):
+    def selected_model(self, state: ParticleAMAState):
         """The model the result reports: the best validated one (``select="validation"``), else the last."""
         weights = best_weights(state) if self.select == "validation" else {}
         return self.factory(self.seed).set_weights(weights, self.z) if weights else self.model(state)
 
-    def validation_error(self, state, model) -> tuple[float, dict[str, Any]]:
+    def validation_error(self, state: ParticleAMAState, model) -> tuple[float, ParticleAMAState]:
         """The model's relative error on Q's validation samples (the OT targets; labelled once)."""
         from lwl.evaluation.metrics import member_relative_error
 
-        if state.get("validation_labels") is None:
+        if state.validation_labels is None:
             labels = [np.asarray(self.oracle.label(x.numpy())).reshape(len(x), -1) for x in self.q]
             self.labels_used += sum(len(x) for x in self.q)
-            state = {**state, "validation_labels": np.concatenate(labels)}
-        Y = np.split(state["validation_labels"], np.cumsum([len(x) for x in self.q])[:-1])
+            state = state.replace(validation_labels=np.concatenate(labels))
+        Y = np.split(state.validation_labels, np.cumsum([len(x) for x in self.q])[:-1])
         err = member_relative_error(((y, model.predict(x.numpy())) for x, y in zip(self.q, Y)),
                                     self.weights.numpy(), trapezoid_weights(self.grid))
         return err, state
 
     # -- objective ------------------------------------------------------------------------------
-    def objective(self, c: np.ndarray, state, model, grad: bool = False):
+    def objective(self, c: np.ndarray, state: ParticleAMAState, model, grad: bool = False):
         """F(c) and, with ``grad``, dF/dc (N, modes, modes)."""
         from ot import emd2  # POT loads lazily: importing lwl stays fast
 
         ct = torch.tensor(np.asarray(c), dtype=torch.float64, requires_grad=grad)
         a = self.fields(ct)
         y = torch.as_tensor(self.labels(c))
-        w_out = torch.as_tensor(state["output_weights"])
+        w_out = torch.as_tensor(state.output_weights)
         r = y - model.forward(a if grad else a.detach())
         training = (r * r * w_out).sum(1).mean()
         m2 = (a * a * self._w).sum(1).mean()
@@ -142,8 +158,8 @@ class ParticleAMADesign(StepperDefaults):
                     - 2 * (a * self._w) @ x.T).clamp_min(0)
             w2.append(emd2(uniform, torch.full((len(x),), 1.0 / len(x), dtype=torch.float64), cost))
         w2 = (torch.stack(w2) * self.weights).sum()
-        c2 = (bound_constant_squared(state["lipschitz_oracle"], state["lipschitz_model"], m2, self._m2_q,
-                                     state["zero_sq"]) * self.weights).sum()
+        c2 = (bound_constant_squared(state.lipschitz_oracle, state.lipschitz_model, m2, self._m2_q,
+                                     state.zero_sq) * self.weights).sum()
         total = training + torch.sqrt(c2) * torch.sqrt(w2)
         if not grad:
             return float(total.detach())
@@ -157,47 +173,45 @@ class ParticleAMADesign(StepperDefaults):
                                                              "w2": float(w2.detach()), "m2": float(m2.detach())}
 
     # -- stepper protocol ---------------------------------------------------------------------
-    def init(self) -> dict[str, Any]:
+    def init(self) -> ParticleAMAState:
         c = np.random.default_rng([self.seed, 21]).standard_normal((self.N, self.modes, self.modes)) * self.init_std
-        return {"phase": PHASE_ITERATE, "iteration": 0, "c": c, "eta": self.step_size, "history": [],
-                "objective": None, "lipschitz_oracle": self.lipschitz_oracle,
-                "lipschitz_model": self.lipschitz_model, "zero_sq": None, "output_weights": None,
-                "labels_used": 0}
+        return ParticleAMAState(c=c, eta=self.step_size, lipschitz_oracle=self.lipschitz_oracle,
+                                lipschitz_model=self.lipschitz_model)
 
-    def done(self, state) -> bool:
-        return state["phase"] == PHASE_DONE
+    def done(self, state: ParticleAMAState) -> bool:
+        return state.phase == Phase.DONE
 
-    def queries(self, state) -> np.ndarray:
-        return self.fields(torch.as_tensor(state["c"])).numpy()
+    def queries(self, state: ParticleAMAState) -> np.ndarray:
+        return self.fields(torch.as_tensor(state.c)).numpy()
 
-    def step(self, state, labels) -> dict[str, Any]:
+    def step(self, state: ParticleAMAState, labels) -> ParticleAMAState:
         t0 = time.perf_counter()
         self.labels_used = 0
         a = self.queries(state)
         Y = np.asarray(labels, dtype=np.float64).reshape(len(a), -1)
         if not np.all(np.isfinite(Y)):
             raise ValueError("labels: values must be finite")
-        if self._cache is None or self._cache[0] != np.asarray(state["c"]).tobytes():
-            self._cache = (np.asarray(state["c"]).tobytes(), Y, None)
-        if state["output_weights"] is None:
-            state = {**state, "output_weights": trapezoid_weights(self.grid) if Y.shape[1] == self.grid**2
-                     else np.full(Y.shape[1], 1.0 / Y.shape[1])}
-        model = self.factory(self.seed + 1000 * state["iteration"]).fit(a, Y, self.z)
+        if self._cache is None or self._cache[0] != np.asarray(state.c).tobytes():
+            self._cache = (np.asarray(state.c).tobytes(), Y, None)
+        if state.output_weights is None:
+            state = state.replace(output_weights=trapezoid_weights(self.grid) if Y.shape[1] == self.grid**2
+                                  else np.full(Y.shape[1], 1.0 / Y.shape[1]))
+        model = self.factory(self.seed + 1000 * state.iteration).fit(a, Y, self.z)
         state = self._constants(state, model, a, Y)
-        k = state["iteration"]
-        value, g, parts = self.objective(state["c"], state, model, grad=True)
+        k = state.iteration
+        value, g, parts = self.objective(state.c, state, model, grad=True)
         record = {"iteration": k, "objective_after_model": value, "model_accepted": True, **parts}
         previous = self.model(state)
-        if state["objective"] is not None and value > state["objective"] and previous is not None:
+        if state.objective is not None and value > state.objective and previous is not None:
             # the retrained model raised the bound on these particles: keep the previous one (the
             # pair (model, particles) of the last accepted step), as parametric AMA does
             state = self._constants(state, previous, a, Y)
             model = previous
-            value, g, parts = self.objective(state["c"], state, model, grad=True)
+            value, g, parts = self.objective(state.c, state, model, grad=True)
             record.update(model_accepted=False, **parts)
         if self.select == "validation":
             record["validation_error"], state = self.validation_error(state, model)
-            state, action = judge(state, "c", model, record["validation_error"], self.backtracks)
+            state, action = judge(state, state.candidate(model, record["validation_error"]), self.backtracks)
             record["validation_action"] = action
             if action == "stop" or (action == "backtracked" and k >= self.iterations):
                 return self._finish(state, self.selected_model(state), record, value, t0, final=True)
@@ -207,7 +221,7 @@ class ParticleAMADesign(StepperDefaults):
             return self._finish(state, model, record, value, t0, final=True)
         # Wasserstein step on the particles: l2 gradient of the first variation = N dF/dc_q
         direction = self.N * g
-        eta, c = state["eta"], state["c"]
+        eta, c = state.eta, state.c
         for halvings in range(self.max_halvings + 1):
             proposal = c - eta * direction
             new = self._safe_objective(proposal, state, model)
@@ -218,11 +232,11 @@ class ParticleAMADesign(StepperDefaults):
         step_norm = float(eta * np.linalg.norm(direction)) if accepted else 0.0
         record.update(step_size=eta, step_norm=step_norm, accepted=bool(accepted), halvings=halvings,
                       proposal_objective=new)
-        state = {**state, "c": proposal if accepted else c, "eta": eta}
+        state = state.replace(c=proposal if accepted else c, eta=eta)
         stop = (not accepted) or step_norm < self.tol
         return self._finish(state, model, record, new if accepted else value, t0, final=False, stop=stop)
 
-    def _safe_objective(self, c, state, model) -> float:
+    def _safe_objective(self, c, state: ParticleAMAState, model) -> float:
         """F(c), or +inf where exp(Lc) exceeds ``max_field`` or the solver fails (a failed step)."""
         with np.errstate(over="ignore", invalid="ignore"):
             a = self.fields(torch.as_tensor(c))
@@ -234,55 +248,55 @@ class ParticleAMADesign(StepperDefaults):
             return math.inf
         return value if math.isfinite(value) else math.inf
 
-    def _finish(self, state, model, record, objective, t0, *, final: bool, stop: bool = False):
+    def _finish(self, state: ParticleAMAState, model, record, objective, t0, *, final: bool,
+                stop: bool = False) -> ParticleAMAState:
         release_freed_memory()  # the step's dropped solvers, models and buffers (lwl.memory)
         record.update(objective=objective, seconds=time.perf_counter() - t0)
-        weights = {f"model.{name}": v for name, v in model.get_weights().items()}
-        used = state["labels_used"] + self.N + self.labels_used
+        used = state.labels_used + self.N + self.labels_used
         record["labels_used"] = used
-        phase = PHASE_DONE if final else PHASE_ITERATE
-        it = state["iteration"] + 1
+        it = state.iteration + 1
         if stop and not final:
             it = self.iterations  # one more model step on the final particles, then done
-        return {**state, **weights, "objective": objective, "iteration": it, "phase": phase,
-                "labels_used": used, "history": [*state["history"], record]}
+        return state.replace(model=model.get_weights(), objective=objective, iteration=it,
+                             phase=Phase.DONE if final else Phase.ITERATE, labels_used=used,
+                             history=[*state.history, record])
 
-    def _constants(self, state, model, a, Y):
+    def _constants(self, state: ParticleAMAState, model, a, Y) -> ParticleAMAState:
         """Lipschitz constants (estimated once: oracle from particle/label pairs, model from pairs of
         test samples) and ||G*(0)||^2 + ||G_hat(0)||^2 (a = exp(L c) never vanishes: the constant 1
         field, c = 0, stands in for the origin of coefficient space)."""
-        w_out = state["output_weights"]
+        w_out = state.output_weights
         half = len(a) // 2
-        if state["lipschitz_oracle"] is None:
-            state = {**state, "lipschitz_oracle": lipschitz_ratio(Y[:half], Y[half:2 * half], a[:half],
-                                                                  a[half:2 * half], self._w.numpy(), w_out)}
-        if state["lipschitz_model"] is None:
+        if state.lipschitz_oracle is None:
+            state = state.replace(lipschitz_oracle=lipschitz_ratio(Y[:half], Y[half:2 * half], a[:half],
+                                                                   a[half:2 * half], self._w.numpy(), w_out))
+        if state.lipschitz_model is None:
             x = torch.cat(self.q).numpy()
             h = len(x) // 2
             with torch.no_grad():
                 gx = model.forward(torch.as_tensor(x)).numpy()
-            state = {**state, "lipschitz_model": lipschitz_ratio(gx[:h], gx[h:2 * h], x[:h], x[h:2 * h],
-                                                                 self._w.numpy(), w_out)}
-        if state.get("oracle_zero_sq") is None:
+            state = state.replace(lipschitz_model=lipschitz_ratio(gx[:h], gx[h:2 * h], x[:h], x[h:2 * h],
+                                                                  self._w.numpy(), w_out))
+        if state.oracle_zero_sq is None:
             g1 = np.asarray(self.oracle.label(np.ones((1, self.grid**2)))).reshape(-1)
             self.labels_used += 1
-            state = {**state, "oracle_zero_sq": float((g1 * g1 * w_out).sum())}
+            state = state.replace(oracle_zero_sq=float((g1 * g1 * w_out).sum()))
         with torch.no_grad():
             m1 = model.forward(torch.ones((1, self.grid**2), dtype=torch.float64)).numpy().reshape(-1)
-        return {**state, "zero_sq": state["oracle_zero_sq"] + float((m1 * m1 * w_out).sum())}
+        return state.replace(zero_sq=state.oracle_zero_sq + float((m1 * m1 * w_out).sum()))
 
-    def result(self, state) -> dict[str, Any]:
-        out = {"distribution": LogSineParticles(state["c"], self.grid).to_spec(), "history": list(state["history"]),
-               "lipschitz": {"oracle": state["lipschitz_oracle"], "model": state["lipschitz_model"]},
-               "labels_used": state["labels_used"]}
-        if self.select == "validation" and state.get("best.c") is not None:
+    def result(self, state: ParticleAMAState) -> dict[str, Any]:
+        out = {"distribution": LogSineParticles(state.c, self.grid).to_spec(), "history": list(state.history),
+               "lipschitz": {"oracle": state.lipschitz_oracle, "model": state.lipschitz_model},
+               "labels_used": state.labels_used}
+        if self.select == "validation" and state.best is not None:
             out["last_distribution"] = out["distribution"]
-            out["distribution"] = LogSineParticles(state["best.c"], self.grid).to_spec()
-            out["selected"] = {"iteration": state["best_iteration"], "validation_error": state["best_validation"],
+            out["distribution"] = LogSineParticles(state.best.params["c"], self.grid).to_spec()
+            out["selected"] = {"iteration": state.best.iteration, "validation_error": state.best.err,
                                "rule": "best validation error (validated particle AMA)"}
         return out
 
-    def evaluate(self, state, heldout: list[np.ndarray] | None = None) -> dict[str, Any]:
+    def evaluate(self, state: ParticleAMAState, heldout: list[np.ndarray] | None = None) -> dict[str, Any]:
         """Relative OOD error (SM eqn app_ntd_rel_ood_error, trapezoid L^2 norms) of the final
         model on held-out samples of every member of Q (default: those of the job spec), labelled
         by the oracle."""
@@ -325,7 +339,7 @@ def build(spec, oracle, resolve=None) -> ParticleAMADesign:
     return design
 
 
-def evaluate(stepper: ParticleAMADesign, state: dict[str, Any], spec, oracle, out: dict) -> dict:
+def evaluate(stepper: ParticleAMADesign, state: ParticleAMAState, spec, oracle, out: dict) -> dict:
     """Relative OOD error of the final model on Q's held-out samples."""
     return {"evaluation": stepper.evaluate(state)}
 

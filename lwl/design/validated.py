@@ -1,5 +1,5 @@
 """Validated AMA (beyond the paper): Q's validation samples accept distribution steps and select
-the returned iterate, as the bilevel method's checks do.
+the returned iterate, as the bilevel method's checks do; and the state both AMA steppers share.
 
 The paper's AMA accepts a distribution step when the *bound* falls and returns the last iterate.
 The bound is loose (often vacuous, docs/method.md) and its fall need not lower the OOD error: on
@@ -15,39 +15,121 @@ the member-weighted relative error of SM eqn app_ntd_rel_ood_error):
   as ``last_distribution``.
 
 The two steppers (:mod:`lwl.design.ama`, :mod:`lwl.design.particles`) call :func:`judge` after
-their model step and store the kept pair under ``best.`` keys of their state.
+their model step; their states (:class:`AMAStateBase`) keep the pair as a :class:`Kept` record,
+checkpointed under the ``best.`` keys of :data:`KEPT_LAYOUT`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 import numpy as np
 
+from lwl.design.state import Flat, Kept, KeptLayout, StepperState
+
 SELECTIONS = ("bound", "validation")
 
+#: where the kept (distribution, model) pair sits in a checkpoint (``best.theta`` / ``best.c``,
+#: ``best.model.<weight>``, ``best_validation``, ``best_iteration``)
+KEPT_LAYOUT = KeptLayout(params="best.", err="best_validation", iteration="best_iteration", model="best.model.")
+#: prefix of the current model's weights in a checkpoint (``model.<weight>``)
+MODEL_PREFIX = "model."
 
-def put_best(state: dict[str, Any], key: str, value: np.ndarray, model, err: float, iteration: int) -> dict:
-    """The state with (``key`` = value, model weights) kept as the best validated pair."""
-    out = {k: v for k, v in state.items() if not k.startswith("best.model.")}
-    out.update({f"best.model.{n}": w for n, w in model.get_weights().items()})
-    out.update({f"best.{key}": np.array(value, dtype=np.float64, copy=True), "best_validation": float(err),
-                "best_iteration": int(iteration), "backtracks": 0})
-    return out
-
-
-def best_weights(state: dict[str, Any]) -> dict[str, np.ndarray]:
-    return {k[len("best.model."):]: v for k, v in state.items() if k.startswith("best.model.")}
+Verdict = Literal["kept", "backtracked", "stop"]
 
 
-def judge(state: dict[str, Any], key: str, model, err: float, max_backtracks: int) -> tuple[dict, str]:
-    """After a model step with validation error ``err`` at ``state[key]``: keep it ("kept"), or
-    move ``state[key]`` halfway back to the kept value ("backtracked"), or give up ("stop")."""
-    k = state["iteration"]
-    if state.get("best_validation") is None or err < state["best_validation"]:
-        return put_best(state, key, state[key], model, err, k), "kept"
-    if state.get("backtracks", 0) >= max_backtracks:
+class Phase(StrEnum):
+    """Where an AMA design stands (the values are the checkpoints' strings)."""
+
+    LIPSCHITZ = "lipschitz"  # parametric AMA only: label the pairs that estimate Lip(G*), and G*(0)
+    ITERATE = "iterate"      # model step, then distribution step
+    DONE = "done"
+
+
+@dataclass(kw_only=True)
+class AMAStateBase(StepperState):
+    """The fields both AMA steppers' states share; a subclass names its distribution's parameters
+    (``POINT``: parametric AMA's ``theta``, particle AMA's ``c``) and declares that field.
+
+    The bound's constants are those of c_R (paper Prop. 3.1 / Cor. 3.2, :mod:`lwl.design.ama`):
+    ``lipschitz_oracle`` = L = Lip(G*), ``lipschitz_model`` = R = Lip(G_hat) (given or estimated
+    once), ``oracle_zero_sq`` = ||G*(0)||^2 and ``zero_sq`` = ||G*(0)||^2 + ||G_hat(0)||^2 for the
+    current model."""
+
+    POINT: ClassVar[str]
+    #: fields a checkpoint leaves out while they are None (the dict states only set them later)
+    OMITTED_WHEN_NONE: ClassVar[tuple[str, ...]] = ("validation_labels",)
+
+    phase: Phase = Phase.ITERATE
+    objective: float | None = None  # the bound at the current pair (None: not known, after a backtrack)
+    lipschitz_oracle: float | None = None
+    lipschitz_model: float | None = None
+    zero_sq: float | None = None
+    oracle_zero_sq: float | None = None
+    labels_used: int = 0  # oracle labels spent so far
+    model: dict[str, np.ndarray] | None = None  # the current model's weights (None before the first model step)
+    validation_labels: np.ndarray | None = None  # G* on Q's validation samples (select="validation")
+    best: Kept | None = None  # the kept (distribution, model) pair (select="validation")
+    backtracks: int = 0  # consecutive validation failures since the pair was kept
+
+    @property
+    def point(self) -> np.ndarray:
+        """The distribution's current parameters (the field ``POINT`` names)."""
+        return getattr(self, self.POINT)
+
+    def at(self, point: np.ndarray) -> Self:
+        """The state with the distribution's parameters moved to ``point``."""
+        return self.replace(**{self.POINT: point})
+
+    def candidate(self, model, err: float) -> Kept:
+        """The current (distribution, model) pair as a record, scored ``err`` on validation."""
+        return Kept(params={self.POINT: np.array(self.point, dtype=np.float64, copy=True)}, iteration=int(self.iteration),
+                    err=float(err), model=model.get_weights())
+
+    def to_flat(self) -> Flat:
+        """Today's checkpoint layout: the model as ``model.<weight>``, the kept pair under
+        :data:`KEPT_LAYOUT` with ``backtracks`` (both absent until the first validation)."""
+        flat = super().to_flat()
+        del flat["model"], flat["best"]
+        if self.best is None:
+            del flat["backtracks"]
+        for name in self.OMITTED_WHEN_NONE:
+            if flat[name] is None:
+                del flat[name]
+        flat.update({MODEL_PREFIX + name: w for name, w in (self.model or {}).items()})
+        if self.best is not None:
+            flat.update(self.best.to_flat(KEPT_LAYOUT))
+        return flat
+
+    @classmethod
+    def from_flat(cls, flat: Flat, **kwargs: Any) -> Self:
+        model = {k[len(MODEL_PREFIX):]: v for k, v in flat.items() if k.startswith(MODEL_PREFIX)} or None
+        best = Kept.from_flat(flat, KEPT_LAYOUT, [cls.POINT])
+        return super().from_flat(flat, model=model, best=best, **kwargs)
+
+
+S = TypeVar("S", bound=AMAStateBase)
+
+
+def put_best(state: S, kept: Kept) -> S:
+    """The state with ``kept`` as the best validated pair (and no backtracks since)."""
+    return state.replace(best=kept, backtracks=0)
+
+
+def best_weights(state: AMAStateBase) -> dict[str, np.ndarray]:
+    """The kept model's weights ({} before any pair is kept)."""
+    return state.best.model if state.best is not None and state.best.model else {}
+
+
+def judge(state: S, candidate: Kept, max_backtracks: int) -> tuple[S, Verdict]:
+    """After a model step whose pair scored ``candidate.err`` on validation: keep it ("kept"), or
+    move the distribution halfway back to the kept one ("backtracked"), or give up ("stop")."""
+    if state.best is None or candidate.err < state.best.err:
+        return put_best(state, candidate), "kept"
+    if state.backtracks >= max_backtracks:
         return state, "stop"
-    best = state[f"best.{key}"]
-    return {**state, key: best + 0.5 * (np.asarray(state[key]) - best),
-            "backtracks": state.get("backtracks", 0) + 1}, "backtracked"
+    best = state.best.params[state.POINT]
+    return state.at(best + 0.5 * (np.asarray(state.point) - best)).replace(backtracks=state.backtracks + 1), \
+        "backtracked"

@@ -252,7 +252,7 @@ def run_ama(study: Study, seed: int, tests, watch: np.ndarray | None = None, pro
     errors, watched = [], []
 
     def record(state) -> None:  # after each model step: the new model's error
-        if len(state["history"]) > len(errors):
+        if len(state.history) > len(errors):
             model = design.model(state)
             errors.append(relative_ood_error(model, tests, study.output_weights))
             if watch is not None:
@@ -261,7 +261,7 @@ def run_ama(study: Study, seed: int, tests, watch: np.ndarray | None = None, pro
                 progress(f"run {seed} iteration {len(errors) - 1}: rel. OOD error {errors[-1]:.4f}")
 
     state = iterate(design, study.oracle, design.init(), after_step=record)
-    hist = state["history"]
+    hist = state.history
     returned = design.result(state)
     chosen = design.selected_model(state)
     final = relative_ood_error(chosen, tests, study.output_weights)
@@ -271,9 +271,9 @@ def run_ama(study: Study, seed: int, tests, watch: np.ndarray | None = None, pro
             "validation_actions": [r.get("validation_action") for r in hist],
             "objectives": [r["objective"] for r in hist],
             "thetas": [r["theta"] for r in hist],
-            "final_theta": np.asarray(state.get("best.theta", state["theta"]) if select == "validation"
-                                      else state["theta"]).tolist(),
-            "accepted": [r.get("accepted") for r in hist], "labels_used": state["labels_used"],
+            "final_theta": np.asarray(state.best.params["theta"] if select == "validation" and state.best
+                                      else state.theta).tolist(),
+            "accepted": [r.get("accepted") for r in hist], "labels_used": state.labels_used,
             "lipschitz": design.result(state)["lipschitz"], "watched": watched,
             "model": design.model(state), "design": design, "state": state}
 

@@ -105,8 +105,8 @@ def run_one(oracle, tq: TestMeasure, tests, cfg, N: int, seed: int, progress=Non
     return {"seed": seed, "N": N, "errors": errors, "initial": errors[0], "optimized": optimized,
             "selected": design.result(state).get("selected"),
             "benchmark": relative_ood_error(bench, tests, w), "seconds": seconds,
-            "objectives": [r["objective"] for r in state["history"]],
-            "step_sizes": [r.get("step_size") for r in state["history"]], "labels_used": state["labels_used"],
+            "objectives": [r["objective"] for r in state.history],
+            "step_sizes": [r.get("step_size") for r in state.history], "labels_used": state.labels_used,
             "particles": design.queries(state)[:4] if seed == 0 else None}
 
 

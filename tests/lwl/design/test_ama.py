@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from lwl.design import pack, unpack
-from lwl.design.ama import AMADesign
+from lwl.design.ama import AMADesign, AMAState
 from lwl.design.kle_family import KLEFamily
+from lwl.design.validated import Phase
 from lwl.measures import KLEGaussian, kle_w2_squared
 from lwl.measures.kle import darcy_test_member
 from lwl.models import DeepONetRegressor
@@ -69,7 +70,7 @@ def test_bound_gradient_matches_finite_differences():
     model = design.model(state)
     model.net_.double()  # float64 model: central differences resolve the gradient to 1e-6
     model.z_ = model.z_.double()
-    theta = state["theta"] + np.array([0.3, -0.4])
+    theta = state.theta + np.array([0.3, -0.4])
     value, grad = design.objective(theta, state, model, grad=True)
     for j in range(theta.size):
         h = 1e-4
@@ -85,11 +86,11 @@ def test_bound_gradient_matches_finite_differences():
 def test_objective_history_never_rises(optimizer):
     design, oracle = _darcy(optimizer, iterations=3)
     state = _run(design, oracle)
-    objectives = [r["objective"] for r in state["history"]]
+    objectives = [r["objective"] for r in state.history]
     assert len(objectives) == 4  # three distribution steps and the final model step
     assert all(b <= a for a, b in zip(objectives, objectives[1:]))
     assert objectives[-1] < objectives[0]  # the distribution moved towards Q
-    assert state["lipschitz_oracle"] > 0 and state["lipschitz_model"] > 0
+    assert state.lipschitz_oracle > 0 and state.lipschitz_model > 0
 
 
 @pytest.mark.slow
@@ -97,16 +98,16 @@ def test_a_step_that_raises_the_objective_is_rejected(monkeypatch):
     design, oracle = _darcy()
     monkeypatch.setattr(design, "_optimise", lambda theta, state, model: theta + np.array([1.9, 5.0]))
     state = _run(design, oracle)
-    first = state["history"][0]
+    first = state.history[0]
     assert first["accepted"] is False and first["proposal_objective"] > first["objective"]
-    np.testing.assert_array_equal(state["theta"], design.family.theta0())
+    np.testing.assert_array_equal(state.theta, design.family.theta0())
 
 
 @pytest.mark.slow
 def test_lipschitz_constants_can_be_given():
     design, oracle = _darcy(lipschitz_oracle=0.05, lipschitz_model=0.07)
     state = design.init()
-    assert state["phase"] == "iterate"  # no pairs to label
+    assert state.phase == "iterate"  # no pairs to label
     state = _run(design, oracle, state)
     assert design.result(state)["lipschitz"] == {"oracle": 0.05, "model": 0.07}
 
@@ -118,6 +119,49 @@ def test_resume_from_a_packed_checkpoint_equals_the_uninterrupted_run():
     design2, _ = _darcy()
     half = unpack(pack(_run(design2, oracle, stop_after=2)))
     design3, _ = _darcy()
-    resumed = _run(design3, oracle, half)
-    np.testing.assert_array_equal(resumed["theta"], whole["theta"])
-    assert [r["objective"] for r in resumed["history"]] == [r["objective"] for r in whole["history"]]
+    resumed = _run(design3, oracle, design3.restore(half))
+    np.testing.assert_array_equal(resumed.theta, whole.theta)
+    assert [r["objective"] for r in resumed.history] == [r["objective"] for r in whole.history]
+
+
+def assert_checkpoints_as_before_typed_states(case: str) -> None:
+    """The typed state's checkpoint of a real run (``to_flat``, packed) holds the keys and values
+    of the dict state's at the same step: tests/conformance/legacy/CASE-K.npz, written before the
+    states were typed (the time and the records' seconds aside)."""
+    from lwl.runner import run_job
+    from tests.conformance.legacy_cases import CASES, HERE
+
+    blobs: list[bytes] = []
+    run_job(CASES[case](), checkpoint=blobs.append, evaluate=False)
+    for path in HERE.glob(f"{case}-*.npz"):
+        old, new = unpack(path.read_bytes()), unpack(blobs[int(path.stem.rsplit("-", 1)[1]) - 1])
+        assert set(new) == set(old), path.name
+        for key, value in old.items():
+            if key == "history":
+                assert [{**r, "seconds": 0} for r in new[key]] == [{**r, "seconds": 0} for r in value]
+            elif isinstance(value, np.ndarray):
+                assert new[key].dtype == value.dtype and np.array_equal(new[key], value), key
+            elif key != "elapsed_seconds":
+                assert type(new[key]) is type(value) and new[key] == value, key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ama-bound", "ama-validation"])
+def test_checkpoints_keep_the_layout_of_the_dict_state(case):
+    assert_checkpoints_as_before_typed_states(case)
+
+
+def test_the_state_round_trips_through_its_flat_layout():
+    design, oracle = _darcy(select="validation", validation_size=5)
+    state = design.init()
+    assert set(state.to_flat()) == {"phase", "iteration", "theta", "history", "objective", "lipschitz_oracle",
+                                    "lipschitz_model", "zero_sq", "oracle_zero_sq", "labels_used",
+                                    "elapsed_seconds"}  # the dict state's keys (and the time)
+    state = _run(design, oracle, stop_after=2)
+    flat = state.to_flat()
+    assert {"best.theta", "best_validation", "best_iteration", "backtracks", "validation_labels"} <= set(flat)
+    assert {f"model.{n}" for n in state.model} | {f"best.model.{n}" for n in state.best.model} <= set(flat)
+    back = design.restore(unpack(pack(state)))
+    assert isinstance(back, AMAState) and back.phase is Phase.ITERATE and back.best.iteration == state.best.iteration
+    assert back.to_flat().keys() == flat.keys()
+    np.testing.assert_array_equal(back.best.params["theta"], state.best.params["theta"])

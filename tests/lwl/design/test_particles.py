@@ -43,7 +43,7 @@ def test_wasserstein_gradient_matches_finite_differences():
     model = design.model(state)
     model.net_.double()
     model.z_ = model.z_.double()
-    c = state["c"] + np.random.default_rng(0).standard_normal(state["c"].shape) * 0.3
+    c = state.c + np.random.default_rng(0).standard_normal(state.c.shape) * 0.3
     _, grad, _ = design.objective(c, state, model, grad=True)
     rng = np.random.default_rng(1)
     for _ in range(4):
@@ -58,7 +58,7 @@ def test_wasserstein_gradient_matches_finite_differences():
 def test_objective_never_rises_and_particles_approach_q():
     design, oracle = _design()
     state = _run(design, oracle)
-    hist = state["history"]
+    hist = state.history
     objectives = [r["objective"] for r in hist]
     assert all(b <= a for a, b in zip(objectives, objectives[1:]))
     assert hist[-1]["w2"] < hist[0]["w2"]  # the particles moved towards the test samples
@@ -68,7 +68,7 @@ def test_objective_never_rises_and_particles_approach_q():
 def test_a_failing_step_halves_the_step_size_and_it_stays_reduced():
     design, oracle = _design(step_size=50.0, iterations=2)
     state = _run(design, oracle)
-    first, second = state["history"][0], state["history"][1]
+    first, second = state.history[0], state.history[1]
     assert first["halvings"] > 0 and first["step_size"] == 50.0 / 2 ** first["halvings"]
     assert second["step_size"] <= first["step_size"]  # carried over, never increased
 
@@ -81,3 +81,18 @@ def test_particles_are_exponentials_of_sine_series():
     x = np.linspace(0, 1, G)
     np.testing.assert_allclose(a[0], np.exp(2 * np.outer(np.sin(np.pi * x), np.sin(np.pi * x))), atol=1e-12)
     np.testing.assert_allclose(a[1], 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["particle_ama-bound", "particle_ama-validation"])
+def test_checkpoints_keep_the_layout_of_the_dict_state(case):
+    from tests.lwl.design.test_ama import assert_checkpoints_as_before_typed_states
+
+    assert_checkpoints_as_before_typed_states(case)
+
+
+def test_the_initial_state_has_the_dict_states_keys():
+    design, _ = _design()
+    assert set(design.init().to_flat()) == {"phase", "iteration", "c", "eta", "history", "objective",
+                                            "lipschitz_oracle", "lipschitz_model", "zero_sq", "output_weights",
+                                            "labels_used", "elapsed_seconds"}

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from lwl.design import pack, unpack
+from lwl.design.ama import AMAState
 from lwl.design.validated import judge
 from tests.lwl.design.test_ama import _darcy, _run
 from tests.lwl.design.test_particles import _design as _particles
@@ -20,40 +21,47 @@ class _Model:
         return {"w": np.array([self.w])}
 
 
+def _judge(state, model, err):
+    return judge(state, state.candidate(model, err), max_backtracks=2)
+
+
 def test_judge_keeps_improvements_backtracks_then_stops():
-    state = {"iteration": 0, "theta": np.array([0.0])}
-    state, action = judge(state, "theta", _Model(1.0), 0.5, max_backtracks=2)
-    assert action == "kept" and state["best_validation"] == 0.5 and state["best.model.w"][0] == 1.0
-    state = {**state, "iteration": 1, "theta": np.array([4.0])}  # a step, then a worse model
-    state, action = judge(state, "theta", _Model(2.0), 0.7, max_backtracks=2)
-    assert action == "backtracked" and state["theta"][0] == 2.0 and state["best.model.w"][0] == 1.0
-    state, action = judge({**state, "iteration": 2}, "theta", _Model(3.0), 0.6, max_backtracks=2)
-    assert action == "backtracked" and state["theta"][0] == 1.0
-    state, action = judge({**state, "iteration": 3}, "theta", _Model(4.0), 0.55, max_backtracks=2)
-    assert action == "stop" and state["best_iteration"] == 0
-    state, action = judge({**state, "iteration": 4}, "theta", _Model(5.0), 0.4, max_backtracks=2)
-    assert action == "kept" and state["backtracks"] == 0 and state["best_iteration"] == 4
+    state = AMAState(theta=np.array([0.0]))
+    state, action = _judge(state, _Model(1.0), 0.5)
+    assert action == "kept" and state.best.err == 0.5 and state.best.model["w"][0] == 1.0
+    state = state.replace(iteration=1, theta=np.array([4.0]))  # a step, then a worse model
+    state, action = _judge(state, _Model(2.0), 0.7)
+    assert action == "backtracked" and state.theta[0] == 2.0 and state.best.model["w"][0] == 1.0
+    state, action = _judge(state.replace(iteration=2), _Model(3.0), 0.6)
+    assert action == "backtracked" and state.theta[0] == 1.0
+    state, action = _judge(state.replace(iteration=3), _Model(4.0), 0.55)
+    assert action == "stop" and state.best.iteration == 0
+    state, action = _judge(state.replace(iteration=4), _Model(5.0), 0.4)
+    assert action == "kept" and state.backtracks == 0 and state.best.iteration == 4
+    flat = state.to_flat()  # the kept pair under the checkpoints' legacy keys
+    assert (flat["best_validation"], flat["best_iteration"], flat["backtracks"]) == (0.4, 4, 0)
+    assert flat["best.theta"][0] == 1.0 and flat["best.model.w"][0] == 5.0
 
 
 def test_validated_ama_returns_the_best_validated_iterate_and_resumes_bit_for_bit():
     design, oracle = _darcy(iterations=3, select="validation", validation_size=20)
     state = _run(design, oracle)
-    hist = state["history"]
+    hist = state.history
     errs = [r["validation_error"] for r in hist]
     kept = [r["iteration"] for r in hist if r["validation_action"] == "kept"]
     best = min(range(len(errs)), key=errs.__getitem__)
-    assert kept and best in kept and state["best_iteration"] == best == design.result(state)["selected"]["iteration"]
-    np.testing.assert_array_equal(state["best.theta"], hist[best]["theta"])
+    assert kept and best in kept and state.best.iteration == best == design.result(state)["selected"]["iteration"]
+    np.testing.assert_array_equal(state.best.params["theta"], hist[best]["theta"])
     out = design.result(state)
-    assert out["distribution"] == design.family.measure(state["best.theta"]).to_spec()
+    assert out["distribution"] == design.family.measure(state.best.params["theta"]).to_spec()
     assert "last_distribution" in out
     # the selected model is the one that scored errs[best] on the validation samples
     assert design.validation_error(state, design.selected_model(state))[0] == pytest.approx(errs[best])
     design2, _ = _darcy(iterations=3, select="validation", validation_size=20)
     half = unpack(pack(_run(design2, oracle, stop_after=2)))
     design3, _ = _darcy(iterations=3, select="validation", validation_size=20)
-    resumed = _run(design3, oracle, half)
-    assert [r["validation_error"] for r in resumed["history"]] == errs
+    resumed = _run(design3, oracle, design3.restore(half))
+    assert [r["validation_error"] for r in resumed.history] == errs
 
 
 def test_validated_ama_backtracks_a_step_that_validates_worse_then_stops(monkeypatch):
@@ -69,7 +77,7 @@ def test_validated_ama_backtracks_a_step_that_validates_worse_then_stops(monkeyp
 
     monkeypatch.setattr(design, "validation_error", validation_error)
     state = _run(design, oracle)
-    hist = state["history"]
+    hist = state.history
     assert [r["validation_action"] for r in hist] == ["kept", "backtracked", "stop"]
     theta0 = np.asarray(hist[0]["theta"])
     np.testing.assert_allclose(hist[1]["theta"], far)
@@ -78,15 +86,15 @@ def test_validated_ama_backtracks_a_step_that_validates_worse_then_stops(monkeyp
     out = design.result(state)
     assert out["selected"]["iteration"] == 0 and out["distribution"] == design.family.measure(theta0).to_spec()
     for name, w in design.selected_model(state).get_weights().items():  # the kept model is restored
-        np.testing.assert_array_equal(w, state[f"best.model.{name}"])
+        np.testing.assert_array_equal(w, state.best.model[name])
 
 
 def test_validated_particle_ama_selects_the_best_validated_particles():
     design, oracle = _particles(select="validation")
     state = _run_particles(design, oracle)
-    hist = state["history"]
+    hist = state.history
     errs = [r["validation_error"] for r in hist]
-    assert state["best_validation"] == min(errs)
+    assert state.best.err == min(errs)
     out = design.result(state)
     assert out["selected"]["iteration"] == int(np.argmin(errs))
     assert design.validation_error(state, design.selected_model(state))[0] == pytest.approx(min(errs))
