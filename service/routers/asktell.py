@@ -16,7 +16,8 @@ from service import problems
 from service.deps import EnqueueDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.core.store import JobRecord, JobStatus, PointOutcome, Told
 from service.problems import Problem
-from service.routers.jobs import NPY
+from service.routers.jobs import BINARY, NPY
+from service.schemas import Queries
 
 router = APIRouter()
 
@@ -104,7 +105,7 @@ def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed) -> T
 
 
 @router.get("/v1/jobs/{job_id}/queries", tags=["ask/tell"],
-            responses={200: {"content": {"application/json": {}, NPY: {}}}, **problems.responses(401, 404, 409)})
+            responses={200: {"model": Queries, "content": {NPY: BINARY}}, **problems.responses(401, 404, 409)})
 def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
     """The next batch an ask/tell job needs labelled: ``batch_id``, ``inputs`` (every point of
     the batch, positions fixed), ``pending`` (positions still to be told) and ``failed``

@@ -23,10 +23,12 @@ from service.core.store import IdempotencyConflict, JobRecord, JobStatus, Store,
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.jsonresponse import FastJSONResponse
 from service.problems import Problem
-from service.schemas import JobCreated, JobHistory, JobList, JobView
+from service.schemas import (AcceptedJobSpec, DistributionDocument, JobCreated, JobHistory, JobList, JobResult,
+                             JobView, Samples, TrainingSet)
 
 NPY = "application/x-npy"
 NPZ = "application/x-npz"  # a numpy .npz archive (np.load reads it)
+BINARY = {"schema": {"type": "string", "format": "binary"}}
 STREAM_ABOVE = 8 * 1024 * 1024  # bytes of samples sent in one piece below this
 INLINE_FLOATS = 1_000_000  # sampling requests up to this size run on the event loop
 # a bound on n that the schema can state (the one on n * d depends on the job): at d <= 20 the
@@ -149,7 +151,8 @@ def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
     return {"id": job_id, "history": store.history(job_id, None if after is None else int(after))}
 
 
-@router.get("/v1/jobs/{job_id}/spec", tags=["jobs"], responses=problems.responses(401, 404))
+@router.get("/v1/jobs/{job_id}/spec", tags=["jobs"], response_model=AcceptedJobSpec,
+            responses=problems.responses(401, 404))
 def get_spec(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The job spec as accepted (the submitted document with lwl's defaults written in; a
     finished job's ``result.spec`` also holds the values derived from the data)."""
@@ -187,18 +190,20 @@ def finished_result(job_id: str, store: Store, owner: str) -> dict:
         raise no_result(job)
     return store.result(job_id)
 
-@router.get("/v1/jobs/{job_id}/result", tags=["results"], responses=problems.responses(401, 404, 409))
+@router.get("/v1/jobs/{job_id}/result", tags=["results"], response_model=JobResult,
+            responses=problems.responses(401, 404, 409))
 def get_result(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The whole result: distribution, history, evaluation, timings, spec."""
     return finished_result(job_id, store, owner)
 
-@router.get("/v1/jobs/{job_id}/distribution", tags=["results"], responses=problems.responses(401, 404, 409))
+@router.get("/v1/jobs/{job_id}/distribution", tags=["results"], response_model=DistributionDocument,
+            responses=problems.responses(401, 404, 409))
 def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The optimised distribution spec, the document ``lwl.measures.from_spec`` reads."""
     return finished_result(job_id, store, owner)["distribution"]
 
 @router.get("/v1/jobs/{job_id}/training-set", tags=["results"],
-            responses={200: {"content": {NPZ: {}, "application/json": {}}}, **problems.responses(401, 404, 409)})
+            responses={200: {"model": TrainingSet, "content": {NPZ: BINARY}}, **problems.responses(401, 404, 409)})
 def get_training_set(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
     """The labelled training set of a budgeted job (every label it paid for): an ``.npz``
     archive with arrays ``inputs`` (n, d) and ``labels`` (n,), or JSON with
@@ -221,7 +226,7 @@ def get_training_set(job_id: str, request: Request, store: StoreDep, owner: Owne
                     headers={"Content-Disposition": f'attachment; filename="{job_id}-training-set.npz"'})
 
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],
-             responses={200: {"content": {"application/json": {}, NPY: {}}},
+             responses={200: {"model": Samples, "content": {NPY: BINARY}},
                         **problems.responses(400, 401, 404, 409, 413, 415, 422)})
 async def post_samples(job_id: str, body: SampleRequest, request: Request, store: StoreDep, owner: OwnerDep,
                        settings: SettingsDep, measure_for: MeasuresDep):
