@@ -179,28 +179,38 @@ class AcceptedJobSpec(OpenDocument):
     derived: list[str] | None = None
 
 
+#: the JSON variants below answer a field ``d`` (the dimension) that their models state in words:
+#: a property named ``d`` breaks the clients openapi-python-client (0.29) writes, whose
+#: ``from_dict`` keeps the document in a local variable ``d`` (they read it as an extra field)
+_WITH_D = ConfigDict(extra="allow")
+
+
 class Samples(BaseModel):
-    """The JSON variant of ``POST /v1/jobs/{id}/samples``."""
+    """The JSON variant of ``POST /v1/jobs/{id}/samples``; with them ``d``, the dimension."""
+    model_config = _WITH_D
+
     n: int
-    d: int
     seed: int
     samples: list[list[float]] = Field(description="(n, d): the same numbers as "
                                                    "lwl.measures.from_spec(distribution).sample(n, seed)")
 
 
 class TrainingSet(BaseModel):
-    """The JSON variant of ``GET /v1/jobs/{id}/training-set``."""
+    """The JSON variant of ``GET /v1/jobs/{id}/training-set``; with them ``d``, the dimension."""
+    model_config = _WITH_D
+
     n: int
-    d: int
     inputs: list[list[float]] = Field(description="(n, d)")
     labels: list[float] = Field(description="(n,)")
 
 
 class Queries(BaseModel):
-    """The JSON variant of ``GET /v1/jobs/{id}/queries``: one batch to label."""
+    """The JSON variant of ``GET /v1/jobs/{id}/queries``: one batch to label; with them ``d``,
+    the dimension."""
+    model_config = _WITH_D
+
     batch_id: str
     n: int = Field(description="points in the batch")
-    d: int
     pending_batches: int = Field(description="batches of the round still waiting for labels")
     pending: list[int] = Field(description="positions of the points still to be told")
     failed: list[int] = Field(description="positions of the points told as failed")
