@@ -72,8 +72,8 @@ def main() -> None:
             times = {}
             for mode in (False, True):
                 job, _ = store.create_job("bench", {"oracle": {"name": "friedman1"}}, n + args.saves)
-                store.acquire(job["id"], 0, "lease", "bench")
-                times[mode] = time_saves(store, job["id"], state, n, args.saves, mode)
+                store.acquire(job.id, 0, "lease", "bench")
+                times[mode] = time_saves(store, job.id, state, n, args.saves, mode)
             rows.append((n, times[False], times[True]))
     print(f"{'iterations':>10} {'without history ms':>19} {'with history ms':>16} {'saved':>7}")
     for n, new, old in rows:

@@ -52,7 +52,7 @@ def fill(data_dir: Path, n: int) -> None:
         job, _ = store.create_job("bench", small_spec(i), 100)
         if i % 10 == 0:
             with store.engine.begin() as c:
-                c.execute(update(jobs).where(jobs.c.id == job["id"]).values(status="failed"))
+                c.execute(update(jobs).where(jobs.c.id == job.id).values(status="failed"))
     store.engine.dispose()
 
 

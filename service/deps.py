@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.core.settings import Settings
-from service.core.store import Store
+from service.core.store import JobRecord, Store
 from service.guard import UNAUTHORIZED, owner_for_key
 from service.problems import Problem
 
@@ -68,7 +68,7 @@ EnqueueDep = Annotated[Callable[[str, int], None], Depends(enqueue_dep)]
 MeasuresDep = Annotated[Callable[[str], Any], Depends(measures_dep)]
 
 
-def own_job(store: Store, job_id: str, owner: str) -> dict:
+def own_job(store: Store, job_id: str, owner: str) -> JobRecord:
     job = store.get_job(job_id, owner)
     if job is None:  # another owner's job is indistinguishable from a missing one
         raise Problem(404, "Job not found", f"no job {job_id!r}", field="id")

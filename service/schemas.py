@@ -1,13 +1,16 @@
 """The API's answers as pydantic models: each route declares one (``response_model``), so the
 OpenAPI document states every answer's fields and FastAPI checks what a handler returns.
 Models whose records carry open-ended data (a worker's hardware facts, the catalog's schemas)
-allow extra fields: nothing a handler returns is dropped."""
+allow extra fields: nothing a handler returns is dropped. The documents a job produced (its
+result, distribution and accepted spec) are :class:`OpenDocument` models: checked, and sent as
+they were stored, key order included. Answers that may also be binary (``.npy``, ``.npz``)
+are written by their handlers; their JSON variant's model documents them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
 from service.core.store import JobStatus
 
@@ -103,3 +106,112 @@ class Catalog(BaseModel):
     algorithms: list[dict[str, Any]]
     evaluation: dict[str, Any]
     job_spec: dict[str, Any]
+
+
+class OpenDocument(BaseModel):
+    """A JSON document with some fields declared (documented and checked) and any others passed
+    through. It serialises to the keys it was given, in their order: no declared default is
+    added and no field moves, so the answer is the stored document byte for byte."""
+    model_config = ConfigDict(extra="allow")
+
+    _order: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, data: Any, handler):
+        doc = handler(data)
+        if isinstance(data, dict):
+            doc._order = list(data)
+        return doc
+
+    @model_serializer(mode="wrap")
+    def _in_given_order(self, handler):
+        out = handler(self)
+        return {k: out[k] for k in self._order if k in out} if self._order else out
+
+
+class DistributionDocument(OpenDocument):
+    """A distribution spec: the document ``lwl.measures.from_spec`` turns back into a sampler.
+    Its family's parameters follow as further fields (a Gaussian's ``mean``, ``cov``, ...)."""
+
+    kind: str | None = Field(default=None, description='"lwl.distribution"')
+    version: int | None = Field(default=None, description="version of the distribution spec format")
+    lwl_version: str | None = Field(default=None, description="the lwl that wrote it")
+    family: str = Field(description="the family whose fields follow (GET /v1/catalog lists them)")
+
+
+class JobResult(OpenDocument):
+    """A succeeded job's result document (``lwl.run_job``'s, plus the worker that finished it).
+    Algorithms add their own fields (``last_distribution``, ``checks``, ``lipschitz``,
+    ``labels_used``, ...); every field but ``distribution`` is present only where it applies."""
+
+    distribution: DistributionDocument = Field(description="the optimised distribution")
+    history: list[dict[str, Any]] | None = Field(default=None, description="one record per iteration")
+    selected: dict[str, Any] | None = Field(default=None, description="the iteration kept, and by which rule")
+    warnings: list[str] | None = Field(default=None, description="what the user must know about the result")
+    evaluation: dict[str, Any] | None = Field(
+        default=None, description="held-out errors of models trained on the design and on the baselines")
+    verdict: dict[str, Any] | None = Field(default=None, description="the held-out comparison, in short")
+    training_set: dict[str, Any] | None = Field(
+        default=None, description="a budgeted job's labelled points: inputs (n, d) and labels (n,)")
+    timings: dict[str, Any] | None = Field(default=None, description="design, last slice and evaluation seconds")
+    views: dict[str, Any] | None = Field(default=None, description="the numbers of the dashboard's pictures")
+    spec: dict[str, Any] | None = Field(default=None, description="the spec run, with the values derived "
+                                                                   "from the data")
+    worker: str | None = Field(default=None, description="the worker that finished the job")
+
+
+class AcceptedJobSpec(OpenDocument):
+    """The job spec as accepted: the ``JobSpec`` sent to ``POST /v1/jobs`` with lwl's defaults
+    written in (each block as the ``JobSpec`` schema describes it)."""
+
+    oracle: dict[str, Any]
+    test_distributions: dict[str, Any]
+    domain: dict[str, Any] | None = None
+    family: dict[str, Any] | None = None
+    model: dict[str, Any] | None = None
+    algorithm: dict[str, Any] | None = None
+    budget: int | None = None
+    initial_data: dict[str, Any] | None = None
+    evaluation: dict[str, Any] | None = None
+    seed: int | None = None
+    device: str | None = None
+    derived: list[str] | None = None
+
+
+#: the JSON variants below answer a field ``d`` (the dimension) that their models state in words:
+#: a property named ``d`` breaks the clients openapi-python-client (0.29) writes, whose
+#: ``from_dict`` keeps the document in a local variable ``d`` (they read it as an extra field)
+_WITH_D = ConfigDict(extra="allow")
+
+
+class Samples(BaseModel):
+    """The JSON variant of ``POST /v1/jobs/{id}/samples``; with them ``d``, the dimension."""
+    model_config = _WITH_D
+
+    n: int
+    seed: int
+    samples: list[list[float]] = Field(description="(n, d): the same numbers as "
+                                                   "lwl.measures.from_spec(distribution).sample(n, seed)")
+
+
+class TrainingSet(BaseModel):
+    """The JSON variant of ``GET /v1/jobs/{id}/training-set``; with them ``d``, the dimension."""
+    model_config = _WITH_D
+
+    n: int
+    inputs: list[list[float]] = Field(description="(n, d)")
+    labels: list[float] = Field(description="(n,)")
+
+
+class Queries(BaseModel):
+    """The JSON variant of ``GET /v1/jobs/{id}/queries``: one batch to label; with them ``d``,
+    the dimension."""
+    model_config = _WITH_D
+
+    batch_id: str
+    n: int = Field(description="points in the batch")
+    pending_batches: int = Field(description="batches of the round still waiting for labels")
+    pending: list[int] = Field(description="positions of the points still to be told")
+    failed: list[int] = Field(description="positions of the points told as failed")
+    inputs: list[list[float]] = Field(description="(n, d): every point of the batch, positions fixed")

@@ -45,10 +45,10 @@ class StoreOracle(Oracle):
         x = np.asarray(inputs, dtype=np.float64)
         key = round_key(x)
         batches = self.store.round_batches(self.job_id, key)
-        if batches and all(b["labels"] is not None for b in batches):
-            return np.concatenate([np.load(io.BytesIO(b["labels"]), allow_pickle=False) for b in batches])
+        if batches and all(b.labels is not None for b in batches):
+            return np.concatenate([np.load(io.BytesIO(b.labels), allow_pickle=False) for b in batches])
         if batches:
-            raise AwaitLabels([b["batch_id"] for b in batches if b["labels"] is None], new_round=False)
+            raise AwaitLabels([b.batch_id for b in batches if b.labels is None], new_round=False)
         ids = self.store.open_round(self.job_id, self.lease, key, x, self.batch_size)
         raise AwaitLabels(ids, new_round=True)
 

@@ -59,17 +59,17 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
     job = store.acquire(job_id, generation, lease, WORKER_NAME)
     if job is None:
         return "stale"  # a duplicate or outdated message: another slice owns the job
-    if job["attempts"] > settings.max_attempts:
+    if job.attempts > settings.max_attempts:
         store.fail(job_id, lease, problem(
             "Job kept losing its worker",
-            f"{job['attempts'] - 1} slices of this job started and never finished (a worker died, e.g. "
+            f"{job.attempts - 1} slices of this job started and never finished (a worker died, e.g. "
             f"out of memory); giving up after max_attempts={settings.max_attempts}", 500))
         return JobStatus.FAILED
-    if job["cancel_requested"]:
+    if job.cancel_requested:
         store.cancelled(job_id, lease)
         return JobStatus.CANCELLED
     try:
-        spec = parse_job_spec(job["spec"])
+        spec = parse_job_spec(job.spec)
     except SpecError as exc:  # cannot happen for specs the API accepted; kept for old rows
         store.fail(job_id, lease, problem("Invalid job spec", str(exc), 422))
         return JobStatus.FAILED
@@ -83,7 +83,7 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
             store.heartbeat(job_id, lease)
 
     threading.Thread(target=beat, daemon=True, name=f"heartbeat-{job_id}").start()
-    started = job["started_at"] or time.time()
+    started = job.started_at or time.time()
     deadline = time.monotonic() + settings.slice_seconds
     pending: dict = {}
     steps = [0]
@@ -116,12 +116,12 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
     try:
         # a cancel also interrupts a lab call in flight (lwl.outbound), not only between steps
         with outbound.cancellation(lambda: store.cancel_requested(job_id)):
-            result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job["owner"]),
-                             state=job["checkpoint"], progress=progress, checkpoint=checkpoint,
+            result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job.owner),
+                             state=job.checkpoint, progress=progress, checkpoint=checkpoint,
                              # checkpoints leave the history out (O(state) per iteration): the
                              # store keeps one row per iteration and gives them back on resume
                              checkpoint_history=False,
-                             history=store.history(job_id) if job["checkpoint"] else None,
+                             history=store.history(job_id) if job.checkpoint else None,
                              should_stop=should_stop)
     except outbound.Cancelled:
         store.cancelled(job_id, lease)

@@ -15,8 +15,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass
-from enum import StrEnum
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 import numpy as np
@@ -169,6 +168,117 @@ def _unnpy(b: bytes) -> np.ndarray:
     return np.load(io.BytesIO(b), allow_pickle=False)
 
 
+_JOB_JSON = ("spec", "progress", "error", "result", "kind")  # the jobs columns that hold JSON
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the jobs table, its JSON columns decoded. The status view (``get_job``,
+    ``list_jobs``) leaves out the large columns: ``spec``, ``result`` and ``checkpoint`` are
+    None there; ``get_job(full=True)`` and ``acquire`` read them."""
+
+    id: str
+    owner: str
+    status: JobStatus
+    idempotency_key: str | None
+    request_hash: str | None
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    finished_at: float | None
+    total: int
+    progress: dict | None  # iteration/total, objective, validation error, elapsed; verdict once done
+    error: dict | None  # a failed job's problem document
+    attempts: int  # slices started since the job last made progress
+    lease: str | None  # the id of the slice stepping it
+    worker: str | None
+    heartbeat_at: float | None
+    cancel_requested: bool
+    generation: int  # only a slice message of this generation may take the job
+    ask_step: int  # latest ask/tell round
+    kind: dict | None  # {"algorithm", "family", "oracle"} names; None on rows older than the column
+    queue: str | None  # the Celery queue of its slices
+    spec: dict | None = None
+    result: dict | None = None
+    checkpoint: bytes | None = None
+
+    @classmethod
+    def from_row(cls, row) -> JobRecord:
+        return cls(**{**row, "status": JobStatus(row["status"]), "cancel_requested": bool(row["cancel_requested"]),
+                      **{k: _unjson(row[k]) for k in _JOB_JSON if k in row}})
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A worker process as it reported itself (worker.presence): its device, the queues it
+    takes, its hardware facts (``info``: host, pid, version, GPU name and memory) and its last
+    heartbeat, with the job it runs now and the slices it ran."""
+
+    name: str
+    device: str
+    queues: list[str]
+    info: dict
+    started_at: float
+    heartbeat_at: float
+    current_job: str | None
+    slices: int
+
+    @classmethod
+    def from_row(cls, row) -> WorkerRecord:
+        return cls(**{**row, "queues": _unjson(row["queues"]), "info": _unjson(row["info"])})
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One batch of an ask/tell round (label_batches): ``n`` inputs to be labelled, as .npy
+    bytes, and what was told of them so far (see :meth:`point_state`). ``inputs`` is None where
+    a query did not read it (:meth:`Store.batch`)."""
+
+    job_id: str
+    batch_id: str  # "<step>.<position>"
+    step: int  # the job's ask/tell round: 1, 2, ...
+    step_key: str  # hash of the round's inputs
+    position: int
+    n: int
+    labels: bytes | None  # .npy float64 (n,) once every point has an outcome (NaN at failed points)
+    created_at: float
+    labelled_at: float | None
+    outcomes: bytes | None  # .npy int8 PointOutcome codes; None until the first tell
+    partial: bytes | None  # .npy float64 labels told so far while the batch is told in parts
+    inputs: bytes | None = None  # .npy float64 (n, d)
+
+    @classmethod
+    def from_row(cls, row) -> BatchRecord:
+        return cls(**row)
+
+    def point_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """(outcomes (n,) of PointOutcome codes, labels (n,) told so far, NaN elsewhere)."""
+        if self.labels is not None:
+            labels = _unnpy(self.labels)
+            if self.outcomes is not None:
+                return _unnpy(self.outcomes), labels
+            return np.full(self.n, PointOutcome.LABELLED, dtype=np.int8), labels  # told whole, before outcomes
+        if self.outcomes is None:
+            return np.full(self.n, PointOutcome.PENDING, dtype=np.int8), np.full(self.n, np.nan)
+        return _unnpy(self.outcomes), _unnpy(self.partial)
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    """An uploaded (M, d) array's description; :meth:`Store.load_dataset` reads the array."""
+
+    id: str
+    owner: str
+    shape: list[int]
+    dtype: str
+    nbytes: int
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row) -> DatasetRecord:
+        return cls(**{**row, "shape": _unjson(row["shape"])})
+
+
 workers = Table(  # every worker process, with a heartbeat (GET /v1/workers, job conditions)
     "workers", metadata,
     Column("name", String(200), primary_key=True),
@@ -242,7 +352,7 @@ class Store:
 
     # -- jobs: API side -----------------------------------------------------------------------
     def create_job(self, owner: str, spec: dict, total: int, idempotency_key: str | None = None,
-                   request_hash: str | None = None, queue: str | None = None) -> tuple[dict, bool]:
+                   request_hash: str | None = None, queue: str | None = None) -> tuple[JobRecord, bool]:
         """Insert a queued job; with an idempotency key, return the existing job instead."""
         now = time.time()
         with self.engine.begin() as c:
@@ -252,7 +362,7 @@ class Store:
                 if row is not None:
                     if row["request_hash"] != request_hash:
                         raise IdempotencyConflict(idempotency_key)
-                    return self._job(row), False
+                    return JobRecord.from_row(row), False
             job_id = _new_id()
             c.execute(insert(jobs).values(
                 id=job_id, owner=owner, status=JobStatus.QUEUED, spec=_json(spec), idempotency_key=idempotency_key,
@@ -267,7 +377,7 @@ class Store:
             c.execute(delete(label_batches).where(label_batches.c.job_id == job_id))
             c.execute(delete(jobs).where(jobs.c.id == job_id))
 
-    def get_job(self, job_id: str, owner: str | None = None, *, full: bool = False) -> dict | None:
+    def get_job(self, job_id: str, owner: str | None = None, *, full: bool = False) -> JobRecord | None:
         # the status view reads neither the spec nor the large blobs
         cols = list(jobs.c) if full else [c for c in jobs.c if c.name not in ("checkpoint", "result", "spec")]
         q = select(*cols).where(jobs.c.id == job_id)
@@ -275,9 +385,9 @@ class Store:
             q = q.where(jobs.c.owner == owner)
         with self.engine.connect() as c:
             row = c.execute(q).mappings().first()
-        return None if row is None else self._job(row)
+        return None if row is None else JobRecord.from_row(row)
 
-    def list_jobs(self, owner: str | None, status: str | None, limit: int, before: tuple | None) -> list[dict]:
+    def list_jobs(self, owner: str | None, status: str | None, limit: int, before: tuple | None) -> list[JobRecord]:
         cols = [c for c in jobs.c if c.name not in ("checkpoint", "result", "spec")]
         q = select(*cols).order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
         if owner is not None:
@@ -288,7 +398,7 @@ class Store:
             ts, jid = before
             q = q.where((jobs.c.created_at < ts) | ((jobs.c.created_at == ts) & (jobs.c.id < jid)))
         with self.engine.connect() as c:
-            return [self._job(r) for r in c.execute(q).mappings()]
+            return [JobRecord.from_row(r) for r in c.execute(q).mappings()]
 
     def history(self, job_id: str, after: int | None = None) -> list[dict]:
         """The job's iteration records in order; ``after``: only iterations after that one."""
@@ -319,17 +429,12 @@ class Store:
         with self.engine.begin() as c:
             c.execute(delete(workers).where(workers.c.name == name))
 
-    def list_workers(self, since: float = 0.0) -> list[dict]:
+    def list_workers(self, since: float = 0.0) -> list[WorkerRecord]:
         """Workers whose last heartbeat is after ``since`` (a time.time()), newest first."""
         with self.engine.connect() as c:
             rows = c.execute(select(workers).where(workers.c.heartbeat_at > since)
                              .order_by(workers.c.heartbeat_at.desc())).mappings()
-            out = []
-            for r in rows:
-                w = dict(r)
-                w["queues"], w["info"] = _unjson(w["queues"]), _unjson(w["info"])
-                out.append(w)
-            return out
+            return [WorkerRecord.from_row(r) for r in rows]
 
     def prune_workers(self, before: float) -> None:
         """Forget workers silent since ``before`` (dead for long; their jobs were reaped)."""
@@ -363,7 +468,7 @@ class Store:
         return {s.value: 0 for s in JobStatus} | {s: n for s, n in rows}
 
     # -- jobs: worker side --------------------------------------------------------------------
-    def acquire(self, job_id: str, generation: int, lease: str, worker: str) -> dict | None:
+    def acquire(self, job_id: str, generation: int, lease: str, worker: str) -> JobRecord | None:
         """Take a queued job for one slice if ``generation`` is current; counts the attempt.
         Returns the full job (with checkpoint) or None when the message is stale."""
         now = time.time()
@@ -415,13 +520,13 @@ class Store:
         """The slice made progress and stops cleanly: requeue under the next generation and
         reset the attempt count. Returns the generation to enqueue, None if the lease was lost."""
         ok = self._finish(job_id, lease, status=JobStatus.QUEUED, attempts=0, generation=jobs.c.generation + 1)
-        return self.get_job(job_id)["generation"] if ok else None
+        return self.get_job(job_id).generation if ok else None
 
     def succeed(self, job_id: str, lease: str, result: dict) -> bool:
         """Store the result; its verdict, warnings and kept iterate also go into ``progress`` so
         that ``GET /v1/jobs/{id}`` shows them without reading the whole result."""
-        job = self.get_job(job_id) or {}
-        progress = {**(job.get("progress") or {}),
+        job = self.get_job(job_id)
+        progress = {**((job and job.progress) or {}),
                     **{k: result[k] for k in ("verdict", "warnings", "selected") if k in result}}
         return self._finish(job_id, lease, status=JobStatus.SUCCEEDED, result=_json(result), progress=_json(progress),
                             finished_at=time.time())
@@ -449,13 +554,13 @@ class Store:
         return out
 
     # -- ask/tell -----------------------------------------------------------------------------
-    def round_batches(self, job_id: str, step_key: str) -> list[dict]:
+    def round_batches(self, job_id: str, step_key: str) -> list[BatchRecord]:
         """The batches of the ask/tell round whose inputs hash to ``step_key``, in order."""
         with self.engine.connect() as c:
             rows = c.execute(select(label_batches).where(label_batches.c.job_id == job_id,
                                                          label_batches.c.step_key == step_key)
                              .order_by(label_batches.c.position)).mappings().all()
-        return [dict(r) for r in rows]
+        return [BatchRecord.from_row(r) for r in rows]
 
     def open_round(self, job_id: str, lease: str, step_key: str, inputs: np.ndarray,
                    batch_size: int | None) -> list[str]:
@@ -483,34 +588,22 @@ class Store:
         """The round's batches exist already (a resumed slice): pause again."""
         return self._finish(job_id, lease, status=JobStatus.AWAITING_LABELS, attempts=0)
 
-    def batch(self, job_id: str, batch_id: str) -> dict | None:
+    def batch(self, job_id: str, batch_id: str) -> BatchRecord | None:
+        """The batch without its inputs (``inputs`` is None)."""
+        cols = [c for c in label_batches.c if c.name != "inputs"]
         with self.engine.connect() as c:
-            row = c.execute(select(label_batches.c.batch_id, label_batches.c.n, label_batches.c.step,
-                                   label_batches.c.labels, label_batches.c.outcomes, label_batches.c.partial)
-                            .where(label_batches.c.job_id == job_id, label_batches.c.batch_id == batch_id)).mappings().first()
-        return None if row is None else dict(row)
+            row = c.execute(select(*cols).where(label_batches.c.job_id == job_id,
+                                                label_batches.c.batch_id == batch_id)).mappings().first()
+        return None if row is None else BatchRecord.from_row(row)
 
-    def pending_batches(self, job_id: str) -> list[dict]:
+    def pending_batches(self, job_id: str) -> list[BatchRecord]:
         """Unlabelled batches of the job's current round (inputs included)."""
         with self.engine.connect() as c:
             step = c.execute(select(jobs.c.ask_step).where(jobs.c.id == job_id)).scalar()
             rows = c.execute(select(label_batches).where(
                 label_batches.c.job_id == job_id, label_batches.c.step == step,
                 label_batches.c.labels.is_(None)).order_by(label_batches.c.position)).mappings().all()
-        return [dict(r) for r in rows]
-
-    @staticmethod
-    def point_state(row) -> tuple[np.ndarray, np.ndarray]:
-        """(outcomes (n,) of PointOutcome codes, labels (n,) told so far, NaN elsewhere) of a
-        label_batches row."""
-        if row["labels"] is not None:
-            labels = _unnpy(row["labels"])
-            if row["outcomes"] is not None:
-                return _unnpy(row["outcomes"]), labels
-            return np.full(row["n"], PointOutcome.LABELLED, dtype=np.int8), labels  # told whole, before outcomes
-        if row["outcomes"] is None:
-            return np.full(row["n"], PointOutcome.PENDING, dtype=np.int8), np.full(row["n"], np.nan)
-        return _unnpy(row["outcomes"]), _unnpy(row["partial"])
+        return [BatchRecord.from_row(r) for r in rows]
 
     def tell(self, job_id: str, batch_id: str, told: Told) -> tuple[str, int | None]:
         """Store the outcomes of some points of a batch (all of them, or a part: the rest stays
@@ -537,7 +630,8 @@ class Store:
                                                         label_batches.c.batch_id == batch_id)).mappings().first()
             if row is None:
                 return "unknown", None
-            outcomes, values = self.point_state(row)
+            batch = BatchRecord.from_row(row)
+            outcomes, values = batch.point_state()
             i = told.indices
             was = outcomes[i]
             known = was != PointOutcome.PENDING
@@ -547,13 +641,13 @@ class Store:
                 return "conflict", None
             if known.all():
                 return "duplicate", None
-            if row["step"] != job["ask_step"] or job["status"] != JobStatus.AWAITING_LABELS:
+            if batch.step != job["ask_step"] or job["status"] != JobStatus.AWAITING_LABELS:
                 return "stale", None
             outcomes, values = outcomes.copy(), values.copy()
             outcomes[i], values[i] = want, np.where(told.failed, np.nan, told.labels)
             complete = not np.any(outcomes == PointOutcome.PENDING)
-            unchanged = (label_batches.c.outcomes.is_(None) if row["outcomes"] is None
-                         else label_batches.c.outcomes == row["outcomes"])
+            unchanged = (label_batches.c.outcomes.is_(None) if batch.outcomes is None
+                         else label_batches.c.outcomes == batch.outcomes)
             res = c.execute(update(label_batches).where(label_batches.c.job_id == job_id,
                                                         label_batches.c.batch_id == batch_id,
                                                         label_batches.c.labels.is_(None), unchanged)
@@ -564,7 +658,7 @@ class Store:
             if not complete:
                 return "accepted", None
             missing = c.execute(select(func.count()).select_from(label_batches).where(
-                label_batches.c.job_id == job_id, label_batches.c.step == row["step"],
+                label_batches.c.job_id == job_id, label_batches.c.step == batch.step,
                 label_batches.c.labels.is_(None))).scalar()
             if missing:
                 return "accepted", None
@@ -577,7 +671,7 @@ class Store:
             return _unjson(c.execute(select(jobs.c.result).where(jobs.c.id == job_id)).scalar())
 
     # -- datasets -----------------------------------------------------------------------------
-    def put_dataset(self, owner: str, array: np.ndarray) -> dict:
+    def put_dataset(self, owner: str, array: np.ndarray) -> DatasetRecord:
         buf = io.BytesIO()
         np.save(buf, array, allow_pickle=False)
         ds_id = _new_id()
@@ -587,14 +681,14 @@ class Store:
                                               data=buf.getvalue(), created_at=time.time()))
         return self.get_dataset(ds_id, owner)
 
-    def get_dataset(self, ds_id: str, owner: str | None = None) -> dict | None:
+    def get_dataset(self, ds_id: str, owner: str | None = None) -> DatasetRecord | None:
         q = select(datasets.c.id, datasets.c.owner, datasets.c.shape, datasets.c.dtype, datasets.c.nbytes,
                    datasets.c.created_at).where(datasets.c.id == ds_id)
         if owner is not None:
             q = q.where(datasets.c.owner == owner)
         with self.engine.connect() as c:
             row = c.execute(q).mappings().first()
-        return None if row is None else {**row, "shape": json.loads(row["shape"])}
+        return None if row is None else DatasetRecord.from_row(row)
 
     def load_dataset(self, ds_id: str, owner: str | None = None) -> np.ndarray:
         q = select(datasets.c.data).where(datasets.c.id == ds_id)
@@ -605,11 +699,3 @@ class Store:
         if data is None:
             raise KeyError(ds_id)
         return np.load(io.BytesIO(data), allow_pickle=False)
-
-    @staticmethod
-    def _job(row) -> dict:
-        out = dict(row)
-        for key in ("spec", "progress", "error", "result", "kind"):
-            if key in out:
-                out[key] = _unjson(out[key])
-        return out

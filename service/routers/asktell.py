@@ -14,9 +14,10 @@ from lwl.arrays import ArrayTooLarge, read_npy_bytes
 
 from service import problems
 from service.deps import EnqueueDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
-from service.core.store import JobStatus, PointOutcome, Told
+from service.core.store import JobRecord, JobStatus, PointOutcome, Told
 from service.problems import Problem
-from service.routers.jobs import NPY
+from service.routers.jobs import BINARY, NPY
+from service.schemas import Queries
 
 router = APIRouter()
 
@@ -104,7 +105,7 @@ def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed) -> T
 
 
 @router.get("/v1/jobs/{job_id}/queries", tags=["ask/tell"],
-            responses={200: {"content": {"application/json": {}, NPY: {}}}, **problems.responses(401, 404, 409)})
+            responses={200: {"model": Queries, "content": {NPY: BINARY}}, **problems.responses(401, 404, 409)})
 def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
     """The next batch an ask/tell job needs labelled: ``batch_id``, ``inputs`` (every point of
     the batch, positions fixed), ``pending`` (positions still to be told) and ``failed``
@@ -112,19 +113,19 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
     with the id in the ``LWL-Batch-Id`` header and the number of pending points in
     ``LWL-Pending-Points``."""
     job = own_job(store, job_id, owner)
-    pending = store.pending_batches(job_id) if job["status"] == JobStatus.AWAITING_LABELS else []
+    pending = store.pending_batches(job_id) if job.status == JobStatus.AWAITING_LABELS else []
     if not pending:
-        raise Problem(409, "No pending queries", f"the job is {job['status']}", job_status=job["status"])
+        raise Problem(409, "No pending queries", f"the job is {job.status}", job_status=job.status)
     batch = pending[0]
-    inputs = np.load(io.BytesIO(batch["inputs"]), allow_pickle=False)
-    outcomes, _ = store.point_state(batch)
+    inputs = np.load(io.BytesIO(batch.inputs), allow_pickle=False)
+    outcomes, _ = batch.point_state()
     waiting = np.flatnonzero(outcomes == PointOutcome.PENDING)
     failed = np.flatnonzero(outcomes == PointOutcome.FAILED)
-    headers = {"LWL-Batch-Id": batch["batch_id"], "LWL-Pending-Batches": str(len(pending)),
+    headers = {"LWL-Batch-Id": batch.batch_id, "LWL-Pending-Batches": str(len(pending)),
                "LWL-Pending-Points": str(len(waiting))}
     if NPY in request.headers.get("accept", ""):
-        return Response(batch["inputs"], media_type=NPY, headers=headers)
-    payload = orjson.dumps({"batch_id": batch["batch_id"], "n": int(inputs.shape[0]), "d": int(inputs.shape[1]),
+        return Response(batch.inputs, media_type=NPY, headers=headers)
+    payload = orjson.dumps({"batch_id": batch.batch_id, "n": int(inputs.shape[0]), "d": int(inputs.shape[1]),
                             "pending_batches": len(pending), "pending": waiting, "failed": failed,
                             "inputs": inputs},
                            option=orjson.OPT_SERIALIZE_NUMPY)
@@ -179,33 +180,33 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     batch = store.batch(job_id, batch_id)
     if batch is None:
         raise Problem(404, "Unknown batch", f"job {job_id} has no batch {batch_id!r}", field="batch_id")
-    told = told_points(batch_id, batch["n"], labels, indices, failed)
+    told = told_points(batch_id, batch.n, labels, indices, failed)
     outcome, generation = store.tell(job_id, batch_id, told)
     if outcome == "unknown":
         raise Problem(404, "Unknown batch", f"job {job_id} has no batch {batch_id!r}", field="batch_id")
     if outcome == "stale":
         raise Problem(409, "Stale batch", f"batch {batch_id} is not part of the job's current round "
-                      f"(the job is {job['status']})", field="batch_id")
+                      f"(the job is {job.status})", field="batch_id")
     if outcome == "conflict":
         raise Problem(409, "Batch already labelled", f"batch {batch_id}: a point told here was told another "
                       "label or outcome before", field="batch_id")
     if generation is not None:
         enqueue(job_id, generation)
-    outcomes, _ = store.point_state(store.batch(job_id, batch_id))
+    outcomes, _ = store.batch(job_id, batch_id).point_state()
     return {"batch_id": batch_id, "outcome": outcome,
             "pending_points": int(np.sum(outcomes == PointOutcome.PENDING)),
             "failed_points": int(np.sum(outcomes == PointOutcome.FAILED)),
-            "pending_batches": len(store.pending_batches(job_id)), "status": store.get_job(job_id)["status"]}
+            "pending_batches": len(store.pending_batches(job_id)), "status": store.get_job(job_id).status}
 
 
-def only_pending_batch(store, job: dict) -> str:
+def only_pending_batch(store, job: JobRecord) -> str:
     """The batch .npy labels without ``?batch_id=`` are for: the job's one pending batch. A job
     with none or several pending is in the wrong state for that (409), not a wrong request."""
-    pending = store.pending_batches(job["id"]) if job["status"] == JobStatus.AWAITING_LABELS else []
+    pending = store.pending_batches(job.id) if job.status == JobStatus.AWAITING_LABELS else []
     if not pending:
-        raise Problem(409, "No pending queries", f"the job is {job['status']}", field="batch_id",
-                      job_status=job["status"])
+        raise Problem(409, "No pending queries", f"the job is {job.status}", field="batch_id",
+                      job_status=job.status)
     if len(pending) > 1:
         raise Problem(409, "Several batches pending", f"{len(pending)} batches wait for labels: "
-                      f"name one with ?batch_id=", field="batch_id", job_status=job["status"])
-    return pending[0]["batch_id"]
+                      f"name one with ?batch_id=", field="batch_id", job_status=job.status)
+    return pending[0].batch_id

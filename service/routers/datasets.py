@@ -6,6 +6,7 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 
 from lwl.arrays import ArrayTooLarge, read_single_array
+from service.core.store import DatasetRecord
 from service.deps import OwnerDep, SettingsDep, StoreDep, read_body
 from service import problems
 from service.problems import Problem
@@ -30,7 +31,7 @@ async def upload_dataset(request: Request, response: Response, store: StoreDep, 
     then names it with ``{"dataset": id}``. The body and the uncompressed array (as float64) are each at most ``LWL_MAX_DATASET_BYTES`` (413)."""
     raw = await read_body(request, settings.max_dataset_bytes)
     meta = store.put_dataset(owner, load_array(raw, settings.max_dataset_bytes))
-    response.headers["Location"] = f"/v1/datasets/{meta['id']}"
+    response.headers["Location"] = f"/v1/datasets/{meta.id}"
     return _dataset_view(meta)
 
 @router.get("/v1/datasets/{dataset_id}", tags=["datasets"], response_model=DatasetView,
@@ -42,8 +43,8 @@ def get_dataset(dataset_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     return _dataset_view(meta)
 
 
-def _dataset_view(meta: dict) -> dict:
-    return {"id": meta["id"], "shape": meta["shape"], "dtype": meta["dtype"], "created_at": meta["created_at"]}
+def _dataset_view(meta: DatasetRecord) -> dict:
+    return {"id": meta.id, "shape": meta.shape, "dtype": meta.dtype, "created_at": meta.created_at}
 
 
 def load_array(raw: bytes, max_bytes: int) -> np.ndarray:

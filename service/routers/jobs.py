@@ -19,14 +19,16 @@ from lwl.spec import SpecError, parse_job_spec
 from lwl.params import MAX_SEED
 from service import problems
 from service.core.routing import DEVICE_OF_QUEUE, QUEUE_CPU, queue_for
-from service.core.store import IdempotencyConflict, JobStatus, Store
+from service.core.store import IdempotencyConflict, JobRecord, JobStatus, Store, WorkerRecord
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.jsonresponse import FastJSONResponse
 from service.problems import Problem
-from service.schemas import JobCreated, JobHistory, JobList, JobView
+from service.schemas import (AcceptedJobSpec, DistributionDocument, JobCreated, JobHistory, JobList, JobResult,
+                             JobView, Samples, TrainingSet)
 
 NPY = "application/x-npy"
 NPZ = "application/x-npz"  # a numpy .npz archive (np.load reads it)
+BINARY = {"schema": {"type": "string", "format": "binary"}}
 STREAM_ABOVE = 8 * 1024 * 1024  # bytes of samples sent in one piece below this
 INLINE_FLOATS = 1_000_000  # sampling requests up to this size run on the event loop
 # a bound on n that the schema can state (the one on n * d depends on the job): at d <= 20 the
@@ -91,7 +93,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     canonical = spec.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
     live = store.list_workers(since=time.time() - settings.stale_seconds)
-    queue = queue_for(canonical, gpu_alive=any(w["device"] == "cuda" for w in live))
+    queue = queue_for(canonical, gpu_alive=any(w.device == "cuda" for w in live))
     try:
         job, created = store.create_job(owner, canonical, total_steps(spec), idempotency_key, digest, queue=queue)
     except IdempotencyConflict:
@@ -99,12 +101,12 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
                       field="Idempotency-Key") from None
     if created:
         try:
-            enqueue(job["id"], 0)
+            enqueue(job.id, 0)
         except Exception as exc:  # nothing half-made stays behind
-            store.delete_job(job["id"])
+            store.delete_job(job.id)
             raise Problem(503, "Queue unavailable", f"could not enqueue the job: {type(exc).__name__}") from None
-    response.headers["Location"] = f"/v1/jobs/{job['id']}"
-    return {"id": job["id"], "status": job["status"]}
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return {"id": job.id, "status": job.status}
 
 @router.get("/v1/jobs", tags=["jobs"], response_model=JobList, responses=problems.responses(400, 401, 422))
 def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
@@ -120,9 +122,9 @@ def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
         except ValueError:
             raise Problem(400, "Bad cursor", "use the next_cursor of a previous page", field="cursor") from None
     rows = store.list_jobs(owner, status, limit + 1, before)
-    live = live_workers(store, settings) if any(r["status"] in (JobStatus.QUEUED, JobStatus.RUNNING) for r in rows) else []
+    live = live_workers(store, settings) if any(r.status in (JobStatus.QUEUED, JobStatus.RUNNING) for r in rows) else []
     items = [job_view(r, live, settings) for r in rows[:limit]]
-    nxt = f"{rows[limit - 1]['created_at']!r}_{rows[limit - 1]['id']}" if len(rows) > limit else None
+    nxt = f"{rows[limit - 1].created_at!r}_{rows[limit - 1].id}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
 
 @router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=FastJSONResponse,
@@ -134,7 +136,7 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: Setti
     # async and serialised by orjson: the hot polling path skips the thread pool and
     # FastAPI's encoder; the indexed primary-key reads take well under a millisecond
     job = own_job(store, job_id, owner)
-    live = live_workers(store, settings) if job["status"] in (JobStatus.QUEUED, JobStatus.RUNNING) else []
+    live = live_workers(store, settings) if job.status in (JobStatus.QUEUED, JobStatus.RUNNING) else []
     return FastJSONResponse(job_view(job, live, settings))
 
 @router.get("/v1/jobs/{job_id}/history", tags=["jobs"], response_model=JobHistory,
@@ -149,7 +151,8 @@ def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
     return {"id": job_id, "history": store.history(job_id, None if after is None else int(after))}
 
 
-@router.get("/v1/jobs/{job_id}/spec", tags=["jobs"], responses=problems.responses(401, 404))
+@router.get("/v1/jobs/{job_id}/spec", tags=["jobs"], response_model=AcceptedJobSpec,
+            responses=problems.responses(401, 404))
 def get_spec(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The job spec as accepted (the submitted document with lwl's defaults written in; a
     finished job's ``result.spec`` also holds the values derived from the data)."""
@@ -165,40 +168,42 @@ def cancel_job(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     its status."""
     own_job(store, job_id, owner)
     if not store.request_cancel(job_id):  # one conditional update: no race with the job's end
-        status = store.get_job(job_id)["status"]
+        status = store.get_job(job_id).status
         raise Problem(409, "Job has ended", f"the job is {status}; only a queued, running or "
                       f"awaiting_labels job can be cancelled", field="status", job_status=status)
     return job_view(store.get_job(job_id))
 
 
-def no_result(job: dict) -> Problem:
+def no_result(job: JobRecord) -> Problem:
     """409 for a job without a result: still on its way, or ended without one (then say so)."""
-    status = job["status"]
+    status = job.status
     if status in (JobStatus.CANCELLED, JobStatus.FAILED):
         return Problem(409, f"Job {status}", f"the job is {status}: it has no result and will have none",
                        field="status", job_status=status)
     return Problem(409, "Job has no result yet", f"the job is {status}; wait until it has succeeded "
-                   f"(GET /v1/jobs/{job['id']})", field="status", job_status=status)
+                   f"(GET /v1/jobs/{job.id})", field="status", job_status=status)
 
 
 def finished_result(job_id: str, store: Store, owner: str) -> dict:
     job = own_job(store, job_id, owner)
-    if job["status"] != JobStatus.SUCCEEDED:
+    if job.status != JobStatus.SUCCEEDED:
         raise no_result(job)
     return store.result(job_id)
 
-@router.get("/v1/jobs/{job_id}/result", tags=["results"], responses=problems.responses(401, 404, 409))
+@router.get("/v1/jobs/{job_id}/result", tags=["results"], response_model=JobResult,
+            responses=problems.responses(401, 404, 409))
 def get_result(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The whole result: distribution, history, evaluation, timings, spec."""
     return finished_result(job_id, store, owner)
 
-@router.get("/v1/jobs/{job_id}/distribution", tags=["results"], responses=problems.responses(401, 404, 409))
+@router.get("/v1/jobs/{job_id}/distribution", tags=["results"], response_model=DistributionDocument,
+            responses=problems.responses(401, 404, 409))
 def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
     """The optimised distribution spec, the document ``lwl.measures.from_spec`` reads."""
     return finished_result(job_id, store, owner)["distribution"]
 
 @router.get("/v1/jobs/{job_id}/training-set", tags=["results"],
-            responses={200: {"content": {NPZ: {}, "application/json": {}}}, **problems.responses(401, 404, 409)})
+            responses={200: {"model": TrainingSet, "content": {NPZ: BINARY}}, **problems.responses(401, 404, 409)})
 def get_training_set(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
     """The labelled training set of a budgeted job (every label it paid for): an ``.npz``
     archive with arrays ``inputs`` (n, d) and ``labels`` (n,), or JSON with
@@ -221,14 +226,14 @@ def get_training_set(job_id: str, request: Request, store: StoreDep, owner: Owne
                     headers={"Content-Disposition": f'attachment; filename="{job_id}-training-set.npz"'})
 
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],
-             responses={200: {"content": {"application/json": {}, NPY: {}}},
+             responses={200: {"model": Samples, "content": {NPY: BINARY}},
                         **problems.responses(400, 401, 404, 409, 413, 415, 422)})
 async def post_samples(job_id: str, body: SampleRequest, request: Request, store: StoreDep, owner: OwnerDep,
                        settings: SettingsDep, measure_for: MeasuresDep):
     """``n`` samples of the optimised distribution from ``seed``: JSON, or ``.npy`` bytes
     with ``Accept: application/x-npy`` (streamed)."""
     job = own_job(store, job_id, owner)
-    if job["status"] != JobStatus.SUCCEEDED:
+    if job.status != JobStatus.SUCCEEDED:
         raise no_result(job)
     measure = measure_for(job_id)
     floats = body.n * measure.dim
@@ -250,42 +255,44 @@ def total_steps(spec) -> int:
     return plan_budget(spec).total_rounds
 
 
-def live_workers(store: Store, settings) -> list[dict]:
+def live_workers(store: Store, settings) -> list[WorkerRecord]:
     return store.list_workers(since=time.time() - settings.stale_seconds)
 
 
-def conditions(job: dict, live: list[dict], settings) -> list[dict]:
+def conditions(job: JobRecord, live: list[WorkerRecord], settings) -> list[dict]:
     """Why a job is not moving, in words: no live worker takes its queue, or its worker went
     silent and the reaper will resume it from its checkpoint."""
     out = []
-    queue = job.get("queue") or QUEUE_CPU
-    if job["status"] == JobStatus.QUEUED and not any(queue in w["queues"] for w in live):
+    queue = job.queue or QUEUE_CPU
+    if job.status == JobStatus.QUEUED and not any(queue in w.queues for w in live):
         device = DEVICE_OF_QUEUE.get(queue, queue)
         out.append({"type": "NoLiveWorker", "queue": queue,
                     "message": f"no live worker takes queue {queue} ({'GPU' if device == 'cuda' else 'CPU'} "
                                f"jobs); the job waits until one starts (lwl worker --device {device})"})
-    beat = job.get("heartbeat_at")
-    if job["status"] == JobStatus.RUNNING and beat is not None:
+    beat = job.heartbeat_at
+    if job.status == JobStatus.RUNNING and beat is not None:
         silent = time.time() - beat
         if silent > 2.5 * settings.heartbeat_seconds:
             out.append({"type": "WaitingForRecovery", "silent_seconds": round(silent, 1),
-                        "attempts": job.get("attempts"),
+                        "attempts": job.attempts,
                         "message": f"its worker has not reported for {silent:.0f} s; the job resumes from its "
                                    f"last checkpoint on another worker once {settings.stale_seconds:g} s have "
-                                   f"passed (slices started so far: {job.get('attempts')})"})
+                                   f"passed (slices started so far: {job.attempts})"})
     return out
 
 
-def job_view(job: dict, live: list[dict] | None = None, settings=None) -> dict:
-    out = {k: job.get(k) for k in ("id", "status", "created_at", "updated_at", "started_at", "finished_at",
-                                    "progress", "error", "attempts", "worker", "kind", "queue")}
-    out["cancel_requested"] = bool(job.get("cancel_requested"))
+def job_view(job: JobRecord, live: list[WorkerRecord] | None = None, settings=None) -> dict:
+    """The job as the API shows it (:class:`service.schemas.JobView`), serialised by orjson
+    on the polling path; ``conditions`` only with the live workers and the settings."""
+    out = {k: getattr(job, k) for k in ("id", "status", "created_at", "updated_at", "started_at", "finished_at",
+                                        "progress", "error", "attempts", "worker", "kind", "queue")}
+    out["cancel_requested"] = job.cancel_requested
     out["conditions"] = conditions(job, live, settings) if live is not None and settings is not None else []
-    progress = job.get("progress") or {}
+    progress = job.progress or {}
     # a finished bilevel job: held-out Err against the baselines, and anything the user must know
     out["verdict"] = progress.get("verdict")
     out["warnings"] = progress.get("warnings", [])
-    out["links"] = {rel: f"/v1/jobs/{job['id']}{suffix}" for rel, suffix in
+    out["links"] = {rel: f"/v1/jobs/{job.id}{suffix}" for rel, suffix in
                     (("self", ""), ("history", "/history"), ("spec", "/spec"), ("distribution", "/distribution"),
                      ("result", "/result"), ("samples", "/samples"), ("cancel", "/cancel"),
                      ("training_set", "/training-set"))}
@@ -300,7 +307,7 @@ def check_datasets(spec, store: Store, owner: str) -> None:
 
     def shape_of(ref: str):
         meta = store.get_dataset(ref, owner)
-        return None if meta is None else tuple(meta["shape"])
+        return None if meta is None else tuple(meta.shape)
 
     try:
         check(spec, shape_of, lambda ref: store.load_dataset(ref, owner))

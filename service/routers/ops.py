@@ -39,7 +39,7 @@ def readyz(request: Request):
     # workers are reported, not required: the API accepts jobs while none runs (they queue)
     live = state.store.list_workers(since=time.time() - state.settings.stale_seconds)
     return {"status": "ready", "checks": checks,
-            "workers": {"cpu": sum(w["device"] == "cpu" for w in live), "cuda": sum(w["device"] == "cuda" for w in live)}}
+            "workers": {"cpu": sum(w.device == "cpu" for w in live), "cuda": sum(w.device == "cuda" for w in live)}}
 
 
 def prometheus(request: Request) -> Response:

@@ -23,13 +23,13 @@ def list_workers(store: StoreDep, owner: OwnerDep, settings: SettingsDep) -> dic
     store.prune_workers(before=now - FORGET_AFTER)
     items = []
     for w in store.list_workers(since=now - FORGET_AFTER):
-        job = w["current_job"]
+        job = w.current_job
         mine = job is not None and store.get_job(job, owner) is not None
-        items.append({"name": w["name"], "device": w["device"], "queues": w["queues"],
-                      "alive": now - w["heartbeat_at"] <= settings.stale_seconds,
-                      "last_heartbeat_seconds": round(now - w["heartbeat_at"], 2),
-                      "started_at": w["started_at"], "slices": w["slices"], "busy": job is not None,
-                      "current_job": job if mine else None, **w["info"]})
+        items.append({"name": w.name, "device": w.device, "queues": w.queues,
+                      "alive": now - w.heartbeat_at <= settings.stale_seconds,
+                      "last_heartbeat_seconds": round(now - w.heartbeat_at, 2),
+                      "started_at": w.started_at, "slices": w.slices, "busy": job is not None,
+                      "current_job": job if mine else None, **w.info})
     live = [w for w in items if w["alive"]]
     return {"items": items, "alive": {"cpu": sum(w["device"] == "cpu" for w in live),
                                       "cuda": sum(w["device"] == "cuda" for w in live)}}

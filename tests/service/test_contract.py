@@ -126,6 +126,8 @@ def test_a_generated_client_submits_waits_and_draws_samples(keyed, tmp_path):
         drawn = json.loads(samples.sync_detailed(created.id, client=client, body=SampleRequest(n=5, seed=3)).content)
         doc = json.loads(distribution.sync_detailed(created.id, client=client).content)
         np.testing.assert_array_equal(np.asarray(drawn["samples"]), from_spec(doc).sample(5, 3))  # same bits
+        typed = samples.sync(created.id, client=client, body=SampleRequest(n=2, seed=3))  # the answer's model
+        assert typed.n == 2 and typed["d"] == 5 and distribution.sync(created.id, client=client).family == doc["family"]
         refused = samples.sync(created.id, client=client, body=SampleRequest(n=0, seed=3))
         assert isinstance(refused, ProblemDocument) and refused.status == 422 and refused.field == "n"
         stranger = AuthenticatedClient(base_url=keyed.url, token="not-a-key")

@@ -21,7 +21,7 @@ def store(tmp_path):
 
 def submit(store, spec) -> str:
     canonical = parse_job_spec(spec).model_dump(mode="json")
-    return store.create_job("o", canonical, canonical["algorithm"]["iterations"])[0]["id"]
+    return store.create_job("o", canonical, canonical["algorithm"]["iterations"])[0].id
 
 
 def drive(store, settings, job_id, generation=0, limit=100):
@@ -40,7 +40,7 @@ def test_sliced_job_equals_uninterrupted_run(store, tmp_path):
     outcomes = drive(store, settings, job_id)
     assert outcomes[-1] == "succeeded" and outcomes.count("sliced") >= 40
     job = store.get_job(job_id)
-    assert job["status"] == "succeeded" and job["attempts"] == 1 and job["generation"] == len(outcomes) - 1
+    assert job.status == "succeeded" and job.attempts == 1 and job.generation == len(outcomes) - 1
     local = run_job(spec)
     assert store.result(job_id)["distribution"] == local["distribution"]
     assert [h["objective"] for h in store.history(job_id)] == [h["objective"] for h in local["history"]]
@@ -59,13 +59,13 @@ def test_job_that_keeps_killing_its_worker_fails_with_a_clear_problem(store, tmp
     settings = Settings(data_dir=tmp_path, max_attempts=2)
     enq = []
     for attempt in range(2):  # a slice takes the job, then its worker "dies" without a trace
-        gen = store.get_job(job_id)["generation"]
+        gen = store.get_job(job_id).generation
         assert store.acquire(job_id, gen, f"lease{attempt}", "w") is not None
         assert reap_once(store, stale_seconds=-1, enqueue=lambda j, g: enq.append((j, g))) == [job_id]
     assert run_slice_now(store, settings, job_id, enq[-1][1], lambda *a: None) == "failed"
     job = store.get_job(job_id)
-    assert job["status"] == "failed" and job["attempts"] == 3
-    assert "kept losing its worker" in job["error"]["title"] and "max_attempts=2" in job["error"]["detail"]
+    assert job.status == "failed" and job.attempts == 3
+    assert "kept losing its worker" in job.error["title"] and "max_attempts=2" in job.error["detail"]
 
 
 def test_cancel_between_slices_and_failures_become_problems(store, tmp_path):
@@ -73,13 +73,13 @@ def test_cancel_between_slices_and_failures_become_problems(store, tmp_path):
     job_id = submit(store, small_job(iterations=50))
     assert run_slice_now(store, settings, job_id, 0, lambda *a: None) == "sliced"
     store.request_cancel(job_id)  # the job is queued between slices: cancelled at once
-    assert store.get_job(job_id)["status"] == "cancelled"
+    assert store.get_job(job_id).status == "cancelled"
     # a dataset that is gone by the time the job runs fails the job, not the worker
     spec = small_job(iterations=2)
     spec["test_distributions"]["members"][0] = {"dataset": "missing"}
     job_id = submit(store, spec)
     assert run_slice_now(store, settings, job_id, 0, lambda *a: None) == "failed"
-    err = store.get_job(job_id)["error"]
+    err = store.get_job(job_id).error
     assert err["status"] == 422 and "missing" in err["detail"]
 
 
@@ -90,4 +90,4 @@ def test_lost_lease_stops_the_old_slice(store, tmp_path):
     reap_once(store, stale_seconds=-1, enqueue=lambda *a: None)  # presumed dead, taken over
     assert not store.save_step(job_id, "old", b"x", {"iteration": 1}, None)
     assert not store.heartbeat(job_id, "old")
-    assert np.isfinite(store.get_job(job_id)["generation"])
+    assert np.isfinite(store.get_job(job_id).generation)

@@ -61,7 +61,7 @@ def test_a_store_made_before_migrations_is_upgraded_and_keeps_its_rows(tmp_path)
     assert migrations.current(store.engine) == migrations.head()
     assert _differences(store.engine) == []
     job = store.get_job("j1", "alice")
-    assert job["status"] == "succeeded" and job["total"] == 10 and job.get("queue") is None
+    assert job.status == "succeeded" and job.total == 10 and job.queue is None
     assert "workers" in inspect(store.engine).get_table_names()
 
 
@@ -75,7 +75,7 @@ def test_a_first_start_cut_short_is_finished_by_the_next(tmp_path):
     store = Store(f"sqlite:///{path}")
     assert migrations.current(store.engine) == migrations.head()
     assert _differences(store.engine) == []
-    assert store.get_job("j1", "alice")["status"] == "succeeded"
+    assert store.get_job("j1", "alice").status == "succeeded"
 
 
 def test_processes_that_open_a_new_store_together_all_get_it(tmp_path):
