@@ -42,21 +42,25 @@ the few dozen points a candidate has in the first rounds change nothing, and sel
 (docs/method.md, "Initial data").
 
 The returned distribution is the final incumbent (for drawing more inputs later); the product
-is the training set. A state is a flat dict of arrays and JSON values; every draw derives from
-(seed, stream, round, slot), so a state restored from a checkpoint continues bit for bit.
+is the training set. A state is a :class:`BudgetedState` (its labelled points a
+:class:`LabelledPoints` record, the incumbent's parameters a :class:`~lwl.design.state.Kept`
+record); it checkpoints to the flat layout it always had. Every draw derives from (seed, stream,
+round, slot), so a state restored from a checkpoint continues bit for bit.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
 from lwl.design.adaptive import adam_step, guard_gradient
 from lwl.design.families import Params
+from lwl.design.state import Flat, Kept, StepperState
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import Measure
 from lwl.models import KernelRidge
@@ -74,11 +78,127 @@ ACCEPT_Z = 1.645  # a challenger replaces the incumbent when it validates better
 RACE_MIN_POINTS = 128  # the race switches only once each side has this many points
 RIVAL_Z = 1.0  # Q's mixture takes over when it validates better by this many standard errors (_race; asymmetric: docs/method.md)
 
-PHASE_VALIDATION = "label_validation"
-PHASE_ROUND = "round"
-PHASE_DONE = "done"
 # source codes of pool points besides the candidates' indices (and the incumbent's code once it moved)
 VALIDATION, CHALLENGER, MOVED, INITIAL = -1, -2, -3, -4
+INCUMBENT_PREFIX, CHALLENGER_PREFIX = "inc_", "chal_"  # the flat keys of their parameters (inc_mean, chal_chol)
+
+
+class Phase(StrEnum):
+    """Where a budgeted job is: the validation round, the design rounds, finished."""
+
+    VALIDATION = "label_validation"
+    ROUND = "round"
+    DONE = "done"
+
+
+def float_params(params: Params) -> Params:
+    """``params`` as float64 arrays (how a state holds a distribution's parameters)."""
+    return {n: np.asarray(v, dtype=np.float64) for n, v in params.items()}
+
+
+def _prefixed(flat: Flat, prefix: str) -> Params | None:
+    """The parameters stored under ``prefix`` (inc_mean -> mean), or None when there are none."""
+    out = {k[len(prefix):]: np.asarray(v) for k, v in flat.items() if k.startswith(prefix)}
+    return out or None
+
+
+def _params_key(params: Params | None) -> tuple:
+    """A hashable image of ``params`` (the round's draws are cached by state)."""
+    return () if params is None else tuple((n, np.asarray(v).tobytes()) for n, v in params.items())
+
+
+@dataclass
+class LabelledPoints:
+    """Every label a budgeted job paid for, as rows in the order they came: Q's labelled
+    validation points first (the first ``validation(state).n`` rows), then the initial data, then
+    each design round's points. The returned training set is all of them."""
+
+    X: np.ndarray          # (n, d) inputs
+    y: np.ndarray          # (n,) labels
+    source: np.ndarray     # (n,) int64: the candidate whose draw a point is, or VALIDATION, CHALLENGER, MOVED, INITIAL
+    round_of: np.ndarray   # (n,) int64: the round that bought it (0: the validation round)
+    failed_X: np.ndarray   # (m, d) inputs whose label failed (NaN, lwl.outcomes): paid for, never data
+
+    KEYS: ClassVar[tuple[str, ...]] = ("X", "y", "source", "round_of", "failed_X")  # their flat keys
+
+    @classmethod
+    def empty(cls, dim: int) -> LabelledPoints:
+        return cls(X=np.zeros((0, dim)), y=np.zeros(0), source=np.zeros(0, dtype=np.int64),
+                   round_of=np.zeros(0, dtype=np.int64), failed_X=np.zeros((0, dim)))
+
+    def added(self, X: np.ndarray, y: np.ndarray, source: np.ndarray, round_: int,
+              failed_X: np.ndarray) -> LabelledPoints:
+        """These points with round ``round_``'s labelled rows (X, y, source) and failed inputs appended."""
+        return LabelledPoints(X=np.concatenate([self.X, X]), y=np.concatenate([self.y, y]),
+                              source=np.concatenate([self.source, source]),
+                              round_of=np.concatenate([self.round_of, np.full(len(y), round_)]),
+                              failed_X=np.concatenate([self.failed_X, failed_X]))
+
+    def of(self, source: int) -> np.ndarray:
+        """Indices of the rows drawn from ``source`` (a candidate's index or a source code)."""
+        return np.flatnonzero(self.source == source)
+
+    def to_flat(self) -> Flat:
+        return {k: getattr(self, k) for k in self.KEYS}
+
+    @classmethod
+    def from_flat(cls, flat: Flat) -> LabelledPoints:
+        X = flat["X"]
+        # failed_X: absent from checkpoints that predate failed labels
+        return cls(X=X, y=flat["y"], source=flat["source"], round_of=flat["round_of"],
+                   failed_X=flat.get("failed_X", np.zeros((0, X.shape[1]))))
+
+
+@dataclass(kw_only=True)
+class BudgetedState(StepperState):
+    """The state of a budgeted job (module docstring); ``iteration`` counts the rounds done.
+
+    The flat checkpoint layout is the one the dict state had: the points' arrays under X, y,
+    source, round_of, failed_X; the incumbent's parameters under ``inc_<name>``, the
+    challenger's under ``chal_<name>``; ``incumbent_name`` and ``val_ok`` only once set."""
+
+    phase: Phase = Phase.VALIDATION
+    points: LabelledPoints
+    alive: list[int]  # the candidates (indices into BudgetedBilevel.candidates) selection still runs
+    scores: dict[str, float] = field(default_factory=dict)  # each candidate's last two-fold validation Err, by name
+    ell_of: dict[str, float] = field(default_factory=dict)  # the lengthscale each candidate's score chose, by name
+    # who holds the lead: a candidate's index, MOVED (a family member the bilevel steps reached,
+    # its parameters in ``kept``), or None while selection goes on
+    incumbent: int | None = None
+    incumbent_name: str | None = None  # the candidate's name, or "moved (round r)"
+    # the parameters of the incumbent when it is a member of the family (the record every algorithm
+    # keeps its iterate in; only ``params`` is used here: the scores are in ``scores`` and the history,
+    # and the checkpoint never held an err or iteration for it). After Q's mixture takes over in
+    # the race it still holds those of the candidate it overtook (unused, checkpointed as before).
+    kept: Kept | None = None
+    # the distribution the last bilevel steps on the surrogate moved to (_move); it gets a quarter of
+    # the next round while ``has_challenger`` (its parameters stay, unused, once its round is scored)
+    challenger: Params | None = None
+    has_challenger: bool = False
+    rival: int | None = None  # Q's mixture's index while it races the incumbent (_race), else None
+    lengthscale: float  # the model's lengthscale: the incumbent's score's, at the end the final model's
+    labels_failed: int = 0  # labels paid for that failed (len(failed_X) where the checkpoint keeps them)
+    val_ok: np.ndarray | None = None  # which validation labels came back, when some failed (else all did)
+
+    def to_flat(self) -> Flat:
+        flat = super().to_flat()
+        flat.update(flat.pop("points").to_flat())
+        kept, challenger = flat.pop("kept"), flat.pop("challenger")
+        if kept is not None:
+            flat.update({INCUMBENT_PREFIX + n: v for n, v in kept.params.items()})
+        if challenger is not None:
+            flat.update({CHALLENGER_PREFIX + n: v for n, v in challenger.items()})
+        for key in ("incumbent_name", "val_ok"):  # written once set, as before
+            if flat[key] is None:
+                del flat[key]
+        return flat
+
+    @classmethod
+    def from_flat(cls, flat: Flat, **kwargs: Any) -> Self:
+        params = _prefixed(flat, INCUMBENT_PREFIX)
+        return super().from_flat(flat, points=LabelledPoints.from_flat(flat),
+                                 kept=None if params is None else Kept(params=params),
+                                 challenger=_prefixed(flat, CHALLENGER_PREFIX), **kwargs)
 
 
 @dataclass(frozen=True)
@@ -160,6 +280,8 @@ def check_budget(spec: JobSpec) -> None:
 class BudgetedBilevel(StepperDefaults):
     """The budgeted bilevel design as a stepper (module docstring). One step = one round."""
 
+    state_type = BudgetedState
+
     def __init__(self, spec: JobSpec, q: MetaTestSamples):
         from lwl.evaluation.baselines import mixture
         from lwl.design.bilevel import BilevelDesign
@@ -201,10 +323,10 @@ class BudgetedBilevel(StepperDefaults):
         filled = BilevelDesign.from_spec(spec, resolve)  # Q's samples, degenerate members refused, defaults filled
         return cls(filled.spec, filled.q)
 
-    def validation(self, state: dict[str, Any]) -> "LabelledValidation":
-        """The labelled validation points of ``state`` (the first rows of X, y): those of the
-        validation round whose labels came back (``val_ok``)."""
-        ok = state.get("val_ok")
+    def validation(self, state: BudgetedState) -> "LabelledValidation":
+        """The labelled validation points of ``state`` (the first rows of its points): those of
+        the validation round whose labels came back (``val_ok``)."""
+        ok = state.val_ok
         key = None if ok is None else np.asarray(ok, dtype=bool).tobytes()
         if self._val_cache[0] != key or self._val_cache[1] is None:
             self._val_cache = (key, LabelledValidation.of(self._member_all if ok is None else self._member_all[ok],
@@ -212,37 +334,33 @@ class BudgetedBilevel(StepperDefaults):
         return self._val_cache[1]
 
     # -- stepper protocol -------------------------------------------------------------------
-    def init(self) -> dict[str, Any]:
-        d = self.q.dim
-        return {"phase": PHASE_VALIDATION, "iteration": 0, "history": [], "failed_X": np.zeros((0, d)),
-                "X": np.zeros((0, d)), "y": np.zeros(0), "source": np.zeros(0, dtype=np.int64),
-                "round_of": np.zeros(0, dtype=np.int64), "alive": list(range(len(self.candidates))),
-                "scores": {}, "incumbent": None, "has_challenger": False, "rival": None,
-                "lengthscale": self.spec.model.lengthscale, "ell_of": {}}
+    def init(self) -> BudgetedState:
+        return BudgetedState(points=LabelledPoints.empty(self.q.dim), alive=list(range(len(self.candidates))),
+                             lengthscale=self.spec.model.lengthscale)
 
-    def done(self, state: dict[str, Any]) -> bool:
-        return state["phase"] == PHASE_DONE
+    def done(self, state: BudgetedState) -> bool:
+        return state.phase is Phase.DONE
 
-    def queries(self, state: dict[str, Any]) -> np.ndarray:
-        if state["phase"] == PHASE_VALIDATION:
+    def queries(self, state: BudgetedState) -> np.ndarray:
+        if state.phase is Phase.VALIDATION:
             return self._val_x.copy()
-        if state["phase"] == PHASE_DONE:
+        if state.phase is Phase.DONE:
             return np.zeros((0, self.q.dim))
         return self._draws(state)[0].copy()
 
-    def _draws(self, state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    def _draws(self, state: BudgetedState) -> tuple[np.ndarray, np.ndarray]:
         """The inputs of the current design round and the source of each (a candidate's index,
         or CHALLENGER); drawn once per round and state."""
-        r = state["iteration"]  # rounds done; design round r - 1 of the plan
-        key = (r, tuple(state["alive"]), state["incumbent"], state["has_challenger"], state.get("rival"),
-               *(state[k].tobytes() for k in sorted(state) if k.startswith(("inc_", "chal_"))))
+        r = state.iteration  # rounds done; design round r - 1 of the plan
+        key = (r, tuple(state.alive), state.incumbent, state.has_challenger, state.rival,
+               _params_key(state.kept.params if state.kept is not None else None), _params_key(state.challenger))
         if self._cache[0] == key:
             return self._cache[1]
         n = self.plan.rounds[r - 1]
         seed = self.spec.seed
         xs, src = [], []
-        if state["incumbent"] is None:  # selection: the round split equally among the live candidates
-            alive = state["alive"]
+        if state.incumbent is None:  # selection: the round split equally among the live candidates
+            alive = state.alive
             counts = [n // len(alive) + (1 if i < n % len(alive) else 0) for i in range(len(alive))]
             for c, m in zip(alive, counts):
                 if m:
@@ -250,34 +368,33 @@ class BudgetedBilevel(StepperDefaults):
                     src.append(np.full(m, c))
         else:
             inc = self.incumbent_measure(state)
-            m_chal = n // 4 if state["has_challenger"] else 0
-            rival = state.get("rival")
+            m_chal = n // 4 if state.has_challenger else 0
+            rival = state.rival
             m_rival = int(round(n * self.algo.hedge)) if rival is not None else 0
             m_rival = min(m_rival, n - m_chal - 1)
             xs.append(inc.sample(n - m_chal - m_rival, [seed, STREAM_BUDGET, r, len(self.candidates)]))
-            src.append(np.full(n - m_chal - m_rival, state["incumbent"]))
+            src.append(np.full(n - m_chal - m_rival, state.incumbent))
             if m_rival > 0:
                 xs.append(self.candidates[rival][1].sample(m_rival, [seed, STREAM_BUDGET, r, len(self.candidates) + 2]))
                 src.append(np.full(m_rival, rival))
             if m_chal:
-                chal = self.family.measure(self._params(state, "chal_"))
+                chal = self.family.measure(state.challenger)
                 xs.append(chal.sample(m_chal, [seed, STREAM_BUDGET, r, len(self.candidates) + 1]))
                 src.append(np.full(m_chal, CHALLENGER))
         out = (np.concatenate(xs), np.concatenate(src).astype(np.int64))
         self._cache = (key, out)
         return out
 
-    def step(self, state: dict[str, Any], labels) -> dict[str, Any]:
+    def step(self, state: BudgetedState, labels) -> BudgetedState:
         t0 = time.perf_counter()
-        if state["phase"] == PHASE_DONE:
+        if state.phase is Phase.DONE:
             raise ValueError("step: the design is finished")
         labels = np.asarray(labels, dtype=np.float64).reshape(-1)
         x = self.queries(state)
         if labels.shape[0] != len(x):
             raise ValueError(f"labels: expected {len(x)} labels, got {labels.shape[0]}")
-        new = dict(state)
-        r = state["iteration"]
-        if state["phase"] == PHASE_VALIDATION:
+        r = state.iteration
+        if state.phase is Phase.VALIDATION:
             src = np.full(len(x), VALIDATION)
         else:
             src = self._draws(state)[1]
@@ -285,52 +402,45 @@ class BudgetedBilevel(StepperDefaults):
         # not into the training set, the scores or the surrogate
         failed = failed_rows(labels)
         ok = ~failed
-        n_failed = int(state.get("labels_failed", 0)) + int(failed.sum())
+        n_failed = state.labels_failed + int(failed.sum())
         x_new, y_new, src_new = x[ok], labels[ok], src[ok]
-        if state["phase"] == PHASE_VALIDATION and len(self.y0):  # the initial data follows the validation points
+        if state.phase is Phase.VALIDATION and len(self.y0):  # the initial data follows the validation points
             x_new, y_new = np.concatenate([x_new, self.X0]), np.concatenate([y_new, self.y0])
             src_new = np.concatenate([src_new, np.full(len(self.y0), INITIAL)])
-        new.update(X=np.concatenate([state["X"], x_new]), y=np.concatenate([state["y"], y_new]),
-                   source=np.concatenate([state["source"], src_new]),
-                   round_of=np.concatenate([state["round_of"], np.full(len(y_new), r)]), iteration=r + 1,
-                   failed_X=np.concatenate([state.get("failed_X", np.zeros((0, x.shape[1]))), x[failed]]),
-                   labels_failed=n_failed)
+        new = state.replace(points=state.points.added(x_new, y_new, src_new, r, x[failed]), iteration=r + 1,
+                            labels_failed=n_failed)
         record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)),
-                                  "labels_used": int(len(new["y"])) - len(self.y0) + n_failed,
+                                  "labels_used": int(len(new.points.y)) - len(self.y0) + n_failed,
                                   "labels_failed": n_failed}
         if failed.any():
             record["failed"] = int(failed.sum())
-        if state["phase"] == PHASE_VALIDATION:
+        if state.phase is Phase.VALIDATION:
             record["kind"] = "validation"
-            new["phase"] = PHASE_ROUND
-            if failed.any():
-                new["val_ok"] = ok
+            new = new.replace(phase=Phase.ROUND, val_ok=ok if failed.any() else state.val_ok)
             self.validation(new)  # raises when a member of Q has fewer than two validation labels left
-        elif state["incumbent"] is None:
-            self._select(new, record)
+        elif state.incumbent is None:
+            new = self._select(new, record)
         else:
-            self._refine(state, new, record)
-            if new.get("rival") is not None:
-                self._race(new, record)
-        if new["iteration"] >= self.plan.total_rounds:
-            new["phase"] = PHASE_DONE
-            new["has_challenger"] = False
-            record["final_lengthscale"] = new["lengthscale"] = self._final_lengthscale(new)
+            new = self._refine(state, new, record)
+            if new.rival is not None:
+                new = self._race(new, record)
+        if new.iteration >= self.plan.total_rounds:
+            record["final_lengthscale"] = ell = self._final_lengthscale(new)
+            new = new.replace(phase=Phase.DONE, has_challenger=False, lengthscale=ell)
         elif self.algo.inner_steps > 0 and self._movable(new):
-            self._move(new, record)
+            new = self._move(new, record)
         record["seconds"] = time.perf_counter() - t0
-        new["history"] = [*state["history"], record]
-        return new
+        return new.replace(history=[*state.history, record])
 
-    def result(self, state: dict[str, Any]) -> dict[str, Any]:
-        X, y = state["X"], state["y"]
-        n0 = int(np.sum(state["source"] == INITIAL))  # the initial data: in the training set, not asked for
-        used = int(len(y)) - n0 + int(state.get("labels_failed", 0))  # failed measurements were paid for too
-        inc = state["incumbent"]
+    def result(self, state: BudgetedState) -> dict[str, Any]:
+        X, y = state.points.X, state.points.y
+        n0 = len(state.points.of(INITIAL))  # the initial data: in the training set, not asked for
+        used = int(len(y)) - n0 + state.labels_failed  # failed measurements were paid for too
+        inc = state.incumbent
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         measure = self.incumbent_measure(state) if inc is not None else self._best_alive_measure(state)
         warnings = []
-        if used + self.plan.initial < self.plan.budget and state["phase"] == PHASE_DONE:
+        if used + self.plan.initial < self.plan.budget and state.phase is Phase.DONE:
             warnings.append(f"the design used {used} of the {self.plan.budget - self.plan.initial} labels its "
                             f"budget left to ask for")
         if len(self.X0) and self.spec.domain is not None:
@@ -338,67 +448,61 @@ class BudgetedBilevel(StepperDefaults):
             if outside:  # a lab's earlier measurements are data wherever they were taken; a unit slip shows here
                 warnings.append(f"{outside} of the {len(self.X0)} initial_data inputs lie outside the job's domain; "
                                 f"they are training data all the same (new inputs stay inside it)")
-        failed_X = state.get("failed_X", np.zeros((0, self.q.dim)))
+        failed_X = state.points.failed_X
         if len(failed_X):
             warnings.append(f"{len(failed_X)} of the {used} labels asked for failed: counted against the budget, "
                             f"left out of the training set")
-        counts = {self._source_name(int(s)): int(n) for s, n in zip(*np.unique(state["source"], return_counts=True))}
-        v = self.validation_verdict(state) if state["phase"] == PHASE_DONE else None
-        return {"distribution": measure.to_spec(), "history": [dict(h) for h in state["history"]],
+        counts = {self._source_name(int(s)): int(n)
+                  for s, n in zip(*np.unique(state.points.source, return_counts=True))}
+        v = self.validation_verdict(state) if state.phase is Phase.DONE else None
+        return {"distribution": measure.to_spec(), "history": [dict(h) for h in state.history],
                 "verdict": v, "validation_verdict": v,
                 "labels_used": used, "initial_labels": n0, "labels_failed": int(len(failed_X)),
                 "budget": self.plan.budget,
-                "rounds": int(state["iteration"]),
+                "rounds": int(state.iteration),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
-                "selected": {"candidate": name, "lengthscale": float(state["lengthscale"]),
+                "selected": {"candidate": name, "lengthscale": float(state.lengthscale),
                              "rule": "successive halving on two-fold validation, then bilevel steps on a surrogate "
                                      "with a challenger round",
-                             "scores": dict(state["scores"])},
+                             "scores": dict(state.scores)},
                 "training_set": {"inputs": X.tolist(), "labels": y.tolist()},
                 "failed_inputs": failed_X.tolist(),
                 "warnings": warnings}
 
-    def resolved_spec(self, state: dict[str, Any]) -> JobSpec:
-        ell = float(state["lengthscale"])
+    def resolved_spec(self, state: BudgetedState) -> JobSpec:
+        ell = float(state.lengthscale)
         if ell == self.spec.model.lengthscale:
             return self.spec
         return self.spec.model_copy(update={"model": self.spec.model.model_copy(update={"lengthscale": ell})})
 
-    def training_set(self, state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        return state["X"].copy(), state["y"].copy()
+    def training_set(self, state: BudgetedState) -> tuple[np.ndarray, np.ndarray]:
+        return state.points.X.copy(), state.points.y.copy()
 
     # -- pieces -------------------------------------------------------------------------------
-    def _params(self, state: dict[str, Any], prefix: str) -> Params:
-        return {n: np.asarray(state[prefix + n]) for n in self.family.param_names}
-
-    def _put(self, params: Params, prefix: str) -> dict[str, Any]:
-        return {prefix + n: np.asarray(v, dtype=np.float64) for n, v in params.items()}
-
     def _source_name(self, s: int) -> str:
         return {VALIDATION: "validation", CHALLENGER: "challenger", MOVED: "moved", INITIAL: "initial"}.get(s) or self.candidates[s][0]
 
-    def incumbent_name(self, state: dict[str, Any]) -> str | None:
-        inc = state["incumbent"]
+    def incumbent_name(self, state: BudgetedState) -> str | None:
+        inc = state.incumbent
         if inc is None:
             return None
-        return state.get("incumbent_name") or self.candidates[inc][0]
+        return state.incumbent_name or self.candidates[inc][0]
 
-    def incumbent_measure(self, state: dict[str, Any]) -> Measure:
-        inc = state["incumbent"]
-        if inc == MOVED or (inc >= 0 and self.candidates[inc][2] is not None):
-            return self.family.measure(self._params(state, "inc_"))
-        return self.candidates[inc][1]
+    def incumbent_measure(self, state: BudgetedState) -> Measure:
+        if self._movable(state):  # a member of the family: its parameters are kept
+            return self.family.measure(state.kept.params)
+        return self.candidates[state.incumbent][1]
 
-    def _best_alive(self, state: dict[str, Any]) -> int:
-        scores = state["scores"]
-        return min(state["alive"], key=lambda c: (scores.get(self.candidates[c][0], float("inf")), c))
+    def _best_alive(self, state: BudgetedState) -> int:
+        scores = state.scores
+        return min(state.alive, key=lambda c: (scores.get(self.candidates[c][0], float("inf")), c))
 
-    def _best_alive_measure(self, state: dict[str, Any]) -> Measure:
+    def _best_alive_measure(self, state: BudgetedState) -> Measure:
         return self.candidates[self._best_alive(state)][1]
 
-    def _movable(self, state: dict[str, Any]) -> bool:
+    def _movable(self, state: BudgetedState) -> bool:
         """The incumbent is a member of the family (the bilevel steps can move it)."""
-        inc = state["incumbent"]
+        inc = state.incumbent
         return inc is not None and (inc == MOVED or self.candidates[inc][2] is not None)
 
     def _grid(self, around: float | None = None) -> list[float]:
@@ -414,7 +518,7 @@ class BudgetedBilevel(StepperDefaults):
         i = int(np.argmin([abs(np.log(g / around)) for g in grid]))
         return grid[max(i - 1, 0):i + 2]
 
-    def two_fold(self, state: dict[str, Any], extra: np.ndarray, grid: list[float],
+    def two_fold(self, state: BudgetedState, extra: np.ndarray, grid: list[float],
                  residuals: bool = False):
         """(score, lengthscale): two-fold validation Err of KRR trained on one half of the labelled
         validation points plus the pool rows ``extra`` (indices) and scored on the other half, so
@@ -422,8 +526,9 @@ class BudgetedBilevel(StepperDefaults):
         w_k / M_k); the lowest over ``grid``. ``residuals=True`` adds the squared errors e_i."""
         val = self.validation(state)
         nv = val.n
-        Xv, yv = state["X"][:nv], state["y"][:nv]
-        Xe, ye = state["X"][extra], state["y"][extra]
+        points = state.points
+        Xv, yv = points.X[:nv], points.y[:nv]
+        Xe, ye = points.X[extra], points.y[extra]
         a = val.weights
         best = (float("inf"), grid[0], None)
         for ell in grid:
@@ -456,37 +561,39 @@ class BudgetedBilevel(StepperDefaults):
         delta = float(a @ diff) / den
         return -delta / np.sqrt(var) if var > 0 else (float("inf") if delta < 0 else 0.0)
 
-    def _select(self, new: dict[str, Any], record: dict) -> None:
-        """Score the live candidates on everything they were given; keep the better half."""
-        alive = new["alive"]
-        scores, ells = dict(new["scores"]), dict(new["ell_of"])
+    def _select(self, new: BudgetedState, record: dict) -> BudgetedState:
+        """Score the live candidates on everything they were given; keep the better half (the
+        last one left is the incumbent)."""
+        alive = new.alive
+        scores, ells = dict(new.scores), dict(new.ell_of)
         for c in alive:
             name = self.candidates[c][0]
             # a candidate's own points only: added to the initial data, a handful of points per
             # candidate changes nothing and selection goes by noise (docs/method.md, initial data)
-            given = np.flatnonzero(new["source"] == c)
+            given = new.points.of(c)
             scores[name], ells[name] = self.two_fold(new, given, self._grid())
         ranked = sorted(alive, key=lambda c: (scores[self.candidates[c][0]], c))
         keep = ranked[:max(1, math.ceil(len(alive) / 2))]
-        new.update(scores=scores, ell_of=ells, alive=sorted(keep))
+        new = new.replace(scores=scores, ell_of=ells, alive=sorted(keep))
         record.update(kind="selection", scores={self.candidates[c][0]: scores[self.candidates[c][0]] for c in alive},
                       alive=[self.candidates[c][0] for c in sorted(keep)],
                       validation_err=scores[self.candidates[ranked[0]][0]])
         if len(keep) == 1:
             c = keep[0]
             name = self.candidates[c][0]
-            new.update(incumbent=c, incumbent_name=name, lengthscale=ells[name])
-            if self.candidates[c][2] is not None:
-                new.update(self._put(self.candidates[c][2], "inc_"))
+            params = self.candidates[c][2]
+            new = new.replace(incumbent=c, incumbent_name=name, lengthscale=ells[name],
+                              kept=new.kept if params is None else Kept(params=float_params(params)))
             record["incumbent"] = name
             if name != "q_mixture" and self.algo.hedge > 0:  # the race against Q's mixture (_race)
-                new["rival"] = self._q_mixture_index()
+                new = new.replace(rival=self._q_mixture_index())
                 record["rival"] = "q_mixture"
+        return new
 
     def _q_mixture_index(self) -> int:
         return next(i for i, (name, _, _) in enumerate(self.candidates) if name == "q_mixture")
 
-    def _race(self, new: dict[str, Any], record: dict) -> None:
+    def _race(self, new: BudgetedState, record: dict) -> BudgetedState:
         """After a round with a rival (Q's mixture, given a ``hedge`` share of the round): compare
         incumbent and rival at equal numbers of points, each added to the same half of the
         validation points (two-fold, paired). The rival becomes the incumbent when it validates
@@ -494,42 +601,43 @@ class BudgetedBilevel(StepperDefaults):
         hundred points can lose with a thousand (Table 1's g4: the given N(1/2, I) against Q's
         mixture, docs/method.md), so the race goes on at the sizes the budget reaches, and until it
         is decided a ``hedge`` share of the labels is Q's own."""
-        rival = new["rival"]
+        rival = new.rival
         race = self.versus(new, rival)
         if race is None:
-            return
+            return new
         record["race"] = {"rival": "q_mixture", **race}
         z = race["z"] if race["z"] is not None else 0.0
         # a few dozen points each decide nothing (and a look every round would switch on noise)
         if z >= RIVAL_Z and race["points_each"] >= RACE_MIN_POINTS:
             record["race"]["overtook"] = self.incumbent_name(new)
             name = self.candidates[rival][0]
-            new.update(incumbent=rival, incumbent_name=name, rival=None,
-                       lengthscale=float(new["ell_of"].get(name, new["lengthscale"])))
+            new = new.replace(incumbent=rival, incumbent_name=name, rival=None,
+                              lengthscale=float(new.ell_of.get(name, new.lengthscale)))
             record["race"]["outcome"] = "rival won"
             record["incumbent"] = name
+        return new
 
-    def versus(self, state: dict[str, Any], other: int) -> dict | None:
+    def versus(self, state: BudgetedState, other: int) -> dict | None:
         """The incumbent's points against candidate ``other``'s at equal numbers n (the first n
         of each), each added to the same half of the labelled validation points and scored on
         the other half (two-fold, paired), as the selection scores: ``{"points_each", "incumbent_score", "rival_score",
         "z"}``, z > 0 when ``other`` validates better (in standard errors); None when either has
         no point."""
-        mine = np.flatnonzero(state["source"] == state["incumbent"])
-        theirs = np.flatnonzero(state["source"] == other)
+        mine = state.points.of(state.incumbent)
+        theirs = state.points.of(other)
         n = min(len(mine), len(theirs))
         if n == 0:
             return None
-        grid = [float(state["lengthscale"])]
+        grid = [float(state.lengthscale)]
         s_inc, _, sq_inc = self.two_fold(state, mine[:n], grid, residuals=True)
         s_oth, _, sq_oth = self.two_fold(state, theirs[:n], grid, residuals=True)
         val = self.validation(state)
-        z = (self.improvement_z(sq_oth, sq_inc, state["y"][:val.n], val)
+        z = (self.improvement_z(sq_oth, sq_inc, state.points.y[:val.n], val)
              if sq_inc is not None and sq_oth is not None else float("nan"))
         return {"points_each": int(n), "incumbent_score": s_inc, "rival_score": s_oth,
                 "z": float(z) if np.isfinite(z) else None}
 
-    def validation_verdict(self, state: dict[str, Any]) -> dict:
+    def validation_verdict(self, state: BudgetedState) -> dict:
         """The verdict a job can draw from its own labels, with no held-out label (what an
         ask/tell job gets; the audit's verdict at equal labels replaces it where that runs): the
         returned distribution's points against Q's mixture's at equal numbers, on Q's labelled
@@ -537,7 +645,7 @@ class BudgetedBilevel(StepperDefaults):
         comparison leans its way; said in ``basis``. Fields as :func:`lwl.evaluation.heldout.verdict`'s
         (``best_baseline`` "mixture", ``ratio`` of validation Errs), ``kind`` "validation"."""
         val_n = self.validation(state).n
-        overtaken = next((h for h in state["history"] if h.get("race", {}).get("outcome") == "rival won"), None)
+        overtaken = next((h for h in state.history if h.get("race", {}).get("outcome") == "rival won"), None)
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         out = {"kind": "validation", "best_baseline": "mixture", "ratio_interval_95": None, "err_interval_95": None,
                "initial_outcome": None, "beats_initial": None, "draws": 1, "returned_initial": False,
@@ -546,7 +654,7 @@ class BudgetedBilevel(StepperDefaults):
                         "distribution (so the comparison leans its way); no held-out label was paid for",
                "warnings": []}
         if name == "q_mixture":
-            score = state["scores"].get("q_mixture")
+            score = state.scores.get("q_mixture")
             last = overtaken["race"] if overtaken else None
             out.update(err=last["rival_score"] if last else score, best_baseline_err=last["rival_score"] if last else score,
                        ratio=1.0, outcome="tie", beats_best_baseline=False, returned_initial=True, z=None,
@@ -556,7 +664,7 @@ class BudgetedBilevel(StepperDefaults):
                 out["basis"] += (f"; Q's mixture overtook {last['overtook']} in round {overtaken['round']} "
                                  f"(z = {last['z']:.2f} at {last['points_each']} points each)")
             return out
-        race = self.versus(state, self._q_mixture_index()) if state["incumbent"] is not None else None
+        race = self.versus(state, self._q_mixture_index()) if state.incumbent is not None else None
         if race is None or race["z"] is None:  # nothing to compare: no verdict
             return {**out, "err": None, "best_baseline_err": None, "baselines": {}, "ratio": None, "outcome": None,
                     "beats_best_baseline": None, "z": None, "points_each": None}
@@ -566,68 +674,69 @@ class BudgetedBilevel(StepperDefaults):
                    baselines={"mixture": race["rival_score"]},
                    ratio=race["incumbent_score"] / race["rival_score"] if race["rival_score"] > 0 else None,
                    outcome=outcome, beats_best_baseline=outcome == "better", z=-z, points_each=race["points_each"],
-                   races=sum("race" in h for h in state["history"]))
+                   races=sum("race" in h for h in state.history))
         return out
 
-    def _refine(self, old: dict[str, Any], new: dict[str, Any], record: dict) -> None:
+    def _refine(self, old: BudgetedState, new: BudgetedState, record: dict) -> BudgetedState:
         """After a round with a challenger: score incumbent and challenger points, each added to
         (a subsample of) everything bought before the round; the better one is the incumbent."""
-        r = old["iteration"]
+        r = old.iteration
         record["kind"] = "refinement"
         record["incumbent"] = self.incumbent_name(new)
-        if not old["has_challenger"]:
-            return
-        before = np.flatnonzero((new["round_of"] < r) & (new["source"] != VALIDATION))
+        if not old.has_challenger:
+            return new
+        points = new.points
+        before = np.flatnonzero((points.round_of < r) & (points.source != VALIDATION))
         if len(before) > SCORE_POOL_MAX:
             rng = np.random.default_rng([self.spec.seed, STREAM_BUDGET, r, 10_000])
             before = np.sort(rng.choice(before, SCORE_POOL_MAX, replace=False))
-        this = new["round_of"] == r
-        inc_idx = np.flatnonzero(this & (new["source"] != CHALLENGER))
-        chal_idx = np.flatnonzero(this & (new["source"] == CHALLENGER))
-        grid = [float(new["lengthscale"])]
+        this = points.round_of == r
+        inc_idx = np.flatnonzero(this & (points.source != CHALLENGER))
+        chal_idx = np.flatnonzero(this & (points.source == CHALLENGER))
+        grid = [float(new.lengthscale)]
         s_inc, _, sq_inc = self.two_fold(new, np.concatenate([before, inc_idx]), grid, residuals=True)
         s_chal, _, sq_chal = self.two_fold(new, np.concatenate([before, chal_idx]), grid, residuals=True)
         val = self.validation(new)
-        z = (self.improvement_z(sq_chal, sq_inc, new["y"][:val.n], val)
+        z = (self.improvement_z(sq_chal, sq_inc, points.y[:val.n], val)
              if sq_inc is not None and sq_chal is not None else -float("inf"))
         # the challenger must beat the incumbent beyond validation noise (a one-sided 5% test)
         accept = bool(z >= ACCEPT_Z)
         record.update(incumbent_score=s_inc, challenger_score=s_chal, validation_err=min(s_inc, s_chal),
                       z=float(z) if np.isfinite(z) else None, accepted=accept)
         if accept:
-            new.update(self._put(self._params(old, "chal_"), "inc_"), incumbent=MOVED,
-                       incumbent_name=f"moved (round {r + 1})")
-            record["incumbent"] = new["incumbent_name"]
-        new["has_challenger"] = False
+            new = new.replace(kept=Kept(params=old.challenger), incumbent=MOVED,
+                              incumbent_name=f"moved (round {r + 1})")
+            record["incumbent"] = new.incumbent_name
+        return new.replace(has_challenger=False)
 
-    def _move(self, new: dict[str, Any], record: dict) -> None:
+    def _move(self, new: BudgetedState, record: dict) -> BudgetedState:
         """``inner_steps`` bilevel steps from the incumbent with labels from a KRR surrogate of
         G* fitted to every label bought so far: the next round's challenger."""
         # the surrogate is fitted to the design points only: fitted to the validation points too,
         # it would reproduce their labels exactly, and the inner objective would reward designs
         # that put their samples on the validation points
         nv = self.validation(new).n
-        X, y = new["X"][nv:], new["y"][nv:]
-        r = new["iteration"]
+        X, y = new.points.X[nv:], new.points.y[nv:]
+        r = new.iteration
         if len(X) == 0:  # every design label so far failed: no surrogate to move on
-            return
+            return new
         if len(X) > SURROGATE_MAX:
             rng = np.random.default_rng([self.spec.seed, STREAM_SURROGATE, r, 10_000])
             keep = np.sort(rng.choice(len(X), SURROGATE_MAX, replace=False))
             X, y = X[keep], y[keep]
-        ell, ridge = float(new["lengthscale"]), self.spec.evaluation.ridge
+        ell, ridge = float(new.lengthscale), self.spec.evaluation.ridge
         try:
             surrogate = KernelRidge(self.spec.model.kernel, ell, ridge / len(X), device="cpu").fit(X, y)
         except np.linalg.LinAlgError:
-            return
+            return new
         fam = self.family
-        phi = fam.to_phi(self._params(new, "inc_"))
+        phi = fam.to_phi(new.kept.params)
         lo, hi = fam.bounds(phi)
         m1, m2, t, grad_ms = np.zeros_like(phi), np.zeros_like(phi), 0, 0.0
         n = min(self.algo.samples_per_iteration or INNER_SAMPLES_MAX, INNER_SAMPLES_MAX)
-        sub = {"lengthscale": ell, "validation_labels": new["y"][:nv]}
-        if new.get("val_ok") is not None:  # the adjoint on the validation points that came back
-            sub["validation_ok"] = new["val_ok"]
+        sub = {"lengthscale": ell, "validation_labels": new.points.y[:nv]}  # a bilevel state's fields
+        if new.val_ok is not None:  # the adjoint on the validation points that came back
+            sub["validation_ok"] = new.val_ok
         objectives = []
         for s in range(self.algo.inner_steps):
             params = fam.from_phi(phi)
@@ -648,20 +757,20 @@ class BudgetedBilevel(StepperDefaults):
                 phi = phi_new
         moved = fam.from_phi(phi)
         if not all(np.all(np.isfinite(v)) for v in moved.values()) or t == 0:
-            return
-        new.update(self._put(moved, "chal_"), has_challenger=True)
+            return new
         record.update(surrogate_err_first=objectives[0] if objectives else None,
                       surrogate_err_last=objectives[-1] if objectives else None, objective=objectives[-1]
                       if objectives else None, inner_steps=t)
+        return new.replace(challenger=float_params(moved), has_challenger=True)
 
-    def _final_lengthscale(self, state: dict[str, Any]) -> float:
+    def _final_lengthscale(self, state: BudgetedState) -> float:
         """The final model's lengthscale: two-fold validation on the whole training set (when lwl
         chooses it), among the incumbent's and its grid neighbours."""
-        ell = float(state["lengthscale"])
+        ell = float(state.lengthscale)
         grid = self._grid(around=ell)
         if len(grid) == 1:
             return ell
-        rest = np.arange(self.validation(state).n, len(state["y"]))
+        rest = np.arange(self.validation(state).n, len(state.points.y))
         return float(self.two_fold(state, rest, grid)[1])
 
 

@@ -19,11 +19,14 @@ candidate.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
+from lwl.design.state import Flat, StepperState
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import UniformBox
 from lwl.oracles.eit import angles, conductivity, dirichlet_data, draw_coefficients
@@ -68,10 +71,39 @@ def pair_rows(coefficients: np.ndarray, omega: np.ndarray, theta: np.ndarray) ->
     return np.concatenate([omega.reshape(-1, 1), th.reshape(-1, 1), np.repeat(coefficients, L, axis=0)], 1)
 
 
+class Phase(StrEnum):
+    """Where an interval search is: labelling the validation pairs, training the candidates, finished."""
+
+    VALIDATION = "validation"
+    SEARCH = "search"
+    DONE = "done"
+
+
+@dataclass(kw_only=True)
+class IntervalSearchState(StepperState):
+    """The state of an interval search; ``iteration`` counts the candidates trained. Its flat
+    checkpoint layout is its fields by name (the dict state's keys)."""
+
+    phase: Phase = Phase.VALIDATION
+    queue: list[float] = field(default_factory=list)  # lower ends l still to train, in order
+    round: int = 0  # refinement rounds started (at most the spec's ``refine``)
+    scores: dict[str, float] = field(default_factory=dict)  # validation error by repr(l) (JSON keys)
+    # the labels of the validation pairs, (validation_size, pairs, 4 grid - 4): set by the first step
+    validation_neumann: np.ndarray | None = None
+
+    def to_flat(self) -> Flat:
+        flat = super().to_flat()
+        if flat["validation_neumann"] is None:  # absent before the validation labels, as it was
+            del flat["validation_neumann"]
+        return flat
+
+
 class IntervalSearchDesign(StepperDefaults):
     """The ``interval_search`` algorithm as a stepper (module docstring). Queries: first the
     validation pairs (Q's validation omegas with prior conductivities), then one training set per
     candidate; ``step`` trains the model on it and records its validation error."""
+
+    state_type = IntervalSearchState
 
     def __init__(self, search: IntervalSearch, q: MetaTestSamples, grid: int, model_factory, *,
                  pairs: int = 16, train_size: int = 256, validation_size: int = 64, seed: int = 0):
@@ -99,52 +131,46 @@ class IntervalSearchDesign(StepperDefaults):
                    train_size=a.samples_per_candidate, validation_size=a.validation_samples, seed=spec.seed)
 
     # -- the stepper contract -----------------------------------------------------------------------
-    def init(self) -> dict[str, Any]:
-        return {"iteration": 0, "phase": "validation", "queue": self.search.grid(), "round": 0,
-                "scores": {}, "history": []}
+    def init(self) -> IntervalSearchState:
+        return IntervalSearchState(queue=self.search.grid())
 
-    def done(self, state) -> bool:
-        return state["phase"] == "done"
+    def done(self, state: IntervalSearchState) -> bool:
+        return state.phase is Phase.DONE
 
-    def queries(self, state) -> np.ndarray:
-        if state["phase"] == "validation":
+    def queries(self, state: IntervalSearchState) -> np.ndarray:
+        if state.phase is Phase.VALIDATION:
             return pair_rows(self.c_val, self.omega_val, self.theta)
-        return pair_rows(self.c_train, self.training_omega(state["queue"][0]), self.theta)
+        return pair_rows(self.c_train, self.training_omega(state.queue[0]), self.theta)
 
-    def step(self, state, labels) -> dict[str, Any]:
-        state = dict(state)
+    def step(self, state: IntervalSearchState, labels) -> IntervalSearchState:
         g = np.asarray(labels, dtype=np.float64).reshape(-1, self.pairs, 4 * self.grid - 4)
-        if state["phase"] == "validation":
-            state["validation_neumann"] = g
-            state["phase"] = "search"
-            return state
-        low, queue = state["queue"][0], list(state["queue"][1:])
+        if state.phase is Phase.VALIDATION:
+            return state.replace(validation_neumann=g, phase=Phase.SEARCH)
+        low, queue = state.queue[0], list(state.queue[1:])
         model = self.train(low, g)
-        err = model.errors(dirichlet_data(self.omega_val, self.theta, self.grid), state["validation_neumann"],
+        err = model.errors(dirichlet_data(self.omega_val, self.theta, self.grid), state.validation_neumann,
                            conductivity(self.c_val, self.grid))
-        scores = {**state["scores"], repr(float(low)): float(err.mean())}
-        record = {"iteration": state["iteration"], "low": float(low), "high": float(low + self.search.width),
+        scores = {**state.scores, repr(float(low)): float(err.mean())}
+        record = {"iteration": state.iteration, "low": float(low), "high": float(low + self.search.width),
                   "validation_error": float(err.mean()), "validation_sd": float(err.std()),
                   "final_train_loss": float(model.loss_history_[-1])}
-        state.update(iteration=state["iteration"] + 1, scores=scores, history=[*state["history"], record])
-        if not queue and state["round"] < self.search.refine:
+        rounds = state.round
+        if not queue and rounds < self.search.refine:  # the midpoints around the best so far
             queue = self.search.refinement({float(k): v for k, v in scores.items()})
-            state["round"] += 1
-        state["queue"] = queue
-        if not queue:
-            state["phase"] = "done"
-        return state
+            rounds += 1
+        return state.replace(iteration=state.iteration + 1, scores=scores, history=[*state.history, record],
+                             round=rounds, queue=queue, phase=Phase.SEARCH if queue else Phase.DONE)
 
-    def result(self, state) -> dict[str, Any]:
+    def result(self, state: IntervalSearchState) -> dict[str, Any]:
         best = self.best(state)
-        history = [{**r, "selected": r["low"] == best} for r in state["history"]]
+        history = [{**r, "selected": r["low"] == best} for r in state.history]
         kept = next(r for r in history if r["selected"])
         return {"distribution": self.law(best).to_spec(), "history": history,
                 "selected": {"iteration": kept["iteration"], "low": best, "validation_error": kept["validation_error"]}}
 
     # -- helpers --------------------------------------------------------------------------------------
-    def best(self, state) -> float:
-        scores = {float(k): v for k, v in state["scores"].items()}
+    def best(self, state: IntervalSearchState) -> float:
+        scores = {float(k): v for k, v in state.scores.items()}
         return min(scores, key=lambda k: (scores[k], k))
 
     def law(self, low: float) -> UniformBox:
@@ -158,7 +184,7 @@ class IntervalSearchDesign(StepperDefaults):
         f = dirichlet_data(self.training_omega(low), self.theta, self.grid)
         return self.model_factory(self.seed).fit(f, neumann, conductivity(self.c_train, self.grid))
 
-    def evaluate(self, state, oracle, n: int) -> dict[str, Any]:
+    def evaluate(self, state: IntervalSearchState, oracle, n: int) -> dict[str, Any]:
         """Held-out OOD error of the kept law's model: n conductivities from the prior, each with
         L omegas drawn from Q's held-out samples; the model is retrained on the kept law (same
         seed and data, so the same network)."""
@@ -184,7 +210,7 @@ def build(spec, oracle, resolve=None) -> IntervalSearchDesign:
     return design
 
 
-def evaluate(stepper: IntervalSearchDesign, state, spec, oracle, out: dict) -> dict:
+def evaluate(stepper: IntervalSearchDesign, state: IntervalSearchState, spec, oracle, out: dict) -> dict:
     return {"evaluation": stepper.evaluate(state, oracle, spec.algorithm.validation_samples)}
 
 

@@ -1,6 +1,7 @@
 """Budgeted jobs (issue #30): every label counted, the cap held, the training set returned."""
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -8,9 +9,10 @@ import pytest
 from lwl import run_job
 from lwl.design.budgeted import MIN_DESIGN, MIN_VALIDATION, RACE_MIN_POINTS, RIVAL_Z, plan_budget
 from lwl.evaluation.nipv import integrated_variance, nipv_select
-from lwl.design.state import pack, unpack
+from lwl.design.state import Kept, pack, unpack
 from lwl.oracles import Oracle, make_oracle
 from lwl.spec import SpecError, parse_job_spec
+from tests.conformance.legacy_cases import CASES as LEGACY_CASES, HERE as LEGACY
 
 
 class CountingOracle(Oracle):
@@ -179,18 +181,18 @@ def test_laplace_kernel_nipv_integrated_variance_falls():
 def _after_selection(spec: dict, incumbent: str):
     """The budgeted stepper of ``spec`` and its state once selection is over, ``incumbent``
     forced as the selected candidate (the race's own logic is what is tested)."""
-    from lwl.design.budgeted import BudgetedBilevel
+    from lwl.design.budgeted import BudgetedBilevel, float_params
 
     stepper = BudgetedBilevel.from_spec(parse_job_spec(spec))
     oracle = make_oracle(parse_job_spec(spec).oracle.model_dump())
     state = stepper.init()
-    while state["incumbent"] is None:
+    while state.incumbent is None:
         state = stepper.step(state, oracle.label(stepper.queries(state)))
     names = [c[0] for c in stepper.candidates]
     c = names.index(incumbent)
-    state = dict(state, incumbent=c, incumbent_name=incumbent, rival=names.index("q_mixture"))
-    if stepper.candidates[c][2] is not None:
-        state.update(stepper._put(stepper.candidates[c][2], "inc_"))
+    params = stepper.candidates[c][2]
+    state = state.replace(incumbent=c, incumbent_name=incumbent, rival=names.index("q_mixture"),
+                          kept=state.kept if params is None else Kept(params=float_params(params)))
     return stepper, oracle, state
 
 
@@ -201,11 +203,11 @@ def test_q_mixture_races_the_selected_candidate_with_its_hedge_share(budget_spec
     n = len(src)
     rival = stepper._q_mixture_index()
     assert int(np.sum(src == rival)) == round(n * stepper.algo.hedge) > 0  # the default share, 1/4
-    assert int(np.sum(src == state["incumbent"])) == n - round(n * stepper.algo.hedge)
+    assert int(np.sum(src == state.incumbent)) == n - round(n * stepper.algo.hedge)
     budget_spec["algorithm"]["hedge"] = 0.0
     off, _, off_state = _after_selection(budget_spec, "broadened_4")
-    off_state["rival"] = None  # hedge 0: selection names no rival
-    assert set(off._draws(off_state)[1]) == {off_state["incumbent"]}
+    off_state = off_state.replace(rival=None)  # hedge 0: selection names no rival
+    assert set(off._draws(off_state)[1]) == {off_state.incumbent}
 
 
 def test_the_rival_takes_over_when_its_points_validate_better_beyond_noise(budget_spec, monkeypatch):
@@ -216,25 +218,26 @@ def test_the_rival_takes_over_when_its_points_validate_better_beyond_noise(budge
     state = stepper.step(state, oracle.label(stepper.queries(state)))  # a round with the rival's share
     rival = stepper._q_mixture_index()
     record: dict = {}
-    mine = state["source"] == state["incumbent"]
-    assert mine.sum() > 0 and 0 < (state["source"] == rival).sum() < RACE_MIN_POINTS
+    points = state.points
+    mine = points.source == state.incumbent
+    assert mine.sum() > 0 and 0 < len(points.of(rival)) < RACE_MIN_POINTS
     # the incumbent's points moved far from Q: the same labels' worth, useless for Q's inputs
-    sabotaged = dict(state, X=state["X"].copy(), y=state["y"].copy())
-    sabotaged["X"][mine] += 25.0
-    sabotaged["y"][mine] = oracle.label(sabotaged["X"][mine])
-    early = dict(sabotaged)
-    stepper._race(early, record)  # too few points each to decide: the race goes on
-    assert record["race"]["z"] >= RIVAL_Z and "outcome" not in record["race"] and early["incumbent"] != rival
+    moved = dataclasses.replace(points, X=points.X.copy(), y=points.y.copy())
+    moved.X[mine] += 25.0
+    moved.y[mine] = oracle.label(moved.X[mine])
+    sabotaged = state.replace(points=moved)
+    early = stepper._race(sabotaged, record)  # too few points each to decide: the race goes on
+    assert record["race"]["z"] >= RIVAL_Z and "outcome" not in record["race"] and early.incumbent != rival
     monkeypatch.setattr(budgeted, "RACE_MIN_POINTS", 1)  # as if each side had enough
     record = {}
-    stepper._race(sabotaged, record)
+    won = stepper._race(sabotaged, record)
     assert record["race"]["z"] >= RIVAL_Z and record["race"]["outcome"] == "rival won"
-    assert sabotaged["incumbent"] == rival and sabotaged["rival"] is None
-    assert stepper.incumbent_name(sabotaged) == "q_mixture"
+    assert won.incumbent == rival and won.rival is None
+    assert stepper.incumbent_name(won) == "q_mixture"
     # the same race on the real points: the rival stays (or wins) by the same rule, never silently
     record = {}
-    stepper._race(state, record)
-    assert (state["incumbent"] == rival) == (record["race"]["z"] >= RIVAL_Z)
+    raced = stepper._race(state, record)
+    assert (raced.incumbent == rival) == (record["race"]["z"] >= RIVAL_Z)
 
 
 def test_a_run_with_the_race_keeps_the_budget_and_reports_it(budget_spec):
@@ -276,9 +279,48 @@ def test_without_an_audit_the_verdict_comes_from_validation_and_says_so(budget_s
 def test_q_mixture_returned_gives_a_tie_on_validation(budget_spec):
     budget_spec["budget"] = 1000
     stepper, oracle, state = _after_selection(budget_spec, "q_mixture")
-    state["rival"] = None
+    state = state.replace(rival=None)
     while not stepper.done(state):
         state = stepper.step(state, oracle.label(stepper.queries(state)))
     v = stepper.result(state)["verdict"]
     assert v["returned_initial"] and v["outcome"] == "tie" and v["ratio"] == 1.0
     assert np.isfinite(v["err"])
+
+
+@pytest.mark.parametrize("path", sorted(LEGACY.glob("budgeted-*.npz")), ids=lambda p: p.stem)
+def test_a_typed_state_checkpoints_under_the_keys_of_a_legacy_checkpoint(path):
+    """The state after step K of a legacy case flattens to the keys of that case's checkpoint
+    (written by the dict state), and the checkpoint restores and flattens to itself."""
+    from lwl.runner import build_stepper
+
+    case, k = path.stem.rsplit("-", 1)
+    spec = parse_job_spec(LEGACY_CASES[case]())
+    stepper, oracle = build_stepper(spec), spec.oracle.build()
+    state = stepper.init()
+    for _ in range(int(k)):
+        state = stepper.step(state, oracle.label(stepper.queries(state)))
+    legacy = unpack(path.read_bytes())
+    assert set(state.to_flat()) == set(legacy)
+    again = stepper.restore(legacy).to_flat()
+    assert set(again) == set(legacy)
+    for key, value in legacy.items():
+        if isinstance(value, np.ndarray):
+            assert again[key].dtype == value.dtype and np.array_equal(again[key], value), key
+        else:
+            assert again[key] == value, key
+
+
+def test_a_state_with_a_challenger_and_failed_validation_labels_round_trips(budget_spec):
+    """The keys set only sometimes (chal_*, val_ok, incumbent_name) come back from a checkpoint."""
+    from lwl.design.budgeted import BudgetedBilevel, float_params
+
+    stepper, _, state = _after_selection(budget_spec, "broadened_4")
+    ok = np.ones(stepper.validation(state).n, dtype=bool)
+    state = state.replace(challenger=float_params(state.kept.params), has_challenger=True, val_ok=ok)
+    flat = state.to_flat()
+    assert {"inc_mean", "inc_chol", "chal_mean", "chal_chol", "val_ok", "incumbent_name"} <= set(flat)
+    back = BudgetedBilevel.state_type.from_flat(unpack(pack(state)))
+    assert back.to_flat().keys() == flat.keys() and back.has_challenger and back.incumbent_name == "broadened_4"
+    np.testing.assert_array_equal(back.challenger["chol"], state.challenger["chol"])
+    np.testing.assert_array_equal(back.val_ok, ok)
+    np.testing.assert_array_equal(stepper._draws(back)[0], stepper._draws(state)[0])

@@ -61,11 +61,28 @@ def test_a_registered_algorithm_runs_through_run_job_with_its_own_check(toy, sma
     s["algorithm"] = {"name": "toy_fixed", "samples": 8}
     res = run_job(s)
     assert res["history"][0]["iteration"] == 0 and res["spec"]["algorithm"]["name"] == "toy_fixed"
-    assert res["distribution"]["mean"] == small_spec["family"]["mean"]
+    assert res["distribution"]["mean"] == small_spec["family"]["mean"] and res["labels_used"] == 8
     s["family"] = {"name": "toy_isotropic"}
     with pytest.raises(SpecError) as exc:
         parse_job_spec(s)
     assert "family.name" in str(exc.value)
+
+
+def test_a_plugin_state_is_typed_and_a_checkpoint_restores_it(toy, small_spec):
+    """The toy's state is its own dataclass; its checkpoint comes back through the stepper's
+    ``restore`` (StepperDefaults, by ``state_type``) and the job resumes from it."""
+    from lwl.design.state import unpack
+    from lwl.runner import build_stepper
+
+    s = copy.deepcopy(small_spec)
+    s["algorithm"] = {"name": "toy_fixed", "samples": 8, "iterations": 3}
+    blobs = []
+    full = run_job(s, evaluate=False, checkpoint=blobs.append)
+    state = build_stepper(parse_job_spec(s)).restore(unpack(blobs[0]))
+    assert isinstance(state, toy.FixedState) and (state.iteration, state.labels_used) == (1, 8)
+    assert set(state.to_flat()) == {"iteration", "history", "elapsed_seconds", "labels_used"}
+    resumed = run_job(s, evaluate=False, state=blobs[0])
+    assert resumed["history"] == full["history"] and resumed["labels_used"] == full["labels_used"] == 24
 
 
 def test_unregistered_names_are_refused_again(small_spec):

@@ -1,14 +1,22 @@
 """A plugin as a user would write one: a new family and a new algorithm, each one class plus
 one registration, and nothing else in lwl edited. tests/lwl/test_registry.py loads it in this
-process and, through LWL_PLUGINS, in the embedded service and its worker."""
+process and, through LWL_PLUGINS, in the embedded service and its worker.
+
+The algorithm shows a plugin's stepper state: a dataclass derived from ``StepperState`` (which
+brings ``iteration``, ``history`` and ``elapsed_seconds``), named as the stepper's ``state_type``
+so that ``StepperDefaults.restore`` rebuilds it from a checkpoint; a step returns a new state
+(``state.replace``). Its checkpoint is its fields by name, so it needs no ``to_flat``/``from_flat``
+of its own (docs/architecture.md "Stepper states")."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
+from lwl.design.state import StepperState
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import Gaussian
 from lwl.q_samples import MetaTestSamples
@@ -79,27 +87,37 @@ class FixedSpec(StrictModel):
     samples: int = Field(default=16, ge=1, le=1000)
 
 
+@dataclass(kw_only=True)
+class FixedState(StepperState):
+    """The toy's state: ``iteration`` batches labelled (StepperState), and the labels they cost."""
+
+    labels_used: int = 0
+
+
 class FixedDesign(StepperDefaults):
+    state_type = FixedState  # StepperDefaults.restore(flat) -> FixedState.from_flat(flat)
+
     def __init__(self, spec):
         self.spec = spec
         fam = spec.family
         self.gaussian = Gaussian(fam.mean, cov=fam.cov)
 
-    def init(self) -> dict[str, Any]:
-        return {"iteration": 0, "history": []}
+    def init(self) -> FixedState:
+        return FixedState()
 
-    def done(self, state) -> bool:
-        return state["iteration"] >= self.spec.algorithm.iterations
+    def done(self, state: FixedState) -> bool:
+        return state.iteration >= self.spec.algorithm.iterations
 
-    def queries(self, state) -> np.ndarray:
-        return self.gaussian.sample(self.spec.algorithm.samples, [self.spec.seed, 99, state["iteration"]])
+    def queries(self, state: FixedState) -> np.ndarray:
+        return self.gaussian.sample(self.spec.algorithm.samples, [self.spec.seed, 99, state.iteration])
 
-    def step(self, state, labels):
-        record = {"iteration": state["iteration"], "label_mean": float(np.mean(labels))}
-        return {"iteration": state["iteration"] + 1, "history": [*state["history"], record]}
+    def step(self, state: FixedState, labels) -> FixedState:
+        record = {"iteration": state.iteration, "label_mean": float(np.mean(labels))}
+        return state.replace(iteration=state.iteration + 1, history=[*state.history, record],
+                             labels_used=state.labels_used + len(labels))
 
-    def result(self, state):
-        return {"distribution": self.gaussian.to_spec(), "history": state["history"]}
+    def result(self, state: FixedState) -> dict[str, Any]:
+        return {"distribution": self.gaussian.to_spec(), "history": state.history, "labels_used": state.labels_used}
 
 
 def _check_fixed(spec) -> None:

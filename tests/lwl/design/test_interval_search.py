@@ -68,3 +68,27 @@ def test_spec_errors_name_the_field(eit_spec):
         "members": [{"uniform": {"low": [2.0], "high": [1.0]}, "size": 60}], "validation_per_member": 30}})
     assert "oracle darcy takes inputs" in error({**eit_spec, "oracle": {"name": "darcy"}})
     assert "oracle.name" in error({**eit_spec, "oracle": {"name": "sobol_g", "params": {"dim": 1}}})
+
+
+def test_a_typed_state_checkpoints_under_the_keys_of_the_legacy_checkpoint():
+    """The state after step K of the legacy case flattens to the keys of its checkpoint (written
+    by the dict state), and the checkpoint restores to a typed state that flattens to itself."""
+    from lwl.design.interval_search import IntervalSearchState, Phase
+    from lwl.design.state import unpack
+    from lwl.runner import build_stepper
+    from tests.conformance.legacy_cases import CASES, HERE
+
+    path = HERE / "interval_search-3.npz"
+    spec = parse_job_spec(CASES["interval_search"]())
+    stepper, oracle = build_stepper(spec), spec.oracle.build()
+    state = stepper.init()
+    assert "validation_neumann" not in state.to_flat()  # as the dict state: set by the first step
+    for _ in range(3):
+        state = stepper.step(state, oracle.label(stepper.queries(state)))
+    legacy = unpack(path.read_bytes())
+    assert set(state.to_flat()) == set(legacy)
+    back = stepper.restore(legacy)
+    assert isinstance(back, IntervalSearchState) and back.phase is Phase.SEARCH
+    again = back.to_flat()
+    np.testing.assert_array_equal(again.pop("validation_neumann"), legacy.pop("validation_neumann"))
+    assert again == legacy
