@@ -26,8 +26,6 @@ ask/tell (``external``) or a lab endpoint (``http``) run no audit unless asked
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from lwl.evaluation.comparison import compare, error_interval
@@ -39,9 +37,6 @@ DRAWS = 5  # training draws per baseline
 ANCHOR_MAX = 4096  # the NIPV anchor runs for training sets up to this size (its cost is O(n^2 pool))
 INTEGRATION_MAX = 1000  # Q points the anchor integrates the posterior variance over
 BASELINES = ("mixture", "normal", "barycenter")
-
-if TYPE_CHECKING:
-    from lwl.design.budgeted import BudgetedBilevel, BudgetedState
 
 
 def anchor_pool(q, n: int, seed: int, domain=None) -> np.ndarray:
@@ -175,8 +170,10 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     return out
 
 
-def evaluate(stepper: BudgetedBilevel, state: BudgetedState, spec, oracle, out: dict) -> dict:
-    """The ``budgeted_evaluate`` hook of the bilevel algorithm (:func:`lwl.runner.run_job`)."""
+def evaluate(stepper, state, spec, oracle, out: dict) -> dict:
+    """The ``budgeted_evaluate`` hook of the bilevel algorithm (:func:`lwl.runner.run_job`): the
+    stepper is a ``lwl.design.budgeted.BudgetedBilevel`` and the state its ``BudgetedState``
+    (named in words: the evaluation sits below the design)."""
     X, y = stepper.training_set(state)
     baselines = [b for b in (spec.evaluation.baselines or BASELINES)]
     evaluation = equal_labels(spec, stepper.q, X, y, oracle, baselines=baselines)
