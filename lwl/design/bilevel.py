@@ -182,6 +182,69 @@ def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tens
     return float(a @ residual_v.square()), train_residual * lam / n
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which check a run returns and why (:meth:`BilevelDesign._selection`)."""
+
+    kept: Params
+    """The returned distribution's parameters."""
+    iteration: int
+    """The iteration of its check (0: a start point, or theta0)."""
+    lengthscale: float
+    """The lengthscale its check used: the one its evaluation must use."""
+    z: float | None = None
+    """The best check's improvement over theta0 in standard errors (None: not measured)."""
+    within_noise: bool = False
+    """z is below the bar (:meth:`BilevelDesign.threshold`): the best check is not returned."""
+    fallback: bool = False
+    """The surest check that beats theta0 beyond noise is returned instead."""
+    nearest: str | None = None
+    """No check does: the start point returned, nearest Q of those validating below theta0."""
+
+
+def _given(value, default):
+    """``value`` unless it is None (a checkpoint predating the field)."""
+    return value if value is not None else default
+
+
+def _initial_err(checks: list[dict[str, Any]]) -> float | None:
+    """theta0's check Err (None before it is checked)."""
+    return next((c["err"] for c in checks if c.get("start") == "given"), None)
+
+
+def worse_than_initial_warning(err: float, initial: float) -> str:
+    return (f"the returned distribution is worse on the validation data than the initial one "
+            f"(check Err {err:.4g} > {initial:.4g})")
+
+
+def within_noise_warning(sel: Selection, threshold: float, significant_z: float | None) -> str:
+    """The best check's improvement over theta0 is within noise: what is returned instead."""
+    head = (f"the best iterate's validation improvement over the initial distribution is within "
+            f"noise ({sel.z:.2f} standard errors < {threshold:g})")
+    if sel.fallback:
+        return (head + f": of the checks that beat it beyond noise the surest (z {significant_z:.2f}) is returned, "
+                f"the best checked iterate is best_distribution")
+    if sel.nearest is not None:
+        return (head + f", and so is every other check's: of the start points that validate below the initial "
+                f"distribution, {sel.nearest} is nearest Q (the transport term of the paper's bound) and is "
+                f"returned; the best checked iterate is best_distribution")
+    return head + (", and so is every other check's: the initial distribution is returned, the best checked "
+                   "iterate is best_distribution")
+
+
+def no_iterate_improved_warning(start: str | None) -> str:
+    """No gradient step beat the start point returned (a run that kept iteration 0)."""
+    if start == "moment_matched":
+        return ("no iterate improved on Q's moment-matched Gaussian (which validated better than "
+                "the given initial distribution); it is returned")
+    if str(start or "").startswith("broadened"):
+        return (f"no iterate improved on the start point {start} (Q's fit with its "
+                f"covariance scaled, which validated better than the given initial distribution); "
+                f"it is returned")
+    return ("no iterate improved on the initial distribution on the validation data; "
+            "the initial distribution is returned")
+
+
 class BilevelDesign(StepperDefaults):
     """The bilevel method as a stepper (docs/architecture.md "The pieces of a job").
 
@@ -364,61 +427,12 @@ class BilevelDesign(StepperDefaults):
         last = self.distribution(state)
         checks = state.checks
         sel = self._selection(state)
-        kept, it, z, within_noise, fallback, nearest = (sel[k] for k in ("kept", "iteration", "z", "within_noise",
-                                                                         "fallback", "nearest"))
+        kept = sel.kept
         history = [dict(h) for h in state.history]
         for h in history:
-            h["selected"] = h["iteration"] == it
-        initial = next((c["err"] for c in checks if c.get("start") == "given"), None)
-        kept_err = state.best.err if self.algo.keep == "best" else (checks[-1]["err"] if checks else None)
-        if within_noise:
-            kept_err = (state.significant.err if fallback
-                        else next((c["err"] for c in checks if c.get("start") == (nearest or "given")), kept_err))
-        selected = {"iteration": it, "rule": f"{self.algo.keep} validation check",
-                    "improvement_z": z if z is None or np.isfinite(z) else None,
-                    "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
-                    "initial_check_err": initial, "lengthscale": sel["lengthscale"],
-                    "last_check_err": checks[-1]["err"] if checks else None}
-        warnings = []
-        if initial is not None and selected["check_err"] is not None and selected["check_err"] > initial:
-            warnings.append(f"the returned distribution is worse on the validation data than the initial one "
-                            f"(check Err {selected['check_err']:.4g} > {initial:.4g})")
-        starts = [c for c in checks if c["iteration"] == 0]
-        if starts and self.algo.keep == "best":
-            selected["start"] = min(starts, key=lambda c: c["err"])["start"]
-        if fallback:
-            selected["rule"] = "surest check that beats the initial distribution beyond noise"
-            if it == 0 and state.significant_start:
-                selected["start"] = state.significant_start  # the start point returned
-            warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.threshold(state.best.iteration):g}): of the checks "
-                            f"that beat it beyond noise the surest (z {state.significant_z:.2f}) is returned, the best "
-                            f"checked iterate is best_distribution")
-        elif within_noise and nearest is not None:
-            selected.update(rule="start point nearest Q of those that validate below the initial distribution "
-                                 "(every check was within noise of it)", start=nearest)
-            warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.threshold(state.best.iteration):g}), and so is every "
-                            f"other check's: of the start points that validate below the initial distribution, "
-                            f"{nearest} is nearest Q (the transport term of the paper's bound) and is returned; the "
-                            f"best checked iterate is best_distribution")
-        elif within_noise:
-            selected.update(rule="initial distribution: the best check was within noise of it", start="given")
-            warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.threshold(state.best.iteration):g}), and so is every "
-                            f"other check's: the initial distribution is returned, the best checked iterate is "
-                            f"best_distribution")
-        if checks and it == 0 and self.algo.keep == "best" and state.iteration > 0 and not within_noise:
-            if selected.get("start") == "moment_matched":
-                warnings.append("no iterate improved on Q's moment-matched Gaussian (which validated better than "
-                                "the given initial distribution); it is returned")
-            elif str(selected.get("start", "")).startswith("broadened"):
-                warnings.append(f"no iterate improved on the start point {selected['start']} (Q's fit with its "
-                                f"covariance scaled, which validated better than the given initial distribution); "
-                                f"it is returned")
-            else:
-                warnings.append("no iterate improved on the initial distribution on the validation data; "
-                                "the initial distribution is returned")
+            h["selected"] = h["iteration"] == sel.iteration
+        selected = self._selected(state, sel)
+        warnings = self._selection_warnings(state, sel, selected)
         selected.update(self._headline(state, selected, kept))
         if self.selects_lengthscale:
             note = edge_note(selected["lengthscale"], self.spec.model.lengthscale)
@@ -440,6 +454,56 @@ class BilevelDesign(StepperDefaults):
             warnings.extend(facts.pop("warnings", []))
             out["family_diagnostics"] = facts
         return out
+
+    def _selected(self, state: BilevelState, sel: Selection) -> dict[str, Any]:
+        """The result's ``selected`` block before its headline: the returned check's iteration,
+        the rule that chose it, its improvement over theta0 (z), its check Err beside theta0's and
+        the last check's, its lengthscale and (keep best) its start point."""
+        checks = state.checks
+        kept_err = self._kept_err(state, sel)
+        selected = {"iteration": sel.iteration, "rule": f"{self.algo.keep} validation check",
+                    "improvement_z": sel.z if sel.z is None or np.isfinite(sel.z) else None,
+                    "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
+                    "initial_check_err": _initial_err(checks), "lengthscale": sel.lengthscale,
+                    "last_check_err": checks[-1]["err"] if checks else None}
+        starts = [c for c in checks if c["iteration"] == 0]
+        if starts and self.algo.keep == "best":
+            selected["start"] = min(starts, key=lambda c: c["err"])["start"]
+        if sel.fallback:
+            selected["rule"] = "surest check that beats the initial distribution beyond noise"
+            if sel.iteration == 0 and state.significant_start:
+                selected["start"] = state.significant_start  # the start point returned
+        elif sel.within_noise and sel.nearest is not None:
+            selected.update(rule="start point nearest Q of those that validate below the initial distribution "
+                                 "(every check was within noise of it)", start=sel.nearest)
+        elif sel.within_noise:
+            selected.update(rule="initial distribution: the best check was within noise of it", start="given")
+        return selected
+
+    def _kept_err(self, state: BilevelState, sel: Selection) -> float | None:
+        """The check Err of the returned distribution (None without checks)."""
+        checks = state.checks
+        kept_err = state.best.err if self.algo.keep == "best" else (checks[-1]["err"] if checks else None)
+        if not sel.within_noise:
+            return kept_err
+        if sel.fallback:
+            return state.significant.err
+        return next((c["err"] for c in checks if c.get("start") == (sel.nearest or "given")), kept_err)
+
+    def _selection_warnings(self, state: BilevelState, sel: Selection, selected: dict[str, Any]) -> list[str]:
+        """What a person should know about the returned distribution, in this order: it validates
+        worse than theta0; the best check was within noise of theta0 (and what is returned
+        instead); no iterate improved on the start point returned."""
+        warnings = []
+        initial, err = selected["initial_check_err"], selected["check_err"]
+        if initial is not None and err is not None and err > initial:
+            warnings.append(worse_than_initial_warning(err, initial))
+        if sel.within_noise:
+            warnings.append(within_noise_warning(sel, self.threshold(state.best.iteration), state.significant_z))
+        if state.checks and sel.iteration == 0 and self.algo.keep == "best" and state.iteration > 0 \
+                and not sel.within_noise:
+            warnings.append(no_iterate_improved_warning(selected.get("start")))
+        return warnings
 
     def _headline(self, state: BilevelState, selected: dict[str, Any], kept: Params) -> dict[str, Any]:
         """What a person reads first: which distribution was kept and why, and why the run
@@ -606,47 +670,45 @@ class BilevelDesign(StepperDefaults):
     def returned_lengthscale(self, state: BilevelState) -> float:
         """The lengthscale that goes with the returned distribution: the one its check selected
         (:meth:`lengthscale_grid`), the spec's when the spec gave one."""
-        return self._selection(state)["lengthscale"]
+        return self._selection(state).lengthscale
 
-    def _selection(self, state: BilevelState) -> dict[str, Any]:
-        """Which check is returned and why: ``kept`` (its parameters), ``iteration``, ``z`` (the
-        best check's improvement over theta0 in standard errors), ``within_noise`` (z below the
-        bar), ``fallback`` (the surest significant check is returned instead), ``nearest`` (the
-        start point returned when no check is significant) and its ``lengthscale``."""
+    def _selection(self, state: BilevelState) -> Selection:
+        """Which check is returned and why (:class:`Selection`): the best check (keep best), the
+        surest significant check when the best is within noise of theta0, else the start point
+        nearest Q that validates below theta0, or theta0 itself; the last iterate with keep last."""
         self._bind(state.validation_ok)
         checks = state.checks
-        out = {"z": None, "within_noise": False, "fallback": False, "nearest": None,
-               "lengthscale": state.lengthscale}
         if self.algo.keep != "best" or not checks:
-            out.update(kept=dict(state.params), iteration=state.iteration)
-            if checks:  # checks record a lengthscale only when they select one
-                out["lengthscale"] = checks[-1].get("lengthscale", state.lengthscale)
-            return out
+            # checks record a lengthscale only when they select one
+            lengthscale = checks[-1].get("lengthscale", state.lengthscale) if checks else state.lengthscale
+            return Selection(kept=dict(state.params), iteration=state.iteration, lengthscale=lengthscale)
         best = state.best
-        kept, it = dict(best.params), best.iteration
-        # (a checkpoint may predate the kept lengthscales)
-        lengthscale = best.lengthscale if best.lengthscale is not None else state.lengthscale
-        given = self.family.initial()
-        moved = not all(np.array_equal(kept[n], given[n]) for n in self.family.param_names)
+        lengthscale = _given(best.lengthscale, state.lengthscale)
+        z = self._best_improvement_z(state)
+        within_noise = z is not None and z < self.threshold(best.iteration)
+        if not within_noise:
+            return Selection(kept=dict(best.params), iteration=best.iteration, lengthscale=lengthscale, z=z)
+        significant = state.significant
+        if significant is not None:  # the best check's improvement is within validation noise, another's is not
+            return Selection(kept=dict(significant.params), iteration=significant.iteration, z=z, within_noise=True,
+                             fallback=True, lengthscale=_given(significant.lengthscale, lengthscale))
+        # ... nor any other's: the start nearest Q that validates below theta0
+        # (a theta0 that is Q's own mixture is nearest Q already: it is returned)
+        nearest = None if getattr(self.family, "initial_is_q", False) else self.nearest_start(checks)
+        kept = dict(self.start_points())[nearest] if nearest is not None else self.family.initial()
+        start = nearest or "given"
+        lengthscale = next((c.get("lengthscale", lengthscale) for c in checks
+                            if c["iteration"] == 0 and c.get("start") == start), lengthscale)
+        return Selection(kept=kept, iteration=0, lengthscale=lengthscale, z=z, within_noise=True, nearest=nearest)
+
+    def _best_improvement_z(self, state: BilevelState) -> float | None:
+        """The best check's improvement over theta0 in standard errors (:meth:`improvement_z`);
+        None when the best is theta0 itself or either's residuals are unknown."""
+        best, given = state.best, self.family.initial()
+        moved = not all(np.array_equal(best.params[n], given[n]) for n in self.family.param_names)
         if moved and state.initial_sq is not None and best.sq is not None:
-            out["z"] = self.improvement_z(best.sq, state.initial_sq, state.validation_labels)
-            out["within_noise"] = out["z"] < self.threshold(it)
-        out["fallback"] = out["within_noise"] and state.significant is not None
-        if out["fallback"]:  # the best check's improvement is within validation noise, another's is not
-            kept, it = dict(state.significant.params), state.significant.iteration
-            if state.significant.lengthscale is not None:
-                lengthscale = state.significant.lengthscale
-        elif out["within_noise"]:  # ... nor any other's: the start nearest Q that validates below theta0
-            kept, it = given, 0
-            # (a theta0 that is Q's own mixture is nearest Q already: it is returned)
-            out["nearest"] = None if getattr(self.family, "initial_is_q", False) else self.nearest_start(checks)
-            if out["nearest"] is not None:
-                kept = dict(self.start_points())[out["nearest"]]
-            start = out["nearest"] or "given"
-            lengthscale = next((c.get("lengthscale", lengthscale) for c in checks
-                                if c["iteration"] == 0 and c.get("start") == start), lengthscale)
-        out.update(kept=kept, iteration=it, lengthscale=lengthscale)
-        return out
+            return self.improvement_z(best.sq, state.initial_sq, state.validation_labels)
+        return None
 
     def transport_to_q(self, params: Params) -> float:
         """sum_k w_k W2^2(N(m, C), N(m_k, C_k)): the transport term of the paper's bound
