@@ -158,7 +158,7 @@ class BilevelState(StepperState):
         return flat
 
     @classmethod
-    def from_flat(cls, flat: Flat, *, param_names: Iterable[str] = (), **fields: Any) -> Self:
+    def from_flat(cls, flat: Flat, *, param_names: Iterable[str], **fields: Any) -> Self:
         """The state of a checkpoint; ``param_names`` are the family's (the flat keys of theta)."""
         names = tuple(param_names)
         return super().from_flat(flat, params={n: flat[n] for n in names},
@@ -330,6 +330,7 @@ class BilevelDesign(StepperDefaults):
                             adam_m2=np.zeros_like(phi), lengthscale=ell, best=Kept(params=given, lengthscale=ell))
 
     def restore(self, flat: Flat) -> BilevelState:
+        """The state of a checkpoint's flat dict, theta read under the family's ``param_names``."""
         return BilevelState.from_flat(flat, param_names=self.family.param_names)
 
     @property
