@@ -77,7 +77,7 @@ def lwl_stepper(n: int, family: dict | None = None, device: str = "cpu"):
     design = build_stepper(spec)
     oracle = make_oracle(spec.oracle)
     state = design.init()
-    while state["phase"] != "iterate":  # Q's labels, the start checks: not iterations
+    while state.phase != "iterate":  # Q's labels, the start checks: not iterations
         state = design.step(state, oracle.label(design.queries(state)))
     return design, oracle, state
 
@@ -124,9 +124,9 @@ def reference_ms(n: int) -> float:
     design, oracle, state = lwl_stepper(n)
     t64 = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
     V = t64(np.concatenate(design.q.validation))
-    yv = t64(state["validation_labels"])
+    yv = t64(state.validation_labels)
     a = t64(design.q.point_weights(design.q.validation, design.q.weights))
-    mean, chol = t64(state["mean"]), t64(state["chol"])
+    mean, chol = t64(state.params["mean"]), t64(state.params["chol"])
     ell = design.spec.model.lengthscale
     reps = repeats(n)
     batches = []

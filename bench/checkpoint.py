@@ -24,35 +24,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from lwl.design.state import pack  # noqa: E402
+from lwl.design.state import StepperState, pack  # noqa: E402
 from lwl.runner import build_stepper  # noqa: E402
 from lwl.spec import parse_job_spec  # noqa: E402
 from service.core.store import Store  # noqa: E402
 
 
-def real_state() -> dict:
+def real_state() -> StepperState:
     spec = json.loads((ROOT / "examples" / "friedman1.json").read_text())
     spec["algorithm"] = {"name": "bilevel", "iterations": 30}
     spec = parse_job_spec(spec)
     stepper = build_stepper(spec)
     oracle = spec.oracle.build()
     state = stepper.init()
-    while not state["history"]:
+    while not state.history:
         labels = stepper.cached_labels(state)
         state = stepper.step(state, oracle.label(stepper.queries(state)) if labels is None else labels)
     return state
 
 
-def time_saves(store: Store, job_id: str, state: dict, n: int, saves: int, with_history: bool) -> float:
-    record = state["history"][-1]
+def time_saves(store: Store, job_id: str, state: StepperState, n: int, saves: int, with_history: bool) -> float:
+    record = state.history[-1]
     history = [dict(record, iteration=i) for i in range(n)]
     t = 0.0
     for s in range(saves):
         it = n + s
-        state = {**state, "iteration": it, "history": [*history, dict(record, iteration=it)]} if with_history \
-            else {**state, "iteration": it}
+        state = state.replace(iteration=it, history=[*history, dict(record, iteration=it)] if with_history else [])
         t0 = time.perf_counter()
-        blob = pack(state if with_history else {k: v for k, v in state.items() if k != "history"})
+        blob = pack(state, history=with_history)
         ok = store.save_step(job_id, "lease", blob, {"iteration": it, "total": n + saves},
                              dict(record, iteration=it))
         t += time.perf_counter() - t0

@@ -31,7 +31,10 @@ out of place (the authors' code overwrote its held-out labels with an in-place `
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Self
 
 import numpy as np
 import torch
@@ -46,6 +49,7 @@ from lwl.defaults import (
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
+from lwl.design.state import Flat, Kept, KeptLayout, StepperState
 from lwl.design.stepper import StepperDefaults
 from lwl.device import DTYPE, resolve_device
 from lwl.measures import Measure
@@ -58,10 +62,109 @@ from lwl.registry import ALGORITHMS
 from lwl.spec import JobSpec
 from lwl.streams import STREAM_CHECK, STREAM_DESIGN
 
-PHASE_VALIDATION = "label_validation"
-PHASE_CHECK = "check"
-PHASE_ITERATE = "iterate"
-PHASE_DONE = "done"
+
+class Phase(StrEnum):
+    """Which labels a bilevel run waits for (the checkpoint stores the value)."""
+
+    VALIDATION = "label_validation"  # those of Q's validation samples (the adjoint's data)
+    CHECK = "check"                  # the fixed check batch of the current iterate or start point
+    ITERATE = "iterate"              # the N_k training samples of iteration k
+    DONE = "done"
+
+
+# where the kept records sit in a checkpoint: the family's parameters under a prefix
+# ("best_mean", "significant_logits", ...), the rest under the names of the dict-state code
+BEST = KeptLayout(params="best_", err="best_err", iteration="best_iteration", sq="best_sq",
+                  lengthscale="best_lengthscale")
+SIGNIFICANT = KeptLayout(params="significant_", err="significant_err", iteration="significant_iteration",
+                         lengthscale="significant_lengthscale")
+# a pending record is a start point (iteration 0): its checkpoint has no iteration key
+PENDING = KeptLayout(params="pending_", err="pending_err", iteration="pending_iteration", sq="pending_sq",
+                     lengthscale="pending_lengthscale")
+
+_RECORD_FIELDS = ("params", "best", "significant", "significant_z", "significant_start", "pending", "pending_start")
+_UNTIL_SET = ("validation_labels", "validation_ok", "initial_sq")  # absent from a checkpoint until set
+
+
+@dataclass(kw_only=True)
+class BilevelState(StepperState):
+    """The state of a bilevel run (paper Alg. 3 with lwl's validation checks).
+
+    ``iteration`` is k, the gradient steps taken; at k = 0 the phase CHECK walks through the start
+    points (``start_index``). The checkpoint is the flat layout of the dict-state code: the
+    family's parameters at top level under their ``param_names``, the kept records under the
+    prefixes of :data:`BEST`, :data:`SIGNIFICANT` and :data:`PENDING` (:meth:`to_flat`)."""
+
+    phase: Phase = Phase.VALIDATION
+    params: Params
+    """theta_k, the current iterate, in the family's parameters (for a Gaussian: mean, chol)."""
+    phi: np.ndarray
+    """theta_k in Q's whitened coordinates, where the adaptive optimiser moves (:mod:`lwl.design.adaptive`)."""
+    phi0: np.ndarray
+    """phi of the start the descent began from: the parameter box is built around it."""
+    adam_m1: np.ndarray
+    """Adam's first moment of the phi gradient."""
+    adam_m2: np.ndarray
+    """Adam's second moment."""
+    adam_t: int = 0
+    """Adam steps taken since the moments were last reset (a revert resets them)."""
+    grad_ms: float = 0.0
+    """Running mean square of the gradient norm, against which outliers are clipped (guard_gradient)."""
+    step_scale: float = 1.0
+    """Factor on the adaptive step: halved at each revert."""
+    halvings: int = 0
+    """Reverts so far; the run stops after ``max_halvings``."""
+    stale_checks: int = 0
+    """Checks since the last new best (a revert after ``patience``)."""
+    lengthscale: float
+    """The KRR lengthscale the gradient steps use (the best check's, when lwl selects it)."""
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    """One record per validation check: iteration, err, best, action, start, z, lengthscale(s)."""
+    start_index: int = 0
+    """Which start point (:meth:`BilevelDesign.start_points`) the iteration-0 check scores."""
+    best: Kept
+    """The best checked iterate (lowest check Err): returned with ``keep: "best"`` unless its
+    improvement over theta^0 is within validation noise."""
+    initial_sq: np.ndarray | None = None
+    """theta^0's squared check residuals on Q's validation points (paired z-scores against it)."""
+    significant: Kept | None = None
+    """The surest check (largest z) that beats theta^0 by ``threshold`` standard errors (no sq kept)."""
+    significant_z: float | None = None
+    """Its improvement over theta^0 in standard errors (set with ``significant``)."""
+    significant_start: str | None = None
+    """Its start point's name when it was checked at iteration 0, else None."""
+    pending: Kept | None = None
+    """A start point checked before theta^0, judged once theta^0's residuals are known."""
+    pending_start: str | None = None
+    """Its start point's name (set with ``pending``)."""
+    validation_labels: np.ndarray | None = None
+    """G* at Q's validation points that came back (the adjoint's and the checks' data)."""
+    validation_ok: np.ndarray | None = None
+    """Which validation points came back; None when all did."""
+    labels_failed: int = 0
+    """Labels asked for that came back failed (NaN; counted as spent)."""
+
+    def to_flat(self) -> Flat:
+        flat = {k: v for k, v in super().to_flat().items()
+                if k not in _RECORD_FIELDS and not (k in _UNTIL_SET and v is None)}
+        flat.update(self.params)
+        flat.update(self.best.to_flat(BEST))
+        if self.significant is not None:
+            flat.update(self.significant.to_flat(SIGNIFICANT), significant_z=self.significant_z,
+                        significant_start=self.significant_start)
+        if self.pending is not None:
+            flat.update(self.pending.to_flat(PENDING), pending_start=self.pending_start)
+            del flat[PENDING.iteration]
+        return flat
+
+    @classmethod
+    def from_flat(cls, flat: Flat, *, param_names: Iterable[str], **fields: Any) -> Self:
+        """The state of a checkpoint; ``param_names`` are the family's (the flat keys of theta)."""
+        names = tuple(param_names)
+        return super().from_flat(flat, params={n: flat[n] for n in names},
+                                 best=Kept.from_flat(flat, BEST, names),
+                                 significant=Kept.from_flat(flat, SIGNIFICANT, names),
+                                 pending=Kept.from_flat(flat, PENDING, names), **fields)
 
 
 def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tensor,
@@ -79,12 +182,75 @@ def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tens
     return float(a @ residual_v.square()), train_residual * lam / n
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which check a run returns and why (:meth:`BilevelDesign._selection`)."""
+
+    kept: Params
+    """The returned distribution's parameters."""
+    iteration: int
+    """The iteration of its check (0: a start point, or theta0)."""
+    lengthscale: float
+    """The lengthscale its check used: the one its evaluation must use."""
+    z: float | None = None
+    """The best check's improvement over theta0 in standard errors (None: not measured)."""
+    within_noise: bool = False
+    """z is below the bar (:meth:`BilevelDesign.threshold`): the best check is not returned."""
+    fallback: bool = False
+    """The surest check that beats theta0 beyond noise is returned instead."""
+    nearest: str | None = None
+    """No check does: the start point returned, nearest Q of those validating below theta0."""
+
+
+def _given(value, default):
+    """``value`` unless it is None (a checkpoint predating the field)."""
+    return value if value is not None else default
+
+
+def _initial_err(checks: list[dict[str, Any]]) -> float | None:
+    """theta0's check Err (None before it is checked)."""
+    return next((c["err"] for c in checks if c.get("start") == "given"), None)
+
+
+def worse_than_initial_warning(err: float, initial: float) -> str:
+    return (f"the returned distribution is worse on the validation data than the initial one "
+            f"(check Err {err:.4g} > {initial:.4g})")
+
+
+def within_noise_warning(sel: Selection, threshold: float, significant_z: float | None) -> str:
+    """The best check's improvement over theta0 is within noise: what is returned instead."""
+    head = (f"the best iterate's validation improvement over the initial distribution is within "
+            f"noise ({sel.z:.2f} standard errors < {threshold:g})")
+    if sel.fallback:
+        return (head + f": of the checks that beat it beyond noise the surest (z {significant_z:.2f}) is returned, "
+                f"the best checked iterate is best_distribution")
+    if sel.nearest is not None:
+        return (head + f", and so is every other check's: of the start points that validate below the initial "
+                f"distribution, {sel.nearest} is nearest Q (the transport term of the paper's bound) and is "
+                f"returned; the best checked iterate is best_distribution")
+    return head + (", and so is every other check's: the initial distribution is returned, the best checked "
+                   "iterate is best_distribution")
+
+
+def no_iterate_improved_warning(start: str | None) -> str:
+    """No gradient step beat the start point returned (a run that kept iteration 0)."""
+    if start == "moment_matched":
+        return ("no iterate improved on Q's moment-matched Gaussian (which validated better than "
+                "the given initial distribution); it is returned")
+    if str(start or "").startswith("broadened"):
+        return (f"no iterate improved on the start point {start} (Q's fit with its "
+                f"covariance scaled, which validated better than the given initial distribution); "
+                f"it is returned")
+    return ("no iterate improved on the initial distribution on the validation data; "
+            "the initial distribution is returned")
+
+
 class BilevelDesign(StepperDefaults):
     """The bilevel method as a stepper (docs/architecture.md "The pieces of a job").
 
     ``init() -> state``; while not ``done(state)``: label ``queries(state)`` and call
     ``step(state, labels) -> state``; ``result(state)`` gives the distribution and history.
-    The state is a flat dict of numpy arrays and JSON values (see :mod:`lwl.design.state`);
+    The state is a :class:`BilevelState` (its checkpoint a flat dict, :mod:`lwl.design.state`);
     every random draw derives from (seed, stream, iteration), so a state restored from a
     checkpoint continues exactly as the uninterrupted run would.
 
@@ -96,13 +262,15 @@ class BilevelDesign(StepperDefaults):
     :meth:`from_spec` does that.
     """
 
+    state_type = BilevelState
+
     def __init__(self, spec: JobSpec, q: MetaTestSamples):
         self.spec = spec
         self.q = q
         self.algo = spec.algorithm
         self.device = resolve_device(spec.device)
         self._bound: bytes | None = b"unbound"
-        self._bind({})  # every validation point until a state says which came back
+        self._bind(None)  # every validation point until a state says which came back
         a = MetaTestSamples.point_weights(q.validation, q.weights)
         centre, cov = moment_matched(np.concatenate(q.validation), a)
         self.coords = WhitenedGaussian(centre, regularised_cholesky(cov))
@@ -128,12 +296,12 @@ class BilevelDesign(StepperDefaults):
                 raise ValueError(f"test_distributions.members.{k}: {why}")
         return cls(fill_from_data(spec, q), q)
 
-    def _bind(self, state: dict[str, Any]) -> None:
+    def _bind(self, ok: np.ndarray | None) -> None:
         """Point the adjoint, the checks and the noise estimates at the validation points whose
-        labels came back (``state["validation_ok"]``; all of them before the validation round or
-        when none failed): ``_v``, ``_a`` (weights w_k / M'_k over the M'_k usable points of
-        member k) and ``_val_parts``. A failed validation point is left out, not given a label."""
-        ok = state.get("validation_ok")
+        labels came back (``ok``, a state's ``validation_ok``; None: all of them, before the
+        validation round or when none failed): ``_v``, ``_a`` (weights w_k / M'_k over the M'_k
+        usable points of member k) and ``_val_parts``. A failed validation point is left out, not
+        given a label."""
         key = None if ok is None or ok.all() else np.asarray(ok, dtype=bool).tobytes()
         if key == self._bound:
             return
@@ -152,27 +320,18 @@ class BilevelDesign(StepperDefaults):
         self._bound = key
 
     # -- stepper protocol -------------------------------------------------------------------
-    def init(self) -> dict[str, Any]:
+    def init(self) -> BilevelState:
+        """The first start point to check, theta^0 as the best so far (not yet checked: Err inf)."""
         first = self.start_points()[0][1]
         given = self.family.initial()
         phi = self.family.to_phi(given)
-        return {"phase": PHASE_VALIDATION, "iteration": 0, **self._put(first), "history": [],
-                "checks": [], "phi": phi, "phi0": phi.copy(), "adam_m1": np.zeros_like(phi),
-                "adam_m2": np.zeros_like(phi), "adam_t": 0, "grad_ms": 0.0, "step_scale": 1.0, "halvings": 0,
-                **self._put(given, "best_"), "best_err": float("inf"), "best_iteration": 0,
-                "stale_checks": 0, "start_index": 0, "lengthscale": self.spec.model.lengthscale,
-                "best_lengthscale": self.spec.model.lengthscale}
+        ell = self.spec.model.lengthscale
+        return BilevelState(params=first, phi=phi, phi0=phi.copy(), adam_m1=np.zeros_like(phi),
+                            adam_m2=np.zeros_like(phi), lengthscale=ell, best=Kept(params=given, lengthscale=ell))
 
-    # the family's parameters live in the state under their own names, with a prefix for the
-    # best / significant / pending copies ("best_mean", "best_chol", ...)
-    def _get(self, state: dict[str, Any], prefix: str = "") -> Params:
-        return {n: state[prefix + n] for n in self.family.param_names}
-
-    def _put(self, params: Params, prefix: str = "") -> dict[str, Any]:
-        return {prefix + n: params[n] for n in self.family.param_names}
-
-    def _has(self, state: dict[str, Any], prefix: str) -> bool:
-        return state.get(prefix + self.family.param_names[0]) is not None
+    def restore(self, flat: Flat) -> BilevelState:
+        """The state of a checkpoint's flat dict, theta read under the family's ``param_names``."""
+        return BilevelState.from_flat(flat, param_names=self.family.param_names)
 
     @property
     def selects_lengthscale(self) -> bool:
@@ -220,110 +379,61 @@ class BilevelDesign(StepperDefaults):
             return f"Q's fit broadened x{name.removeprefix('broadened_')}"
         return {"given": "the initial distribution", "moment_matched": "Q's moment-matched Gaussian"}.get(name, name)
 
-    def done(self, state: dict[str, Any]) -> bool:
-        return state["phase"] == PHASE_DONE
+    def done(self, state: BilevelState) -> bool:
+        return state.phase == Phase.DONE
 
-    def queries(self, state: dict[str, Any]) -> np.ndarray:
-        phase = state["phase"]
-        if phase == PHASE_VALIDATION:
+    def queries(self, state: BilevelState) -> np.ndarray:
+        phase = state.phase
+        if phase == Phase.VALIDATION:
             return np.concatenate(self.q.validation)  # every validation point, whatever came back
-        if phase == PHASE_DONE:
+        if phase == Phase.DONE:
             return np.zeros((0, self.q.dim))
         # the loop asks for a batch and step() needs it again: draw once
-        key = (phase, state["iteration"], *(v.tobytes() for v in self._get(state).values()))
+        key = (phase, state.iteration, *(state.params[n].tobytes() for n in self.family.param_names))
         if self._queries_cache[0] != key:
             dist = self.distribution(state)
-            if phase == PHASE_CHECK:  # fixed z for every check: common random numbers
+            if phase == Phase.CHECK:  # fixed z for every check: common random numbers
                 x = dist.sample(self.check_samples, [self.spec.seed, STREAM_CHECK])
             else:
-                x = dist.sample(self.algo.samples_per_iteration, [self.spec.seed, STREAM_DESIGN, state["iteration"]])
+                x = dist.sample(self.algo.samples_per_iteration, [self.spec.seed, STREAM_DESIGN, state.iteration])
             self._queries_cache = (key, x)
         return self._queries_cache[1].copy()
 
-    def step(self, state: dict[str, Any], labels) -> dict[str, Any]:
+    def step(self, state: BilevelState, labels) -> BilevelState:
         """The next state; a NaN label marks a point whose measurement failed (:mod:`lwl.outcomes`):
         it counts as a label spent and is used nowhere."""
         labels = np.asarray(labels, dtype=np.float64).reshape(-1)
-        if state["phase"] == PHASE_DONE:
+        if state.phase == Phase.DONE:
             raise ValueError("step: the design is finished")
         expected = len(self.queries(state))
         if labels.shape[0] != expected:
             raise ValueError(f"labels: expected {expected} labels, got {labels.shape[0]}")
         failed = failed_rows(labels)
-        state = {**state, "labels_failed": int(state.get("labels_failed", 0)) + int(failed.sum())}
-        if state["phase"] == PHASE_VALIDATION:
-            new = {**state, "phase": PHASE_CHECK, "validation_labels": labels[~failed]}
-            if failed.any():  # the adjoint and the checks use the points that came back
-                new["validation_ok"] = ~failed
-            self._bind(new)  # raises when a member of Q has no validation label left
+        state = state.replace(labels_failed=int(state.labels_failed) + int(failed.sum()))
+        if state.phase == Phase.VALIDATION:
+            # the adjoint and the checks use the points that came back
+            new = state.replace(phase=Phase.CHECK, validation_labels=labels[~failed],
+                                validation_ok=~failed if failed.any() else state.validation_ok)
+            self._bind(new.validation_ok)  # raises when a member of Q has no validation label left
             return new
-        self._bind(state)
-        if state["phase"] == PHASE_CHECK:
+        self._bind(state.validation_ok)
+        if state.phase == Phase.CHECK:
             return self._check(state, labels)
         return self._iterate(state, labels)
 
-    def result(self, state: dict[str, Any]) -> dict[str, Any]:
+    def result(self, state: BilevelState) -> dict[str, Any]:
         """The kept distribution (best checked iterate, or the last with ``keep: "last"``), the
         last iterate, the history, the checks and which iterate was selected and why."""
-        self._bind(state)
+        self._bind(state.validation_ok)
         last = self.distribution(state)
-        checks = state["checks"]
+        checks = state.checks
         sel = self._selection(state)
-        kept, it, z, within_noise, fallback, nearest = (sel[k] for k in ("kept", "iteration", "z", "within_noise",
-                                                                         "fallback", "nearest"))
-        history = [dict(h) for h in state["history"]]
+        kept = sel.kept
+        history = [dict(h) for h in state.history]
         for h in history:
-            h["selected"] = h["iteration"] == it
-        initial = next((c["err"] for c in checks if c.get("start") == "given"), None)
-        kept_err = state["best_err"] if self.algo.keep == "best" else (checks[-1]["err"] if checks else None)
-        if within_noise:
-            kept_err = (state["significant_err"] if fallback
-                        else next((c["err"] for c in checks if c.get("start") == (nearest or "given")), kept_err))
-        selected = {"iteration": it, "rule": f"{self.algo.keep} validation check",
-                    "improvement_z": z if z is None or np.isfinite(z) else None,
-                    "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
-                    "initial_check_err": initial, "lengthscale": sel["lengthscale"],
-                    "last_check_err": checks[-1]["err"] if checks else None}
-        warnings = []
-        if initial is not None and selected["check_err"] is not None and selected["check_err"] > initial:
-            warnings.append(f"the returned distribution is worse on the validation data than the initial one "
-                            f"(check Err {selected['check_err']:.4g} > {initial:.4g})")
-        starts = [c for c in checks if c["iteration"] == 0]
-        if starts and self.algo.keep == "best":
-            selected["start"] = min(starts, key=lambda c: c["err"])["start"]
-        if fallback:
-            selected["rule"] = "surest check that beats the initial distribution beyond noise"
-            if it == 0 and state.get("significant_start"):
-                selected["start"] = state["significant_start"]  # the start point returned
-            warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.threshold(state['best_iteration']):g}): of the checks "
-                            f"that beat it beyond noise the surest (z {state['significant_z']:.2f}) is returned, the best "
-                            f"checked iterate is best_distribution")
-        elif within_noise and nearest is not None:
-            selected.update(rule="start point nearest Q of those that validate below the initial distribution "
-                                 "(every check was within noise of it)", start=nearest)
-            warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.threshold(state['best_iteration']):g}), and so is every "
-                            f"other check's: of the start points that validate below the initial distribution, "
-                            f"{nearest} is nearest Q (the transport term of the paper's bound) and is returned; the "
-                            f"best checked iterate is best_distribution")
-        elif within_noise:
-            selected.update(rule="initial distribution: the best check was within noise of it", start="given")
-            warnings.append(f"the best iterate's validation improvement over the initial distribution is within "
-                            f"noise ({z:.2f} standard errors < {self.threshold(state['best_iteration']):g}), and so is every "
-                            f"other check's: the initial distribution is returned, the best checked iterate is "
-                            f"best_distribution")
-        if checks and it == 0 and self.algo.keep == "best" and state["iteration"] > 0 and not within_noise:
-            if selected.get("start") == "moment_matched":
-                warnings.append("no iterate improved on Q's moment-matched Gaussian (which validated better than "
-                                "the given initial distribution); it is returned")
-            elif str(selected.get("start", "")).startswith("broadened"):
-                warnings.append(f"no iterate improved on the start point {selected['start']} (Q's fit with its "
-                                f"covariance scaled, which validated better than the given initial distribution); "
-                                f"it is returned")
-            else:
-                warnings.append("no iterate improved on the initial distribution on the validation data; "
-                                "the initial distribution is returned")
+            h["selected"] = h["iteration"] == sel.iteration
+        selected = self._selected(state, sel)
+        warnings = self._selection_warnings(state, sel, selected)
         selected.update(self._headline(state, selected, kept))
         if self.selects_lengthscale:
             note = edge_note(selected["lengthscale"], self.spec.model.lengthscale)
@@ -333,11 +443,11 @@ class BilevelDesign(StepperDefaults):
         # every label asked for, failed ones included: a failed measurement costs the lab as much
         labels_used = (sum(len(x) for x in self.q.validation) + len(history) * self.algo.samples_per_iteration
                        + len(checks) * self.check_samples)
-        best = self.family.measure(self._get(state, "best_"))
+        best = self.family.measure(state.best.params)
         out = {"distribution": self.family.measure(kept).to_spec(), "last_distribution": last.to_spec(),
                "best_distribution": best.to_spec(), "history": history,
                "checks": list(checks), "selected": selected, "warnings": warnings, "labels_used": labels_used,
-               "labels_failed": int(state.get("labels_failed", 0)),
+               "labels_failed": int(state.labels_failed),
                "events": {e: events.count(e) for e in ("clipped", "rejected", "bounded", "reverted", "failed_round")
                           if e in events}}
         facts = self.family.diagnostics(kept)
@@ -346,7 +456,57 @@ class BilevelDesign(StepperDefaults):
             out["family_diagnostics"] = facts
         return out
 
-    def _headline(self, state: dict[str, Any], selected: dict[str, Any], kept: Params) -> dict[str, Any]:
+    def _selected(self, state: BilevelState, sel: Selection) -> dict[str, Any]:
+        """The result's ``selected`` block before its headline: the returned check's iteration,
+        the rule that chose it, its improvement over theta0 (z), its check Err beside theta0's and
+        the last check's, its lengthscale and (keep best) its start point."""
+        checks = state.checks
+        kept_err = self._kept_err(state, sel)
+        selected = {"iteration": sel.iteration, "rule": f"{self.algo.keep} validation check",
+                    "improvement_z": sel.z if sel.z is None or np.isfinite(sel.z) else None,
+                    "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
+                    "initial_check_err": _initial_err(checks), "lengthscale": sel.lengthscale,
+                    "last_check_err": checks[-1]["err"] if checks else None}
+        starts = [c for c in checks if c["iteration"] == 0]
+        if starts and self.algo.keep == "best":
+            selected["start"] = min(starts, key=lambda c: c["err"])["start"]
+        if sel.fallback:
+            selected["rule"] = "surest check that beats the initial distribution beyond noise"
+            if sel.iteration == 0 and state.significant_start:
+                selected["start"] = state.significant_start  # the start point returned
+        elif sel.within_noise and sel.nearest is not None:
+            selected.update(rule="start point nearest Q of those that validate below the initial distribution "
+                                 "(every check was within noise of it)", start=sel.nearest)
+        elif sel.within_noise:
+            selected.update(rule="initial distribution: the best check was within noise of it", start="given")
+        return selected
+
+    def _kept_err(self, state: BilevelState, sel: Selection) -> float | None:
+        """The check Err of the returned distribution (None without checks)."""
+        checks = state.checks
+        kept_err = state.best.err if self.algo.keep == "best" else (checks[-1]["err"] if checks else None)
+        if not sel.within_noise:
+            return kept_err
+        if sel.fallback:
+            return state.significant.err
+        return next((c["err"] for c in checks if c.get("start") == (sel.nearest or "given")), kept_err)
+
+    def _selection_warnings(self, state: BilevelState, sel: Selection, selected: dict[str, Any]) -> list[str]:
+        """What a person should know about the returned distribution, in this order: it validates
+        worse than theta0; the best check was within noise of theta0 (and what is returned
+        instead); no iterate improved on the start point returned."""
+        warnings = []
+        initial, err = selected["initial_check_err"], selected["check_err"]
+        if initial is not None and err is not None and err > initial:
+            warnings.append(worse_than_initial_warning(err, initial))
+        if sel.within_noise:
+            warnings.append(within_noise_warning(sel, self.threshold(state.best.iteration), state.significant_z))
+        if state.checks and sel.iteration == 0 and self.algo.keep == "best" and state.iteration > 0 \
+                and not sel.within_noise:
+            warnings.append(no_iterate_improved_warning(selected.get("start")))
+        return warnings
+
+    def _headline(self, state: BilevelState, selected: dict[str, Any], kept: Params) -> dict[str, Any]:
         """What a person reads first: which distribution was kept and why, and why the run
         stopped (``summary``, ``stopped``), the kept start's readable ``start_label`` and, for
         families that choose between kinds (auto), the ``family`` that won."""
@@ -370,18 +530,19 @@ class BilevelDesign(StepperDefaults):
             # selected["start"] is the best start point: the one the descent began from
             origin = self.start_label(selected["start"]) if selected.get("start") else None
             out["summary"] = f"kept iteration {selected['iteration']}" + (f" (from {origin})" if origin else "")
-        checks = state["checks"]
+        checks = state.checks
         last = checks[-1] if checks else {}
         if last.get("action") == "stopped":
             out["stopped"] = (f"early, at iteration {last['iteration']} of {self.algo.iterations}: no check improved "
                               f"after the step was halved {self.algo.max_halvings} times (converged)")
         else:
-            out["stopped"] = f"at the last iteration ({state['iteration']} of {self.algo.iterations})"
+            out["stopped"] = f"at the last iteration ({state.iteration} of {self.algo.iterations})"
         return out
 
     # -- pieces of Alg. 3 ----------------------------------------------------------------------
-    def distribution(self, state: dict[str, Any]) -> Measure:
-        return self.family.measure(self._get(state))
+    def distribution(self, state: BilevelState) -> Measure:
+        """nu_theta_k, the law of the current iterate."""
+        return self.family.measure(state.params)
 
     def schedules(self, k: int) -> tuple[float, float]:
         """(step size, nugget sigma_k^2) at iteration k: the paper's learning rate for
@@ -393,19 +554,32 @@ class BilevelDesign(StepperDefaults):
             step = cosine(a.learning_rate, a.final_learning_rate, k, T)
         return step, cosine(a.nugget, a.final_nugget, k, T)
 
-    def gradient(self, state: dict[str, Any], U: np.ndarray, y: np.ndarray, sigma2: float):
+    def gradient(self, state: BilevelState, U: np.ndarray, y: np.ndarray, sigma2: float):
         """(objective, validation Err, *gradient) at the state's theta for data (U, y), the
         gradient in the family's natural parameters (for a Gaussian: grad_mean, grad_chol)."""
         objective, err, c = self.gradient_weights(state, U, y, sigma2)
-        return (objective, err, *self.family.score(self._get(state), U, c))
+        return (objective, err, *self.family.score(state.params, U, c))
 
-    def gradient_weights(self, state: dict[str, Any], U: np.ndarray, y: np.ndarray, sigma2: float):
-        """(objective, validation Err, c) at the state's theta for data (U, y): the gradient is
+    def gradient_weights(self, state: BilevelState | Mapping[str, Any], U: np.ndarray, y: np.ndarray,
+                         sigma2: float):
+        """(objective, validation Err, c) for data (U, y) with the state's lengthscale and
+        validation labels (:meth:`adjoint_weights`). ``state`` is a :class:`BilevelState` or a
+        mapping with ``lengthscale``, ``validation_labels`` and optionally ``validation_ok`` (what
+        lwl.design.budgeted passes for its steps on a surrogate)."""
+        if isinstance(state, Mapping):
+            return self.adjoint_weights(U, y, sigma2, state["lengthscale"], state["validation_labels"],
+                                        state.get("validation_ok"))
+        return self.adjoint_weights(U, y, sigma2, state.lengthscale, state.validation_labels, state.validation_ok)
+
+    def adjoint_weights(self, U: np.ndarray, y: np.ndarray, sigma2: float, lengthscale: float,
+                        validation_labels: np.ndarray, validation_ok: np.ndarray | None = None):
+        """(objective, validation Err, c) for KRR with nugget ``sigma2`` trained on (U, y), scored
+        on the validation points that came back (``validation_ok``; None: all): the gradient is
         sum_i c_i grad log p_theta(u_i) (:func:`bilevel_gradient_weights`)."""
-        self._bind(state)
-        model = KernelRidge(self.spec.model.kernel, state["lengthscale"], sigma2, device=str(self.device))
+        self._bind(validation_ok)
+        model = KernelRidge(self.spec.model.kernel, lengthscale, sigma2, device=str(self.device))
         model.fit(U, y)
-        yv = torch.as_tensor(state["validation_labels"], dtype=DTYPE, device=self.device)
+        yv = torch.as_tensor(validation_labels, dtype=DTYPE, device=self.device)
         objective, c = bilevel_gradient_weights(model, self._v, yv, self._a)
         scale = float(self._a @ yv.square())  # E_Q(0) on the validation samples
         if self.algo.gradient_scale == "relative" or self.algo.optimizer == "adaptive":
@@ -431,16 +605,16 @@ class BilevelDesign(StepperDefaults):
         err = float(np.sqrt((a @ sq) / (a @ validation_labels**2)))
         return (err, sq) if np.isfinite(err) else (float("inf"), None)
 
-    def lengthscale_grid(self, state: dict[str, Any], iteration: int) -> list[float]:
+    def lengthscale_grid(self, current: float, iteration: int) -> list[float]:
         """Lengthscales a check tries when the spec left it to lwl: the median distance times
-        every factor of LENGTHSCALE_FACTORS for a start point, the current one and its two grid
-        neighbours for an iterate. The lengthscale is chosen with the design, not once for Q: a
-        design broader than Q wants a shorter one (docs/method.md, "Lengthscale chosen with the
-        design")."""
+        every factor of LENGTHSCALE_FACTORS for a start point, the ``current`` one (the state's)
+        and its two grid neighbours for an iterate. The lengthscale is chosen with the design, not
+        once for Q: a design broader than Q wants a shorter one (docs/method.md, "Lengthscale
+        chosen with the design")."""
         grid = [f * self.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
         if iteration == 0:
             return grid
-        current = state["lengthscale"]  # may lie beyond the grid after a widening
+        # the current lengthscale may lie beyond the grid after a widening
         return [current * 2, current, current / 2]
 
     def select_lengthscale(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
@@ -486,7 +660,7 @@ class BilevelDesign(StepperDefaults):
                 var += (w / den) ** 2 * float(part.var(ddof=1)) / len(x)
         return -delta / np.sqrt(var) if var > 0 else (float("inf") if delta < 0 else 0.0)
 
-    def resolved_spec(self, state: dict[str, Any]) -> JobSpec:
+    def resolved_spec(self, state: BilevelState) -> JobSpec:
         """The spec with the lengthscale the run selected (the one its evaluation must use)."""
         lengthscale = self.returned_lengthscale(state)
         if lengthscale == self.spec.model.lengthscale:
@@ -494,47 +668,48 @@ class BilevelDesign(StepperDefaults):
         return self.spec.model_copy(update={"model": self.spec.model.model_copy(
             update={"lengthscale": lengthscale})})
 
-    def returned_lengthscale(self, state: dict[str, Any]) -> float:
+    def returned_lengthscale(self, state: BilevelState) -> float:
         """The lengthscale that goes with the returned distribution: the one its check selected
         (:meth:`lengthscale_grid`), the spec's when the spec gave one."""
-        return self._selection(state)["lengthscale"]
+        return self._selection(state).lengthscale
 
-    def _selection(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Which check is returned and why: ``kept`` (its parameters), ``iteration``, ``z`` (the
-        best check's improvement over theta0 in standard errors), ``within_noise`` (z below the
-        bar), ``fallback`` (the surest significant check is returned instead), ``nearest`` (the
-        start point returned when no check is significant) and its ``lengthscale``."""
-        self._bind(state)
-        checks = state["checks"]
-        out = {"z": None, "within_noise": False, "fallback": False, "nearest": None,
-               "lengthscale": state["lengthscale"]}
+    def _selection(self, state: BilevelState) -> Selection:
+        """Which check is returned and why (:class:`Selection`): the best check (keep best), the
+        surest significant check when the best is within noise of theta0, else the start point
+        nearest Q that validates below theta0, or theta0 itself; the last iterate with keep last."""
+        self._bind(state.validation_ok)
+        checks = state.checks
         if self.algo.keep != "best" or not checks:
-            out.update(kept=self._get(state), iteration=state["iteration"])
-            if checks:  # checks record a lengthscale only when they select one
-                out["lengthscale"] = checks[-1].get("lengthscale", state["lengthscale"])
-            return out
-        kept, it = self._get(state, "best_"), state["best_iteration"]
-        lengthscale = state.get("best_lengthscale", state["lengthscale"])
-        given = self.family.initial()
-        moved = not all(np.array_equal(kept[n], given[n]) for n in self.family.param_names)
-        if moved and state.get("initial_sq") is not None and state.get("best_sq") is not None:
-            out["z"] = self.improvement_z(state["best_sq"], state["initial_sq"], state["validation_labels"])
-            out["within_noise"] = out["z"] < self.threshold(it)
-        out["fallback"] = out["within_noise"] and self._has(state, "significant_")
-        if out["fallback"]:  # the best check's improvement is within validation noise, another's is not
-            kept, it = self._get(state, "significant_"), state["significant_iteration"]
-            lengthscale = state.get("significant_lengthscale", lengthscale)
-        elif out["within_noise"]:  # ... nor any other's: the start nearest Q that validates below theta0
-            kept, it = given, 0
-            # (a theta0 that is Q's own mixture is nearest Q already: it is returned)
-            out["nearest"] = None if getattr(self.family, "initial_is_q", False) else self.nearest_start(checks)
-            if out["nearest"] is not None:
-                kept = dict(self.start_points())[out["nearest"]]
-            start = out["nearest"] or "given"
-            lengthscale = next((c.get("lengthscale", lengthscale) for c in checks
-                                if c["iteration"] == 0 and c.get("start") == start), lengthscale)
-        out.update(kept=kept, iteration=it, lengthscale=lengthscale)
-        return out
+            # checks record a lengthscale only when they select one
+            lengthscale = checks[-1].get("lengthscale", state.lengthscale) if checks else state.lengthscale
+            return Selection(kept=dict(state.params), iteration=state.iteration, lengthscale=lengthscale)
+        best = state.best
+        lengthscale = _given(best.lengthscale, state.lengthscale)
+        z = self._best_improvement_z(state)
+        within_noise = z is not None and z < self.threshold(best.iteration)
+        if not within_noise:
+            return Selection(kept=dict(best.params), iteration=best.iteration, lengthscale=lengthscale, z=z)
+        significant = state.significant
+        if significant is not None:  # the best check's improvement is within validation noise, another's is not
+            return Selection(kept=dict(significant.params), iteration=significant.iteration, z=z, within_noise=True,
+                             fallback=True, lengthscale=_given(significant.lengthscale, lengthscale))
+        # ... nor any other's: the start nearest Q that validates below theta0
+        # (a theta0 that is Q's own mixture is nearest Q already: it is returned)
+        nearest = None if getattr(self.family, "initial_is_q", False) else self.nearest_start(checks)
+        kept = dict(self.start_points())[nearest] if nearest is not None else self.family.initial()
+        start = nearest or "given"
+        lengthscale = next((c.get("lengthscale", lengthscale) for c in checks
+                            if c["iteration"] == 0 and c.get("start") == start), lengthscale)
+        return Selection(kept=kept, iteration=0, lengthscale=lengthscale, z=z, within_noise=True, nearest=nearest)
+
+    def _best_improvement_z(self, state: BilevelState) -> float | None:
+        """The best check's improvement over theta0 in standard errors (:meth:`improvement_z`);
+        None when the best is theta0 itself or either's residuals are unknown."""
+        best, given = state.best, self.family.initial()
+        moved = not all(np.array_equal(best.params[n], given[n]) for n in self.family.param_names)
+        if moved and state.initial_sq is not None and best.sq is not None:
+            return self.improvement_z(best.sq, state.initial_sq, state.validation_labels)
+        return None
 
     def transport_to_q(self, params: Params) -> float:
         """sum_k w_k W2^2(N(m, C), N(m_k, C_k)): the transport term of the paper's bound
@@ -576,94 +751,99 @@ class BilevelDesign(StepperDefaults):
             self._start_points = self._build_start_points()
         return self._start_points[index][0]
 
-    def _track_significant(self, state: dict[str, Any], new: dict[str, Any], record: dict, err: float,
-                           sq: np.ndarray) -> dict[str, Any]:
+    def _track_significant(self, state: BilevelState, new: BilevelState, record: dict, err: float,
+                           sq: np.ndarray) -> BilevelState:
         """Remember the surest check (largest z) that beats the given theta0 by ``significance`` standard
         errors: what is returned when the overall best check does not. A start checked before
-        theta0 waits until theta0's residuals are known."""
+        theta0 waits (``pending``) until theta0's residuals are known."""
         k = record["iteration"]
-        start = self._start_name(state["start_index"]) if k == 0 else None  # None for an iterate
+        start = self._start_name(state.start_index) if k == 0 else None  # None for an iterate
         given_start = start == "given"
-        lengthscale = record.get("lengthscale", state["lengthscale"])
-        if k == 0 and not given_start and new.get("initial_sq") is None:  # checked before theta0
-            new.update(**self._put(self._get(state), "pending_"), pending_err=err, pending_sq=sq,
-                       pending_start=start, pending_lengthscale=lengthscale)
-            return new
+        lengthscale = record.get("lengthscale", state.lengthscale)
+        checked = Kept(params=dict(state.params), iteration=k, err=err, sq=sq, lengthscale=lengthscale)
+        if k == 0 and not given_start and new.initial_sq is None:  # checked before theta0
+            return new.replace(pending=checked, pending_start=start)
         if given_start:
-            new["initial_sq"] = sq  # what a kept iterate must beat beyond noise
-        if new.get("initial_sq") is None:
+            new = new.replace(initial_sq=sq)  # what a kept iterate must beat beyond noise
+        if new.initial_sq is None:
             return new
-        candidates = [(self._get(state), err, k, sq, record, start, lengthscale)]
-        if given_start and state.get("pending_sq") is not None:
-            candidates.append((self._get(state, "pending_"), state["pending_err"], 0,
-                               state["pending_sq"], new["checks"][-1] if new["checks"] else {},
-                               state.get("pending_start"), state.get("pending_lengthscale", lengthscale)))
-        for params, e, it, s, rec, name, ell in candidates:
-            z = self.improvement_z(s, new["initial_sq"], state["validation_labels"])
+        candidates = [(checked, record, start)]
+        if given_start and state.pending is not None:
+            pending = state.pending
+            if pending.lengthscale is None:  # a checkpoint predating pending_lengthscale
+                pending = Kept(params=pending.params, err=pending.err, sq=pending.sq, lengthscale=lengthscale)
+            candidates.append((pending, new.checks[-1] if new.checks else {}, state.pending_start))
+        for candidate, rec, name in candidates:
+            z = self.improvement_z(candidate.sq, new.initial_sq, state.validation_labels)
             rec["z"] = z if np.isfinite(z) else None
             # the surest of the checks that clear the bar, not the lowest: with heavy-tailed labels
             # a broad design can buy a low validation Err from a few huge validation points, and
             # its z then falls while its held-out Err rises (docs/method.md, "Sobol G at d >= 7")
-            if z >= self.threshold(it) and z > new.get("significant_z", -float("inf")):
-                new.update(**self._put(params, "significant_"), significant_err=e, significant_iteration=it,
-                           significant_z=z, significant_start=name, significant_lengthscale=ell)
+            surest = new.significant_z if new.significant is not None else -float("inf")
+            if z >= self.threshold(candidate.iteration) and z > surest:
+                # the significant record keeps no residuals (its checkpoint has none)
+                significant = Kept(params=dict(candidate.params), iteration=candidate.iteration, err=candidate.err,
+                                   lengthscale=candidate.lengthscale)
+                new = new.replace(significant=significant, significant_z=z, significant_start=name)
         return new
 
-    def _check(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:
+    def _check(self, state: BilevelState, y: np.ndarray) -> BilevelState:
         """Score theta_k on the fixed check batch; keep the best; revert and halve on stalls."""
-        k = state["iteration"]
-        new = dict(state)
+        k = state.iteration
         failed = failed_rows(y)
         U, y = usable(self.queries(state), y)  # the check trains on the points that came back
         record = {"iteration": k}
         if failed.any():
             record["failed"] = int(failed.sum())
-        lengthscale = state["lengthscale"]
+        lengthscale = state.lengthscale
         if len(y) == 0:  # the whole check batch failed: nothing to score, the check counts as lost
             err, sq = float("inf"), None
         elif self.selects_lengthscale:  # the pair (theta_k, lengthscale) with the lowest check Err
-            tried = self.select_lengthscale(U, y, state["validation_labels"], self.lengthscale_grid(state, k))
+            tried = self.select_lengthscale(U, y, state.validation_labels, self.lengthscale_grid(state.lengthscale, k))
             lengthscale = float(min(tried, key=lambda ell: tried[ell][0]))
             err, sq = tried[lengthscale]
             record["lengthscale_edge"] = edge_note(lengthscale, self.spec.model.lengthscale) is not None
             record.update(lengthscales={repr(ell): e for ell, (e, _) in tried.items()}, lengthscale=lengthscale)
         else:
-            err, sq = self._checked(U, y, state["validation_labels"], lengthscale)
-        record.update(err=err, best=err < state["best_err"], action=None)
+            err, sq = self._checked(U, y, state.validation_labels, lengthscale)
+        record.update(err=err, best=err < state.best.err, action=None)
+        new = state
         if record["best"]:
             # the gradient steps go on with the lengthscale of the best pair
-            new.update(**self._put(self._get(state), "best_"), best_err=err, best_iteration=k,
-                       stale_checks=0, best_sq=sq, best_lengthscale=lengthscale, lengthscale=lengthscale)
+            best = Kept(params=dict(state.params), iteration=k, err=err, sq=sq, lengthscale=lengthscale)
+            new = new.replace(best=best, stale_checks=0, lengthscale=lengthscale)
         elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
-            new["stale_checks"] = state["stale_checks"] + 1
-            if new["stale_checks"] >= self.algo.patience:
-                # back to the best iterate with half the step and fresh Adam moments
-                phi = self.family.to_phi(self._get(state, "best_"))
-                new.update(**self._get(state, "best_"), phi=phi,
-                           adam_m1=np.zeros_like(phi), adam_m2=np.zeros_like(phi), adam_t=0,
-                           step_scale=0.5 * state["step_scale"], halvings=state["halvings"] + 1, stale_checks=0)
+            new = new.replace(stale_checks=state.stale_checks + 1)
+            if new.stale_checks >= self.algo.patience:
+                new = self._revert(new)
                 record["action"] = "reverted"
         if sq is not None:
             new = self._track_significant(state, new, record, err, sq)
-        new["checks"] = [*state["checks"], record]
+        new = new.replace(checks=[*state.checks, record])
         if k == 0:  # starting points: check each, then start from the best
             starts = self.start_points()
-            i = state["start_index"]
+            i = state.start_index
             record["start"] = starts[i][0]
             if i + 1 < len(starts):
-                new.update(**starts[i + 1][1], start_index=i + 1)
-                return new
-            phi = self.family.to_phi(self._get(new, "best_"))
-            new.update(**self._get(new, "best_"), phi=phi, phi0=phi.copy(), stale_checks=0)
-        stop = k >= self.algo.iterations or new["halvings"] > self.algo.max_halvings
+                return new.replace(params=starts[i + 1][1], start_index=i + 1)
+            phi = self.family.to_phi(new.best.params)
+            new = new.replace(params=dict(new.best.params), phi=phi, phi0=phi.copy(), stale_checks=0)
+        stop = k >= self.algo.iterations or new.halvings > self.algo.max_halvings
         if stop and k < self.algo.iterations:
             record["action"] = "stopped"  # the step has shrunk to nothing: converged
-        new["phase"] = PHASE_DONE if stop else PHASE_ITERATE
-        return new
+        return new.replace(phase=Phase.DONE if stop else Phase.ITERATE)
 
-    def _iterate(self, state: dict[str, Any], y: np.ndarray) -> dict[str, Any]:
+    def _revert(self, state: BilevelState) -> BilevelState:
+        """Back to the best iterate with half the step and fresh Adam moments."""
+        phi = self.family.to_phi(state.best.params)
+        return state.replace(params=dict(state.best.params), phi=phi, adam_m1=np.zeros_like(phi),
+                             adam_m2=np.zeros_like(phi), adam_t=0, step_scale=0.5 * state.step_scale,
+                             halvings=state.halvings + 1, stale_checks=0)
+
+    def _iterate(self, state: BilevelState, y: np.ndarray) -> BilevelState:
+        """One gradient step (steps 1-5 of the module docstring) on the labelled batch ``y``."""
         t0 = time.perf_counter()
-        k = state["iteration"]
+        k = state.iteration
         step, sigma2 = self.schedules(k)
         failed = failed_rows(y)
         # the gradient is the one of the points that came back (N_k = how many did)
@@ -679,51 +859,48 @@ class BilevelDesign(StepperDefaults):
         if len(y) == 0:
             event = "failed_round"
         record = {"iteration": k, "objective": objective, "validation_err": err,
-                  "step_size": step * new.get("step_scale", 1.0), "nugget": sigma2, "grad_norm": grad_norm,
+                  "step_size": step * new.step_scale, "nugget": sigma2, "grad_norm": grad_norm,
                   "event": event, "seconds": time.perf_counter() - t0}
         if failed.any():
             record["failed"] = int(failed.sum())
         k += 1
-        new.update(iteration=k, history=[*state["history"], record])
-        if k >= self.algo.iterations or k % self.algo.check_every == 0:
-            new["phase"] = PHASE_CHECK
-        return new
+        check = k >= self.algo.iterations or k % self.algo.check_every == 0
+        return new.replace(iteration=k, history=[*state.history, record], phase=Phase.CHECK if check else new.phase)
 
-    def _plain(self, state, grads, step):
+    def _plain(self, state: BilevelState, grads, step: float) -> tuple[BilevelState, str | None, float]:
         """The paper's step theta <- theta - t_k grad (diag(L) clamped), refusing non-finite results."""
         if grads is None:
-            return dict(state), "rejected", float("nan")
-        params, norm = self.family.plain_step(self._get(state), tuple(grads), step)
+            return state, "rejected", float("nan")
+        params, norm = self.family.plain_step(state.params, tuple(grads), step)
         if not all(np.all(np.isfinite(v)) for v in params.values()) or not self._admissible(params):
-            return dict(state), "rejected", norm
-        return {**state, **params}, None, norm
+            return state, "rejected", norm
+        return state.replace(params=params), None, norm
 
     def _admissible(self, params: Params) -> bool:
         """A family restricted to an input domain refuses laws with (almost) no mass inside it."""
         check = getattr(self.family, "admissible", None)
         return check is None or check(params)
 
-    def _adaptive(self, state, grads, step):
+    def _adaptive(self, state: BilevelState, grads, step: float) -> tuple[BilevelState, str | None, float]:
         """Guarded Adam in whitened coordinates, projected on the parameter box."""
         if grads is None:
-            return dict(state), "rejected", float("nan")
-        phi = state["phi"]
+            return state, "rejected", float("nan")
+        phi = state.phi
         grad = self.family.phi_gradient(phi, tuple(grads)) * self.family.mask()
         norm = float(np.sqrt(np.sum(grad**2))) if np.all(np.isfinite(grad)) else float("inf")
-        grad, grad_ms, event = guard_gradient(grad, state["grad_ms"], state["adam_t"])
+        grad, grad_ms, event = guard_gradient(grad, state.grad_ms, state.adam_t)
         if grad is None:
-            return dict(state), event, norm
-        t = state["adam_t"] + 1
-        new_phi, m1, m2 = adam_step(phi, grad, state["adam_m1"], state["adam_m2"], t, step * state["step_scale"])
-        lo, hi = self.family.bounds(state["phi0"])
+            return state, event, norm
+        t = state.adam_t + 1
+        new_phi, m1, m2 = adam_step(phi, grad, state.adam_m1, state.adam_m2, t, step * state.step_scale)
+        lo, hi = self.family.bounds(state.phi0)
         bounded = np.clip(new_phi, lo, hi)
         if not np.array_equal(bounded, new_phi):
             event = event or "bounded"
         params = self.family.from_phi(bounded)
         if not all(np.all(np.isfinite(v)) for v in params.values()) or not self._admissible(params):
-            return {**state, "grad_ms": grad_ms}, "rejected", norm
-        return ({**state, "phi": bounded, **params, "adam_m1": m1, "adam_m2": m2, "adam_t": t,
-                 "grad_ms": grad_ms}, event, norm)
+            return state.replace(grad_ms=grad_ms), "rejected", norm
+        return state.replace(phi=bounded, params=params, adam_m1=m1, adam_m2=m2, adam_t=t, grad_ms=grad_ms), event, norm
 
 
 def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BilevelDesign:
@@ -731,7 +908,7 @@ def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> Bil
     return BilevelDesign.from_spec(spec, resolve)
 
 
-def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracle, out: dict) -> dict:
+def evaluate(stepper: BilevelDesign, state: BilevelState, spec: JobSpec, oracle, out: dict) -> dict:
     """Held-out Err of the design and its baselines (:func:`lwl.evaluation.heldout.evaluate_design`)
     and the verdict; ``spec`` is the resolved one (its lengthscale is what the run selected)."""
     from lwl.evaluation.heldout import evaluate_design, verdict
@@ -741,7 +918,7 @@ def evaluate(stepper: BilevelDesign, state: dict[str, Any], spec: JobSpec, oracl
     # theta^0 is a candidate of its own unless a baseline already is it (the Gaussian family's is "normal")
     initial = None if getattr(family, "initial_is_baseline", None) else family.measure(family.initial())
     # validation labels line up with Q's validation points only when none failed
-    labels = None if state.get("validation_ok") is not None else np.asarray(state.get("validation_labels"))
+    labels = None if state.validation_ok is not None else np.asarray(state.validation_labels)
     evaluation = evaluate_design(spec, stepper.q, from_spec(out["distribution"]), oracle, labels, initial=initial)
     sel = out.get("selected", {})
     returned_initial = sel.get("iteration") == 0 and sel.get("start", "given") == "given"

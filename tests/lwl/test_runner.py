@@ -41,7 +41,7 @@ def test_progress_checkpoint_and_cancel(small_spec):
     calls = iter([False] * 8 + [True])  # stop after the starts and the first iteration
     with pytest.raises(Interrupted) as exc:
         run_job(small_spec, should_stop=lambda: next(calls))
-    assert exc.value.state["iteration"] == 1
+    assert exc.value.state.iteration == 1
 
 
 def test_samples_members_and_weights(small_spec):

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lwl.design import BilevelDesign, pack, unpack
-from lwl.design.bilevel import LENGTHSCALE_FACTORS
+from lwl.design.bilevel import LENGTHSCALE_FACTORS, BilevelState, Phase
+from lwl.design.state import Kept
 from lwl.design.schedules import cosine
 from lwl.oracles import make_oracle
 from lwl.spec import parse_job_spec
@@ -40,7 +41,7 @@ def _weighted_objective(design, state, U, y, sigma2, mean, chol):
     Kvu = km.kernel_matrix(V, U).numpy()
     beta = np.linalg.solve(K + sigma2 * np.diag(1.0 / w), y)
     a = design.q.point_weights(design.q.validation, design.q.weights)
-    r = state["validation_labels"] - Kvu @ beta
+    r = state.validation_labels - Kvu @ beta
     return 0.5 * a @ r**2
 
 
@@ -52,7 +53,7 @@ def test_bilevel_gradient_matches_finite_differences(small_spec, kernel):
     y = oracle.label(U)
     sigma2 = 1e-3
     objective, err, g_mean, g_chol = design.gradient(state, U, y, sigma2)
-    mean, chol = state["mean"], state["chol"]
+    mean, chol = state.params["mean"], state.params["chol"]
     assert np.isclose(0.5 * objective, _weighted_objective(design, state, U, y, sigma2, mean, chol))
     h = 1e-6
     for i in range(len(mean)):
@@ -78,7 +79,7 @@ def test_relative_scale_divides_by_mean_squared_label(small_spec):
     design.algo.gradient_scale = "relative"
     a = design.q.point_weights(design.q.validation, design.q.weights)
     _, _, g_rel, _ = design.gradient(state, U, y, 1e-3)
-    np.testing.assert_allclose(g_rel, g_abs / (a @ state["validation_labels"] ** 2), rtol=1e-12)
+    np.testing.assert_allclose(g_rel, g_abs / (a @ state.validation_labels ** 2), rtol=1e-12)
 
 
 def test_cosine_schedule_endpoints():
@@ -90,14 +91,14 @@ def test_cosine_schedule_endpoints():
 def test_steps_follow_the_schedules_and_fixed_parameters_stay(small_spec):
     small_spec["family"]["free"] = ["mean"]
     design, oracle, state = _design(small_spec, iterations=4)
-    chol0 = state["chol"].copy()
+    chol0 = state.params["chol"].copy()
     while not design.done(state):
         state = design.step(state, oracle.label(design.queries(state)))
-    assert np.array_equal(state["chol"], chol0)
-    hist = state["history"]
+    assert np.array_equal(state.params["chol"], chol0)
+    hist = state.history
     assert [h["iteration"] for h in hist] == [0, 1, 2, 3]
     assert hist[0]["step_size"] == 1e-2 and hist[0]["nugget"] == 1e-3
-    assert [c["iteration"] for c in state["checks"]] == [0, 4]  # theta^0 and the last iterate
+    assert [c["iteration"] for c in state.checks] == [0, 4]  # theta^0 and the last iterate
     assert all(np.isfinite(h["objective"]) and 0 < h["validation_err"] for h in hist)
 
 
@@ -116,12 +117,13 @@ def test_checkpoint_resume_equals_uninterrupted_run(small_spec, lengthscale):
     for _ in range(3):
         part = design.step(part, oracle.label(design.queries(part)))
     blob = pack(part)
-    resumed = unpack(blob)  # no pickle involved
     again = BilevelDesign.from_spec(design.spec)  # a fresh process would rebuild the stepper
+    resumed = again.restore(unpack(blob))  # no pickle involved
     while not again.done(resumed):
         resumed = again.step(resumed, oracle.label(again.queries(resumed)))
-    assert np.array_equal(resumed["mean"], full["mean"]) and np.array_equal(resumed["chol"], full["chol"])
-    assert [h["objective"] for h in resumed["history"]] == [h["objective"] for h in full["history"]]
+    assert np.array_equal(resumed.params["mean"], full.params["mean"])
+    assert np.array_equal(resumed.params["chol"], full.params["chol"])
+    assert [h["objective"] for h in resumed.history] == [h["objective"] for h in full.history]
     assert again.result(resumed)["selected"] == design.result(full)["selected"]
     assert again.resolved_spec(resumed) == design.resolved_spec(full)
 
@@ -135,7 +137,7 @@ def test_bad_labels_are_refused(small_spec):
     # the runner refuses it from an oracle that does not report failures (tests/lwl/test_outcomes.py)
     bad = oracle.label(U)
     bad[0] = np.nan
-    assert design.step(state, bad)["labels_failed"] == 1
+    assert design.step(state, bad).labels_failed == 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -161,8 +163,8 @@ def test_kept_iterate_is_the_best_check(small_spec):
     state = design.init()
     checked = []  # theta at every check, in order
     while not design.done(state):
-        if state["phase"] == "check":
-            checked.append((state["mean"].copy(), state["chol"].copy()))
+        if state.phase == "check":
+            checked.append((state.params["mean"].copy(), state.params["chol"].copy()))
         state = design.step(state, oracle.label(design.queries(state)))
     res = design.result(state)
     errs = [c["err"] for c in res["checks"]]
@@ -172,7 +174,7 @@ def test_kept_iterate_is_the_best_check(small_spec):
     assert res["selected"]["check_err"] == min(errs)
     assert res["selected"]["iteration"] == res["checks"][best]["iteration"]
     assert sum(h["selected"] for h in res["history"]) <= 1
-    assert res["last_distribution"]["mean"] == state["mean"].tolist()
+    assert res["last_distribution"]["mean"] == state.params["mean"].tolist()
     # Q's validation points, every iteration's batch and every check batch were labelled
     n_labels = len(design.queries(design.init())) + 60 * len(res["history"]) + 80 * len(res["checks"])
     assert res["labels_used"] == n_labels
@@ -180,7 +182,7 @@ def test_kept_iterate_is_the_best_check(small_spec):
     # iterate and halves the step
     stalls = [c for c in res["checks"] if 0 < c["iteration"] < 12 and not c["best"]]
     assert all(c["action"] in ("reverted", "stopped") for c in stalls)
-    assert state["step_scale"] == 0.5 ** sum(c["action"] == "reverted" for c in stalls)
+    assert state.step_scale == 0.5 ** sum(c["action"] == "reverted" for c in stalls)
     assert all(h["step_size"] <= 0.05 for h in res["history"])
 
 
@@ -280,9 +282,9 @@ def test_forced_runaway_steps_are_refused_and_the_job_still_ends_well(small_spec
 
     def sabotaged(state, U, y, sigma2):
         obj, err, g_mean, g_chol = real(state, U, y, sigma2)
-        if state["iteration"] == 8:
+        if state.iteration == 8:
             return obj, err, g_mean * 1e12, g_chol * 1e12  # a runaway gradient
-        if state["iteration"] == 10:
+        if state.iteration == 10:
             return obj, err, g_mean * np.nan, g_chol  # a non-finite one
         return obj, err, g_mean, g_chol
 
@@ -291,7 +293,7 @@ def test_forced_runaway_steps_are_refused_and_the_job_still_ends_well(small_spec
     means = {}
     while not design.done(state):
         state = design.step(state, oracle.label(design.queries(state)))
-        means[state["iteration"]] = state["mean"].copy()
+        means[state.iteration] = state.params["mean"].copy()
     res = design.result(state)
     events = {h["iteration"]: h["event"] for h in res["history"]}
     assert events[8] == "clipped" and events[10] == "rejected"
@@ -373,13 +375,12 @@ def test_iterate_checks_try_the_current_lengthscale_and_its_grid_neighbours(smal
     del small_spec["model"]
     design, _, _ = _design(small_spec)
     grid = [f * design.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
-    state = {"lengthscale": grid[2]}
-    assert design.lengthscale_grid(state, 0) == grid
-    assert design.lengthscale_grid(state, 5) == grid[1:4]
+    assert design.lengthscale_grid(grid[2], 0) == grid
+    assert design.lengthscale_grid(grid[2], 5) == grid[1:4]
     # an iterate tries its current lengthscale and both neighbours, also beyond the start grid
     # (the selection widens while the best sits at an edge: lwl.defaults.select_widening)
-    assert design.lengthscale_grid({"lengthscale": grid[0]}, 5) == [2 * grid[0], *grid[:2]]
-    assert design.lengthscale_grid({"lengthscale": grid[-1]}, 5) == [*grid[-2:], grid[-1] / 2]
+    assert design.lengthscale_grid(grid[0], 5) == [2 * grid[0], *grid[:2]]
+    assert design.lengthscale_grid(grid[-1], 5) == [*grid[-2:], grid[-1] / 2]
 
 
 def test_a_given_lengthscale_is_kept(small_spec):
@@ -402,8 +403,8 @@ def test_broadened_start_points_are_checked_and_the_run_starts_from_the_best(sma
         np.testing.assert_allclose(broad.cov, factor * fit.cov, rtol=1e-12)
     state, first_iterate = design.init(), None
     while not design.done(state):
-        if state["phase"] == "iterate" and first_iterate is None:
-            first_iterate = {n: state[n].copy() for n in ("mean", "chol")}
+        if state.phase == "iterate" and first_iterate is None:
+            first_iterate = {n: state.params[n].copy() for n in ("mean", "chol")}
         state = design.step(state, oracle.label(design.queries(state)))
     res = design.result(state)
     at_start = [c for c in res["checks"] if c["iteration"] == 0]
@@ -470,16 +471,60 @@ def test_the_returned_lengthscale_is_the_one_of_the_returned_check(small_spec, m
     checks = [{"iteration": 0, "start": "moment_matched", "err": 0.5, "lengthscale": 1.0},
               {"iteration": 0, "start": "given", "err": 0.6, "lengthscale": 2.0},
               {"iteration": 25, "err": 0.4, "lengthscale": 4.0}]
-    state = {**state, "checks": checks, **design._put(moved, "best_"), "best_iteration": 25, "best_lengthscale": 4.0,
-             "best_sq": np.zeros(3), "initial_sq": np.ones(3), "lengthscale": 4.0}
+    state = state.replace(checks=checks, best=Kept(params=moved, iteration=25, err=0.4, sq=np.zeros(3), lengthscale=4.0),
+                          initial_sq=np.ones(3), lengthscale=4.0)
     monkeypatch.setattr(design, "improvement_z", lambda *a: 3.0)
     assert design.returned_lengthscale(state) == 4.0  # the best check beats theta0 beyond noise
     monkeypatch.setattr(design, "improvement_z", lambda *a: 0.5)
-    with_significant = {**state, **design._put(given, "significant_"), "significant_lengthscale": 1.0,
-                        "significant_iteration": 0}
+    with_significant = state.replace(significant=Kept(params=given, iteration=0, lengthscale=1.0), significant_z=2.5)
     assert design.returned_lengthscale(with_significant) == 1.0  # the surest significant check's
     monkeypatch.setattr(design, "nearest_start", lambda checks: "moment_matched")
     assert design.returned_lengthscale(state) == 1.0  # the nearest start's check
     monkeypatch.setattr(design, "nearest_start", lambda checks: None)
     assert design.returned_lengthscale(state) == 2.0  # theta0's check
     assert design.resolved_spec(state).model.lengthscale == 2.0
+
+
+@pytest.mark.parametrize("family", ["gaussian", "mixture", "auto", "pool"])
+def test_the_typed_state_writes_the_legacy_checkpoint_layout(family):
+    """to_flat() of a state from a real run has the keys of the checkpoints the dict-state code
+    wrote (tests/conformance/legacy/), and the checkpoint restores to an equal state."""
+    from lwl.runner import build_stepper, run_job
+    from tests.conformance.legacy_cases import CASES, HERE
+
+    blobs = []
+    run_job(CASES[f"bilevel-{family}"](), checkpoint=blobs.append, evaluate=False)
+    stepper = build_stepper(parse_job_spec(CASES[f"bilevel-{family}"]()))
+    for legacy in sorted(HERE.glob(f"bilevel-{family}-*.npz")):
+        k = int(legacy.stem.rsplit("-", 1)[1])
+        state = stepper.restore(unpack(blobs[k - 1]))
+        assert isinstance(state, BilevelState) and isinstance(state.phase, Phase)
+        old = unpack(legacy.read_bytes())
+        assert set(state.to_flat()) == set(old)
+        assert set(stepper.restore(old).to_flat()) == set(old)
+
+
+def test_the_kept_records_spread_over_their_legacy_prefixes(small_spec):
+    """best_*, significant_* (with significant_z/start) and pending_* (a start checked before
+    theta0, stored without an iteration) round-trip through the flat layout."""
+    del small_spec["model"]  # the lengthscale selected: Q's moment-matched Gaussian is checked first
+    design, oracle = _adaptive(small_spec, iterations=4, check_every=2, significance=0)
+    state = design.init()
+    while not design.done(state):
+        state = design.step(state, oracle.label(design.queries(state)))
+    assert state.pending is not None and state.significant is not None
+    flat = state.to_flat()
+    names = design.family.param_names
+    for prefix, record in (("best_", "best"), ("significant_", "significant"), ("pending_", "pending")):
+        assert {prefix + n for n in names} <= set(flat), record
+    assert {"best_err", "best_iteration", "best_sq", "best_lengthscale", "significant_err", "significant_iteration",
+            "significant_z", "significant_start", "significant_lengthscale", "pending_err", "pending_sq",
+            "pending_start", "pending_lengthscale"} <= set(flat)
+    assert not {"pending_iteration", "significant_sq", "params", "best", "significant", "pending"} & set(flat)
+    assert flat["phase"] == "done" and type(flat["phase"]) is str
+    again = design.restore(unpack(pack(state)))
+    assert again.phase is Phase.DONE and again.significant_z == state.significant_z
+    assert again.best.err == state.best.err and np.array_equal(again.best.sq, state.best.sq)
+    assert again.pending.iteration == 0 and again.pending_start == state.pending_start
+    assert set(again.to_flat()) == set(flat)
+    assert design.result(again)["selected"] == design.result(state)["selected"]

@@ -14,6 +14,6 @@ def labelled_design(doc: dict, *, move: float = 0.0, seed: int = 0):
     state = design.init()
     state = design.step(state, oracle.label(design.queries(state)))
     if move:
-        phi = state["phi"] + move * np.random.default_rng(seed).standard_normal(state["phi"].shape)
-        state = {**state, "phi": phi, **design.family.from_phi(phi)}
+        phi = state.phi + move * np.random.default_rng(seed).standard_normal(state.phi.shape)
+        state = state.replace(phi=phi, params=design.family.from_phi(phi))
     return design, oracle, state

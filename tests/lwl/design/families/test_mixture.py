@@ -25,8 +25,8 @@ def _design(spec_doc):
 def _moved(design, state, seed=0):
     """A state whose mixture is away from the fitted start (unequal weights, shifted means)."""
     rng = np.random.default_rng(seed)
-    phi = state["phi"] + 0.3 * rng.standard_normal(state["phi"].shape)
-    return {**state, "phi": phi, **design.family.from_phi(phi)}
+    phi = state.phi + 0.3 * rng.standard_normal(state.phi.shape)
+    return state.replace(phi=phi, params=design.family.from_phi(phi))
 
 
 def _torch_log_prob(logits, means, chols, x):
@@ -39,7 +39,7 @@ def test_score_and_phi_gradient_match_autograd(small_spec):
     design, _, state = _design(_mixture_spec(small_spec))
     state = _moved(design, state)
     fam: MixtureFamily = design.family
-    params = design._get(state)
+    params = dict(state.params)
     x = fam.measure(params).sample(50, 3)
     c = np.random.default_rng(1).standard_normal(50)
     t = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
@@ -50,7 +50,7 @@ def test_score_and_phi_gradient_match_autograd(small_spec):
     np.testing.assert_allclose(g_means, t["means"].grad.numpy(), rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(g_chols, np.tril(t["chols"].grad.numpy()), rtol=1e-9, atol=1e-10)
     # in whitened coordinates: autograd through from_phi
-    phi = torch.tensor(state["phi"], requires_grad=True)
+    phi = torch.tensor(state.phi, requires_grad=True)
     C, P, d = fam.C, fam.P, fam.coords.d
     S, centre = torch.as_tensor(fam.coords.S), torch.as_tensor(fam.coords.centre)
     blocks = phi[C:].reshape(C, P)
@@ -61,7 +61,7 @@ def test_score_and_phi_gradient_match_autograd(small_spec):
     means = centre + blocks[:, :d] @ S.T
     obj = torch.as_tensor(c) @ _torch_log_prob(phi[:C], means, S @ Lt, torch.as_tensor(x))
     obj.backward()
-    np.testing.assert_allclose(fam.phi_gradient(state["phi"], (g_logits, g_means, g_chols)),
+    np.testing.assert_allclose(fam.phi_gradient(state.phi, (g_logits, g_means, g_chols)),
                                phi.grad.numpy(), rtol=1e-8, atol=1e-10)
 
 
@@ -71,14 +71,14 @@ def _reweighted_objective(design, state, U, y, sigma2, params):
 
     fam = design.family
     n = len(U)
-    w = np.exp(fam.responsibilities(params, U)[0] - fam.responsibilities(design._get(state), U)[0]) / n
+    w = np.exp(fam.responsibilities(params, U)[0] - fam.responsibilities(dict(state.params), U)[0]) / n
     k = design.spec.model
     km = KernelRidge(k.kernel, k.lengthscale).fit(U[:2], y[:2])
     K = km.kernel_matrix(U, U).numpy()
     V = np.concatenate(design.q.validation)
     beta = np.linalg.solve(K + sigma2 * np.diag(1.0 / w), y)
     a = design.q.point_weights(design.q.validation, design.q.weights)
-    r = state["validation_labels"] - km.kernel_matrix(V, U).numpy() @ beta
+    r = state.validation_labels - km.kernel_matrix(V, U).numpy() @ beta
     return 0.5 * a @ r**2
 
 
@@ -88,10 +88,10 @@ def test_bilevel_gradient_matches_central_differences_of_the_reweighted_objectiv
     U = design.queries(state)
     y = oracle.label(U)
     objective, _, g_logits, g_means, g_chols = design.gradient(state, U, y, 1e-3)
-    params = design._get(state)
+    params = dict(state.params)
     assert np.isclose(0.5 * objective, _reweighted_objective(design, state, U, y, 1e-3, params))
     a = design.q.point_weights(design.q.validation, design.q.weights)
-    scale = a @ state["validation_labels"] ** 2  # the adaptive optimiser descends 1/2 Err^2
+    scale = a @ state.validation_labels ** 2  # the adaptive optimiser descends 1/2 Err^2
     h = 1e-6
 
     def fd(name, idx):
@@ -132,7 +132,7 @@ def test_kmeans_init_and_reproducible_samples(small_spec):
 
 def test_vanished_components_are_reported(small_spec):
     design, _, state = _design(_mixture_spec(small_spec))
-    params = design._get(state)
+    params = dict(state.params)
     params["logits"] = np.array([0.0, -12.0])
     facts = design.family.diagnostics(params)
     assert facts["vanished"] == [1] and "weight below" in facts["warnings"][0]
@@ -170,7 +170,7 @@ def test_fixed_weights_do_not_move(small_spec):
 
 def test_broadened_mixture_scales_every_component_covariance(small_spec):
     design, _, state = _design(_mixture_spec(small_spec))
-    params = design.family.from_phi(state["phi"])
+    params = design.family.from_phi(state.phi)
     broad = design.family.measure(design.family.broadened(params, 3.0))
     base = design.family.measure(params)
     np.testing.assert_allclose(broad.weights, base.weights)

@@ -31,7 +31,7 @@ def _torch_log_prob(fam, logits, log_h, x):
 def test_score_matches_autograd_and_log_prob_the_measure(small_spec):
     design, _, state = _design(_pool_spec(small_spec))
     fam = design.family
-    params = design._get(state)
+    params = dict(state.params)
     x = fam.measure(params).sample(40, 2)
     c = np.random.default_rng(1).standard_normal(40)
     t = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
@@ -51,16 +51,16 @@ def test_bilevel_gradient_matches_central_differences_of_the_reweighted_objectiv
     U = design.queries(state)
     y = oracle.label(U)
     objective, _, g_logits, g_log_h = design.gradient(state, U, y, 1e-3)
-    base = design._get(state)
+    base = dict(state.params)
     a = design.q.point_weights(design.q.validation, design.q.weights)
-    scale = a @ state["validation_labels"] ** 2  # the adaptive optimiser descends 1/2 Err^2
+    scale = a @ state.validation_labels ** 2  # the adaptive optimiser descends 1/2 Err^2
     k = design.spec.model
     km = KernelRidge(k.kernel, k.lengthscale).fit(U[:2], y[:2])
     K, Kvu = km.kernel_matrix(U, U).numpy(), km.kernel_matrix(np.concatenate(design.q.validation), U).numpy()
 
     def objective_at(params):
         w = np.exp(fam.log_prob(params, U) - fam.log_prob(base, U)) / len(U)
-        r = state["validation_labels"] - Kvu @ np.linalg.solve(K + 1e-3 * np.diag(1.0 / w), y)
+        r = state.validation_labels - Kvu @ np.linalg.solve(K + 1e-3 * np.diag(1.0 / w), y)
         return 0.5 * a @ r**2
 
     assert np.isclose(0.5 * objective, objective_at(base))
@@ -98,7 +98,7 @@ def test_bad_pool_specs_name_the_field(small_spec):
 def test_broadened_pool_scales_its_covariance_through_the_bandwidth(small_spec):
     design, _, state = labelled_design(_pool_spec(small_spec))
     fam = design.family
-    params = fam.from_phi(state["phi"])
+    params = fam.from_phi(state.phi)
     h2 = np.exp(2 * params["log_h"][0])
     h2_new = np.exp(2 * fam.broadened(params, 2.0)["log_h"][0])
     # points of covariance ~Sigma_hat with kernels h^2 Sigma_hat: (1 + h'^2) = 2 (1 + h^2)
