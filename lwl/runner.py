@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from lwl.design.state import pack, unpack
+from lwl.design.state import StepperState, pack, unpack
 from lwl.design.stepper import State, Stepper
 from lwl.q_samples import DatasetResolver, _no_datasets
 from lwl.oracles import Oracle, as_numpy
@@ -60,7 +60,7 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
     service appends one row per iteration from ``progress``) and hands them back to
     :func:`run_job` (``history=``) when it resumes."""
     t0 = time.perf_counter()
-    before = float(_get(state, "elapsed_seconds", 0.0))
+    before = float(_typed(state, stepper).elapsed_seconds)
     while not stepper.done(state):
         if should_stop is not None and should_stop():
             raise Interrupted(state)
@@ -68,32 +68,26 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
         if labels is None:
             labels = as_numpy(oracle.label(stepper.queries(state)))
             check_labels(labels, oracle)  # NaN marks a failed point only where the oracle reports failures
-        state = stepper.step(state, labels)
-        _set(state, "elapsed_seconds", before + time.perf_counter() - t0)
+        state = _typed(stepper.step(state, labels), stepper)
+        state.elapsed_seconds = before + time.perf_counter() - t0
         if checkpoint is not None:
             checkpoint(pack(state, history=checkpoint_history))
         if after_step is not None:
             after_step(state)
         if progress is not None:
-            records, iteration = _get(state, "history"), _get(state, "iteration")
-            last = records[-1] if records else {}
+            last = state.history[-1] if state.history else {}
             # an early stop (the adaptive optimiser converged) completes the bar where it stopped
-            progress({"iteration": iteration, "total": iteration if stepper.done(state) else total,
+            progress({"iteration": state.iteration, "total": state.iteration if stepper.done(state) else total,
                       "objective": last.get("objective"), "validation_err": last.get("validation_err"),
                       "elapsed": time.perf_counter() - t0, "record": last or None})
     return state
 
 
-def _get(state, name: str, default: Any = None) -> Any:
-    # TRANSITION: steppers not yet typed keep a flat dict
-    return state.get(name, default) if isinstance(state, dict) else getattr(state, name)
-
-
-def _set(state, name: str, value: Any) -> None:
-    if isinstance(state, dict):  # TRANSITION
-        state[name] = value
-    else:
-        setattr(state, name, value)
+def _typed(state: Any, stepper: Stepper) -> State:
+    if not isinstance(state, StepperState):
+        raise TypeError(f"{type(stepper).__name__}: a stepper's state is a lwl.design.state.StepperState "
+                        f"(a dataclass; see docs/architecture.md), got {type(state).__name__}")
+    return state
 
 
 def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
@@ -140,7 +134,7 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         state = iterate(stepper, oracle, state, total=total, progress=progress, checkpoint=checkpoint,
                         should_stop=should_stop, checkpoint_history=checkpoint_history)
         slice_seconds = time.perf_counter() - t0
-        design_seconds = float(_get(state, "elapsed_seconds", slice_seconds))  # over every slice
+        design_seconds = float(state.elapsed_seconds)  # over every slice
         out = stepper.result(state)
         spec = stepper.resolved_spec(state)  # e.g. with the lengthscale the run selected
         t1 = time.perf_counter()

@@ -31,7 +31,7 @@ out of place (the authors' code overwrote its held-out labels with an in-place `
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
@@ -79,8 +79,7 @@ BEST = KeptLayout(params="best_", err="best_err", iteration="best_iteration", sq
 SIGNIFICANT = KeptLayout(params="significant_", err="significant_err", iteration="significant_iteration",
                          lengthscale="significant_lengthscale")
 # a pending record is a start point (iteration 0): its checkpoint has no iteration key
-PENDING = KeptLayout(params="pending_", err="pending_err", iteration="pending_iteration", sq="pending_sq",
-                     lengthscale="pending_lengthscale")
+PENDING = KeptLayout(params="pending_", err="pending_err", sq="pending_sq", lengthscale="pending_lengthscale")
 
 _RECORD_FIELDS = ("params", "best", "significant", "significant_z", "significant_start", "pending", "pending_start")
 _UNTIL_SET = ("validation_labels", "validation_ok", "initial_sq")  # absent from a checkpoint until set
@@ -154,7 +153,6 @@ class BilevelState(StepperState):
                         significant_start=self.significant_start)
         if self.pending is not None:
             flat.update(self.pending.to_flat(PENDING), pending_start=self.pending_start)
-            del flat[PENDING.iteration]
         return flat
 
     @classmethod
@@ -560,15 +558,9 @@ class BilevelDesign(StepperDefaults):
         objective, err, c = self.gradient_weights(state, U, y, sigma2)
         return (objective, err, *self.family.score(state.params, U, c))
 
-    def gradient_weights(self, state: BilevelState | Mapping[str, Any], U: np.ndarray, y: np.ndarray,
-                         sigma2: float):
+    def gradient_weights(self, state: BilevelState, U: np.ndarray, y: np.ndarray, sigma2: float):
         """(objective, validation Err, c) for data (U, y) with the state's lengthscale and
-        validation labels (:meth:`adjoint_weights`). ``state`` is a :class:`BilevelState` or a
-        mapping with ``lengthscale``, ``validation_labels`` and optionally ``validation_ok`` (what
-        lwl.design.budgeted passes for its steps on a surrogate)."""
-        if isinstance(state, Mapping):
-            return self.adjoint_weights(U, y, sigma2, state["lengthscale"], state["validation_labels"],
-                                        state.get("validation_ok"))
+        validation labels (:meth:`adjoint_weights`)."""
         return self.adjoint_weights(U, y, sigma2, state.lengthscale, state.validation_labels, state.validation_ok)
 
     def adjoint_weights(self, U: np.ndarray, y: np.ndarray, sigma2: float, lengthscale: float,

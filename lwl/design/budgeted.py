@@ -734,15 +734,15 @@ class BudgetedBilevel(StepperDefaults):
         lo, hi = fam.bounds(phi)
         m1, m2, t, grad_ms = np.zeros_like(phi), np.zeros_like(phi), 0, 0.0
         n = min(self.algo.samples_per_iteration or INNER_SAMPLES_MAX, INNER_SAMPLES_MAX)
-        sub = {"lengthscale": ell, "validation_labels": new.points.y[:nv]}  # a bilevel state's fields
-        if new.val_ok is not None:  # the adjoint on the validation points that came back
-            sub["validation_ok"] = new.val_ok
+        validation_labels = new.points.y[:nv]
         objectives = []
         for s in range(self.algo.inner_steps):
             params = fam.from_phi(phi)
             U = fam.measure(params).sample(n, [self.spec.seed, STREAM_SURROGATE, r, s])
             try:
-                objective, err, c = self.labelled.gradient_weights(sub, U, surrogate.predict(U), ridge / n)
+                # the adjoint on the validation points that came back (val_ok; None: all)
+                objective, err, c = self.labelled.adjoint_weights(U, surrogate.predict(U), ridge / n, ell,
+                                                                  validation_labels, new.val_ok)
             except np.linalg.LinAlgError:
                 continue
             objectives.append(err)

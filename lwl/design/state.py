@@ -72,10 +72,10 @@ class KeptLayout:
     """Where a :class:`Kept` record's fields sit in a flat checkpoint. The names predate the
     record (bilevel wrote ``best_mean``, AMA ``best.theta``) and stay, so running jobs resume."""
 
-    params: str            # prefix of each parameter's key ("best_" -> best_mean)
-    err: str               # key of the validation error
-    iteration: str
-    sq: str | None = None  # key of the per-point squared errors
+    params: str                    # prefix of each parameter's key ("best_" -> best_mean)
+    err: str | None = None         # key of the validation error
+    iteration: str | None = None   # None: the record is a start point, stored without one
+    sq: str | None = None          # key of the per-point squared errors
     lengthscale: str | None = None
     model: str | None = None  # prefix of the kept model's weights ("best.model.")
 
@@ -99,8 +99,10 @@ class Kept:
 
     def to_flat(self, layout: KeptLayout) -> Flat:
         out: Flat = {layout.params + n: v for n, v in self.params.items()}
-        out[layout.err] = self.err
-        out[layout.iteration] = self.iteration
+        if layout.err is not None:
+            out[layout.err] = self.err
+        if layout.iteration is not None:
+            out[layout.iteration] = self.iteration
         if layout.sq is not None and self.sq is not None:
             out[layout.sq] = self.sq
         if layout.lengthscale is not None and self.lengthscale is not None:
@@ -118,9 +120,10 @@ class Kept:
         model = None
         if layout.model is not None:
             model = {k[len(layout.model):]: v for k, v in flat.items() if k.startswith(layout.model)} or None
+        err = flat.get(layout.err) if layout.err is not None else None
         return cls(params={n: flat[layout.params + n] for n in names},
-                   iteration=int(flat.get(layout.iteration, 0)),
-                   err=float(flat[layout.err]) if flat.get(layout.err) is not None else float("inf"),
+                   iteration=int(flat.get(layout.iteration, 0)) if layout.iteration is not None else 0,
+                   err=float(err) if err is not None else float("inf"),
                    sq=flat.get(layout.sq) if layout.sq is not None else None,
                    lengthscale=flat.get(layout.lengthscale) if layout.lengthscale is not None else None,
                    model=model)
@@ -128,8 +131,8 @@ class Kept:
     @staticmethod
     def keys(flat: Flat, layout: KeptLayout, param_names: typing.Iterable[str]) -> set[str]:
         """The flat keys a record under ``layout`` may occupy (for states that read the rest by name)."""
-        out = {layout.params + n for n in param_names} | {layout.err, layout.iteration}
-        out |= {k for k in (layout.sq, layout.lengthscale) if k is not None}
+        out = {layout.params + n for n in param_names}
+        out |= {k for k in (layout.err, layout.iteration, layout.sq, layout.lengthscale) if k is not None}
         if layout.model is not None:
             out |= {k for k in flat if k.startswith(layout.model)}
         return out

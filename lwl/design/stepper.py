@@ -55,8 +55,6 @@ class StepperDefaults:
     state_type: type[StepperState] = StepperState
 
     def restore(self, flat: Flat) -> State:
-        if self.state_type is StepperState:  # TRANSITION: a stepper not yet typed keeps its dict
-            return flat
         return self.state_type.from_flat(flat)
 
     def cached_labels(self, state: State) -> np.ndarray | None:
