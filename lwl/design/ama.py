@@ -44,7 +44,7 @@ from pydantic import Field
 from lwl.bound import bound_constant_squared
 from lwl.design.kle_family import KLEFamily
 from lwl.design.stepper import StepperDefaults
-from lwl.design.validated import SELECTIONS, AMAStateBase, Phase, best_weights, judge
+from lwl.design.validated import SELECTIONS, AMAStateBase, PairModels, Phase, judge
 from lwl.lipschitz import lipschitz_pairs, lipschitz_ratio
 from lwl.measures import KLEGaussian
 from lwl.oracles import Oracle, as_numpy
@@ -67,7 +67,7 @@ class AMAState(AMAStateBase):
     theta: np.ndarray  # the free parameters of nu_theta (KLEFamily.free)
 
 
-class AMADesign(StepperDefaults):
+class AMADesign(PairModels, StepperDefaults):
     """AMA as a stepper over a :class:`KLEFamily` (see the module docstring); its state is an
     :class:`AMAState`.
 
@@ -169,15 +169,6 @@ class AMADesign(StepperDefaults):
         for s in np.linspace(0, 1, self.n_candidates):
             out.append(self.family.measure(np.where(ok, lo + s * (np.where(ok, hi, 0) - np.where(ok, lo, 0)), t0)))
         return out
-
-    def model(self, state: AMAState):
-        """The current model (None before the first model step)."""
-        return self.model_factory(self.seed).set_weights(state.model, self.z) if state.model else None
-
-    def selected_model(self, state: AMAState):
-        """The model the result reports: the best validated one (``select="validation"``), else the last."""
-        weights = best_weights(state) if self.select == "validation" else {}
-        return self.model_factory(self.seed).set_weights(weights, self.z) if weights else self.model(state)
 
     def validation_error(self, state: AMAState, model) -> tuple[float, AMAState]:
         """The model's member-weighted relative error on Q's validation samples (labelled once)."""

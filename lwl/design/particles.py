@@ -31,7 +31,7 @@ from pydantic import Field
 from lwl.bound import bound_constant_squared
 from lwl.design.ama import operator_parts
 from lwl.design.stepper import StepperDefaults
-from lwl.design.validated import SELECTIONS, AMAStateBase, Phase, best_weights, judge
+from lwl.design.validated import SELECTIONS, AMAStateBase, PairModels, Phase, judge
 from lwl.lipschitz import lipschitz_ratio
 from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
 from lwl.memory import release_freed_memory
@@ -55,7 +55,7 @@ class ParticleAMAState(AMAStateBase):
     output_weights: np.ndarray | None = None  # quadrature weights of the labels' L^2 norm (set by the first step)
 
 
-class ParticleAMADesign(StepperDefaults):
+class ParticleAMADesign(PairModels, StepperDefaults):
     """Particle AMA as a stepper; its state is a :class:`ParticleAMAState`. ``oracle`` needs
     ``label`` and ``solver(a)`` with ``density()`` and ``gradient(d_rho)`` (the
     :class:`lwl.oracles.rte.RTE` oracle); ``q_samples`` are K arrays of test-member samples of a
@@ -75,7 +75,7 @@ class ParticleAMADesign(StepperDefaults):
         self.q = [torch.as_tensor(np.asarray(x), dtype=torch.float64) for x in q_samples]
         w = np.ones(len(self.q)) if weights is None else np.asarray(weights, dtype=np.float64)
         self.weights = torch.as_tensor(w / w.sum())  # of the members of Q
-        self.factory, self.z = model_factory, np.asarray(z)
+        self.model_factory, self.z = model_factory, np.asarray(z)
         self.N, self.modes, self.init_std = particles, modes, init_std
         self.step_size, self.tol, self.iterations, self.max_halvings = step_size, tol, iterations, max_halvings
         self.max_field = max_field  # a step that takes a coefficient above this has failed (halve eta)
@@ -116,15 +116,6 @@ class ParticleAMADesign(StepperDefaults):
         """Labels of the current particles when the last step already computed them."""
         key = np.asarray(state.c).tobytes()
         return self._cache[1] if self._cache is not None and self._cache[0] == key else None
-
-    def model(self, state: ParticleAMAState):
-        """The current model (None before the first step)."""
-        return self.factory(self.seed).set_weights(state.model, self.z) if state.model else None
-
-    def selected_model(self, state: ParticleAMAState):
-        """The model the result reports: the best validated one (``select="validation"``), else the last."""
-        weights = best_weights(state) if self.select == "validation" else {}
-        return self.factory(self.seed).set_weights(weights, self.z) if weights else self.model(state)
 
     def validation_error(self, state: ParticleAMAState, model) -> tuple[float, ParticleAMAState]:
         """The model's relative error on Q's validation samples (the OT targets; labelled once)."""
@@ -196,7 +187,7 @@ class ParticleAMADesign(StepperDefaults):
         if state.output_weights is None:
             state = state.replace(output_weights=trapezoid_weights(self.grid) if Y.shape[1] == self.grid**2
                                   else np.full(Y.shape[1], 1.0 / Y.shape[1]))
-        model = self.factory(self.seed + 1000 * state.iteration).fit(a, Y, self.z)
+        model = self.model_factory(self.seed + 1000 * state.iteration).fit(a, Y, self.z)
         state = self._constants(state, model, a, Y)
         k = state.iteration
         value, g, parts = self.objective(state.c, state, model, grad=True)

@@ -123,6 +123,22 @@ def best_weights(state: AMAStateBase) -> dict[str, np.ndarray]:
     return state.best.model if state.best is not None and state.best.model else {}
 
 
+class PairModels:
+    """The models of an AMA stepper's state, for steppers that keep (distribution, model) pairs
+    (:mod:`lwl.design.ama`, :mod:`lwl.design.particles`): they set ``model_factory`` (seed ->
+    an untrained model), ``seed``, ``z`` (the trunk's points) and ``select``."""
+
+    def model(self, state: AMAStateBase, weights: dict[str, np.ndarray] | None = None):
+        """The model with ``weights`` (default: the current ones; None before the first model step)."""
+        weights = state.model if weights is None else weights
+        return self.model_factory(self.seed).set_weights(weights, self.z) if weights else None
+
+    def selected_model(self, state: AMAStateBase):
+        """The model the result reports: the best validated one (``select="validation"``, once a
+        pair is kept), else the last."""
+        return self.model(state, (best_weights(state) if self.select == "validation" else {}) or state.model or {})
+
+
 def judge(state: S, candidate: Kept, max_backtracks: int) -> tuple[S, Verdict]:
     """After a model step whose pair scored ``candidate.err`` on validation: keep it ("kept"), or
     move the distribution halfway back to the kept one ("backtracked"), or give up ("stop")."""
