@@ -69,7 +69,7 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
             labels = as_numpy(oracle.label(stepper.queries(state)))
             check_labels(labels, oracle)  # NaN marks a failed point only where the oracle reports failures
         state = _typed(stepper.step(state, labels), stepper)
-        state.elapsed_seconds = before + time.perf_counter() - t0
+        state = state.replace(elapsed_seconds=before + time.perf_counter() - t0)
         if checkpoint is not None:
             checkpoint(pack(state, history=checkpoint_history))
         if after_step is not None:
@@ -103,9 +103,10 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
 
     ``result = {"spec": ..., "distribution": ..., "history": [...], "evaluation": {...},
     "timings": {...}}`` (bilevel jobs add ``verdict`` and ``warnings``). ``state`` resumes from
-    a checkpoint (packed bytes, their flat dict, or a typed state); ``history`` gives the records of its earlier
-    iterations when the checkpoint was written without them (``checkpoint_history=False``, see
-    :func:`iterate`); ``evaluate`` overrides the spec's ``evaluation.enabled``. Callbacks: see
+    a checkpoint (packed bytes, their flat dict, or a typed state); ``history`` gives the records
+    of its earlier iterations when the checkpoint was written without them
+    (``checkpoint_history=False``, see :func:`iterate`), and only then: a checkpoint's own
+    records win. ``evaluate`` overrides the spec's ``evaluation.enabled``. Callbacks: see
     :func:`iterate`.
 
     numpy's BLAS is held to one thread for the run: the heavy algebra is torch's, and two

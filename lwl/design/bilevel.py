@@ -260,8 +260,6 @@ class BilevelDesign(StepperDefaults):
     :meth:`from_spec` does that.
     """
 
-    state_type = BilevelState
-
     def __init__(self, spec: JobSpec, q: MetaTestSamples):
         self.spec = spec
         self.q = q
@@ -764,7 +762,11 @@ class BilevelDesign(StepperDefaults):
             pending = state.pending
             if pending.lengthscale is None:  # a checkpoint predating pending_lengthscale
                 pending = Kept(params=pending.params, err=pending.err, sq=pending.sq, lengthscale=lengthscale)
-            candidates.append((pending, new.checks[-1] if new.checks else {}, state.pending_start))
+            # its z goes into its own check record (the last one), copied: the old state keeps its own
+            last = dict(new.checks[-1]) if new.checks else {}
+            if new.checks:
+                new = new.replace(checks=[*new.checks[:-1], last])
+            candidates.append((pending, last, state.pending_start))
         for candidate, rec, name in candidates:
             z = self.improvement_z(candidate.sq, new.initial_sq, state.validation_labels)
             rec["z"] = z if np.isfinite(z) else None
@@ -811,7 +813,7 @@ class BilevelDesign(StepperDefaults):
                 record["action"] = "reverted"
         if sq is not None:
             new = self._track_significant(state, new, record, err, sq)
-        new = new.replace(checks=[*state.checks, record])
+        new = new.replace(checks=[*new.checks, record])
         if k == 0:  # starting points: check each, then start from the best
             starts = self.start_points()
             i = state.start_index

@@ -50,7 +50,10 @@ class StepperState:
     @classmethod
     def from_flat(cls, flat: Flat, **kwargs: Any) -> Self:
         """The state of a flat dict; ``kwargs`` give fields read from elsewhere (records)."""
-        hints = typing.get_type_hints(cls)
+        try:
+            hints = typing.get_type_hints(cls)
+        except NameError:  # an annotation imported only for type checkers: enums must be importable
+            hints = {f.name: f.type for f in dataclasses.fields(cls) if not isinstance(f.type, str)}
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name in kwargs or f.name not in flat:
@@ -127,15 +130,6 @@ class Kept:
                    sq=flat.get(layout.sq) if layout.sq is not None else None,
                    lengthscale=flat.get(layout.lengthscale) if layout.lengthscale is not None else None,
                    model=model)
-
-    @staticmethod
-    def keys(flat: Flat, layout: KeptLayout, param_names: typing.Iterable[str]) -> set[str]:
-        """The flat keys a record under ``layout`` may occupy (for states that read the rest by name)."""
-        out = {layout.params + n for n in param_names}
-        out |= {k for k in (layout.err, layout.iteration, layout.sq, layout.lengthscale) if k is not None}
-        if layout.model is not None:
-            out |= {k for k in flat if k.startswith(layout.model)}
-        return out
 
 
 def flat_state(state: StepperState | Flat, *, history: bool = True) -> Flat:

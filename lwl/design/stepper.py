@@ -49,12 +49,16 @@ class Stepper(Protocol):
 
 class StepperDefaults:
     """The optional parts of :class:`Stepper` for algorithms that need nothing special;
-    ``state_type`` names the state class whose ``from_flat`` restores a checkpoint."""
+    ``state_type`` names the state class whose ``from_flat`` restores a checkpoint (a stepper
+    whose state needs more to restore overrides ``restore`` instead)."""
 
     spec: Any = None
-    state_type: type[StepperState] = StepperState
+    state_type: type[StepperState] | None = None
 
     def restore(self, flat: Flat) -> State:
+        if self.state_type is None:  # a bare StepperState would drop every field of the real one
+            raise TypeError(f"{type(self).__name__}: set state_type to its state class (or override restore) "
+                            f"to resume from a checkpoint")
         return self.state_type.from_flat(flat)
 
     def cached_labels(self, state: State) -> np.ndarray | None:

@@ -108,6 +108,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return {"id": job.id, "status": job.status}
 
+
 @router.get("/v1/jobs", tags=["jobs"], response_model=JobList, responses=problems.responses(400, 401, 422))
 def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
               status: Annotated[JobStatus | None, Query()] = None,
@@ -127,6 +128,7 @@ def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
     nxt = f"{rows[limit - 1].created_at!r}_{rows[limit - 1].id}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
 
+
 @router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=FastJSONResponse,
             responses={200: {"model": JobView}, **problems.responses(401, 404)})
 async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
@@ -138,6 +140,7 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: Setti
     job = own_job(store, job_id, owner)
     live = live_workers(store, settings) if job.status in (JobStatus.QUEUED, JobStatus.RUNNING) else []
     return FastJSONResponse(job_view(job, live, settings))
+
 
 @router.get("/v1/jobs/{job_id}/history", tags=["jobs"], response_model=JobHistory,
             responses=problems.responses(401, 404, 422))
@@ -151,13 +154,17 @@ def get_history(job_id: str, store: StoreDep, owner: OwnerDep,
     return {"id": job_id, "history": store.history(job_id, None if after is None else int(after))}
 
 
-@router.get("/v1/jobs/{job_id}/spec", tags=["jobs"], response_model=AcceptedJobSpec,
-            responses=problems.responses(401, 404))
-def get_spec(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+# The stored documents (spec, result, distribution) go back as stored: their models document
+# them, and are not applied, so a document an older release stored is served as it was, neither
+# coerced (a "1" turned into 1) nor refused for a field it predates.
+@router.get("/v1/jobs/{job_id}/spec", tags=["jobs"], response_class=FastJSONResponse,
+            responses={200: {"model": AcceptedJobSpec}, **problems.responses(401, 404)})
+def get_spec(job_id: str, store: StoreDep, owner: OwnerDep):
     """The job spec as accepted (the submitted document with lwl's defaults written in; a
     finished job's ``result.spec`` also holds the values derived from the data)."""
     own_job(store, job_id, owner)
-    return store.spec(job_id)
+    return FastJSONResponse(store.spec(job_id))
+
 
 @router.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"], response_model=JobView,
              responses=problems.responses(401, 404, 409))
@@ -190,17 +197,20 @@ def finished_result(job_id: str, store: Store, owner: str) -> dict:
         raise no_result(job)
     return store.result(job_id)
 
-@router.get("/v1/jobs/{job_id}/result", tags=["results"], response_model=JobResult,
-            responses=problems.responses(401, 404, 409))
-def get_result(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
-    """The whole result: distribution, history, evaluation, timings, spec."""
-    return finished_result(job_id, store, owner)
 
-@router.get("/v1/jobs/{job_id}/distribution", tags=["results"], response_model=DistributionDocument,
-            responses=problems.responses(401, 404, 409))
-def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep) -> dict:
+@router.get("/v1/jobs/{job_id}/result", tags=["results"], response_class=FastJSONResponse,
+            responses={200: {"model": JobResult}, **problems.responses(401, 404, 409)})
+def get_result(job_id: str, store: StoreDep, owner: OwnerDep):
+    """The whole result: distribution, history, evaluation, timings, spec."""
+    return FastJSONResponse(finished_result(job_id, store, owner))
+
+
+@router.get("/v1/jobs/{job_id}/distribution", tags=["results"], response_class=FastJSONResponse,
+            responses={200: {"model": DistributionDocument}, **problems.responses(401, 404, 409)})
+def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep):
     """The optimised distribution spec, the document ``lwl.measures.from_spec`` reads."""
-    return finished_result(job_id, store, owner)["distribution"]
+    return FastJSONResponse(finished_result(job_id, store, owner)["distribution"])
+
 
 @router.get("/v1/jobs/{job_id}/training-set", tags=["results"],
             responses={200: {"model": TrainingSet, "content": {NPZ: BINARY}}, **problems.responses(401, 404, 409)})
@@ -224,6 +234,7 @@ def get_training_set(job_id: str, request: Request, store: StoreDep, owner: Owne
     np.savez(buf, inputs=inputs, labels=labels)
     return Response(buf.getvalue(), media_type=NPZ,
                     headers={"Content-Disposition": f'attachment; filename="{job_id}-training-set.npz"'})
+
 
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],
              responses={200: {"model": Samples, "content": {NPY: BINARY}},
@@ -313,7 +324,6 @@ def check_datasets(spec, store: Store, owner: str) -> None:
         check(spec, shape_of, lambda ref: store.load_dataset(ref, owner))
     except DatasetError as exc:
         raise Problem(422, exc.title, exc.detail, field=exc.field) from None
-
 
 
 def samples_response(job_id: str, measure, body: SampleRequest, npy: bool) -> Response:

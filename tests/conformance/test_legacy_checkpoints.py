@@ -19,15 +19,20 @@ def _case(path: Path) -> str:
     return path.stem.rsplit("-", 1)[0]
 
 
+def _run(case: str, **kwargs) -> dict:
+    spec, oracle = CASES[case]
+    return run_job(spec(), oracle=oracle() if oracle else None, evaluate=False, **kwargs)
+
+
 @lru_cache(maxsize=None)
 def _uninterrupted(case: str) -> dict:
-    return run_job(CASES[case](), evaluate=False)
+    return _run(case)
 
 
 def _params():
     out = []
     for path in sorted(HERE.glob("*.npz")):
-        slow = CASES[_case(path)]()["algorithm"]["name"] in SLOW_ALGORITHMS
+        slow = CASES[_case(path)][0]()["algorithm"]["name"] in SLOW_ALGORITHMS
         out.append(pytest.param(path, id=path.stem, marks=[pytest.mark.slow] if slow else []))
     return out
 
@@ -38,14 +43,15 @@ def test_every_case_has_a_checkpoint():
 
 @pytest.mark.parametrize("path", _params())
 def test_a_checkpoint_from_before_typed_states_resumes_to_the_same_end(path: Path):
-    full = _uninterrupted(_case(path))
-    resumed = run_job(CASES[_case(path)](), state=path.read_bytes(), evaluate=False)
+    case = _case(path)
+    full = _uninterrupted(case)
+    resumed = _run(case, state=path.read_bytes())
     assert resumed["distribution"] == full["distribution"]
     assert resumed.get("last_distribution") == full.get("last_distribution")
     assert [r.get("objective") for r in resumed["history"]] == [r.get("objective") for r in full["history"]]
-    for key in ("selected", "stopped"):
+    for key in ("selected", "stopped", "warnings", "labels_failed"):
         assert resumed.get(key) == full.get(key), key
     # AMA keeps the labels of its optimisation samples in memory, not in the checkpoint: a
     # resumed AMA job asks the oracle again for the current iterate's and counts them (honestly)
-    if CASES[_case(path)]()["algorithm"]["name"] != "ama":
+    if CASES[case][0]()["algorithm"]["name"] != "ama":
         assert resumed.get("labels_used") == full.get("labels_used")

@@ -132,7 +132,7 @@ def assert_checkpoints_as_before_typed_states(case: str) -> None:
     from tests.conformance.legacy_cases import CASES, HERE
 
     blobs: list[bytes] = []
-    run_job(CASES[case](), checkpoint=blobs.append, evaluate=False)
+    run_job(CASES[case][0](), checkpoint=blobs.append, evaluate=False)
     for path in HERE.glob(f"{case}-*.npz"):
         old, new = unpack(path.read_bytes()), unpack(blobs[int(path.stem.rsplit("-", 1)[1]) - 1])
         assert set(new) == set(old), path.name

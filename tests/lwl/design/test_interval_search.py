@@ -79,7 +79,7 @@ def test_a_typed_state_checkpoints_under_the_keys_of_the_legacy_checkpoint():
     from tests.conformance.legacy_cases import CASES, HERE
 
     path = HERE / "interval_search-3.npz"
-    spec = parse_job_spec(CASES["interval_search"]())
+    spec = parse_job_spec(CASES["interval_search"][0]())
     stepper, oracle = build_stepper(spec), spec.oracle.build()
     state = stepper.init()
     assert "validation_neumann" not in state.to_flat()  # as the dict state: set by the first step
