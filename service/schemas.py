@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.core.store import JobStatus
 
@@ -109,25 +109,10 @@ class Catalog(BaseModel):
 
 
 class OpenDocument(BaseModel):
-    """A JSON document with some fields declared (documented and checked) and any others passed
-    through. It serialises to the keys it was given, in their order: no declared default is
-    added and no field moves, so the answer is the stored document byte for byte."""
+    """A stored JSON document with some fields declared and any others passed through. The
+    routes serve the document as stored and use these models to document it, not to rewrite
+    it: a document an older release stored is neither coerced nor refused."""
     model_config = ConfigDict(extra="allow")
-
-    _order: list[str] = PrivateAttr(default_factory=list)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _remember_order(cls, data: Any, handler):
-        doc = handler(data)
-        if isinstance(data, dict):
-            doc._order = list(data)
-        return doc
-
-    @model_serializer(mode="wrap")
-    def _in_given_order(self, handler):
-        out = handler(self)
-        return {k: out[k] for k in self._order if k in out} if self._order else out
 
 
 class DistributionDocument(OpenDocument):
