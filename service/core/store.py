@@ -14,9 +14,9 @@ import json
 import math
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import IntEnum, StrEnum
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from sqlalchemy import (Boolean, Column, Float, Integer, LargeBinary, MetaData, String, Table, Text,
@@ -173,9 +173,8 @@ _JOB_JSON = ("spec", "progress", "error", "result", "kind")  # the jobs columns 
 
 @dataclass(frozen=True)
 class JobRecord:
-    """One row of the jobs table, its JSON columns decoded. The status view (``get_job``,
-    ``list_jobs``) leaves out the large columns: ``spec``, ``result`` and ``checkpoint`` are
-    None there; ``get_job(full=True)`` and ``acquire`` read them."""
+    """One row of the jobs table as the status view reads it (``get_job``, ``list_jobs``), its
+    JSON columns decoded; the large columns are a :class:`FullJobRecord`'s."""
 
     id: str
     owner: str
@@ -198,14 +197,23 @@ class JobRecord:
     ask_step: int  # latest ask/tell round
     kind: dict | None  # {"algorithm", "family", "oracle"} names; None on rows older than the column
     queue: str | None  # the Celery queue of its slices
-    spec: dict | None = None
-    result: dict | None = None
-    checkpoint: bytes | None = None
 
     @classmethod
-    def from_row(cls, row) -> JobRecord:
-        return cls(**{**row, "status": JobStatus(row["status"]), "cancel_requested": bool(row["cancel_requested"]),
-                      **{k: _unjson(row[k]) for k in _JOB_JSON if k in row}})
+    def from_row(cls, row) -> Self:
+        names = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in row.items() if k in names}, "status": JobStatus(row["status"]),
+                      "cancel_requested": bool(row["cancel_requested"]),
+                      **{k: _unjson(row[k]) for k in _JOB_JSON if k in row and k in names}})
+
+
+@dataclass(frozen=True)
+class FullJobRecord(JobRecord):
+    """A job with its large columns (``get_job(full=True)``, ``acquire``): the spec as accepted,
+    the result once it succeeded and the last checkpoint (None before the first step)."""
+
+    spec: dict
+    result: dict | None
+    checkpoint: bytes | None
 
 
 @dataclass(frozen=True)
@@ -377,7 +385,7 @@ class Store:
             c.execute(delete(label_batches).where(label_batches.c.job_id == job_id))
             c.execute(delete(jobs).where(jobs.c.id == job_id))
 
-    def get_job(self, job_id: str, owner: str | None = None, *, full: bool = False) -> JobRecord | None:
+    def get_job(self, job_id: str, owner: str | None = None, *, full: bool = False) -> JobRecord | FullJobRecord | None:
         # the status view reads neither the spec nor the large blobs
         cols = list(jobs.c) if full else [c for c in jobs.c if c.name not in ("checkpoint", "result", "spec")]
         q = select(*cols).where(jobs.c.id == job_id)
@@ -385,7 +393,7 @@ class Store:
             q = q.where(jobs.c.owner == owner)
         with self.engine.connect() as c:
             row = c.execute(q).mappings().first()
-        return None if row is None else JobRecord.from_row(row)
+        return None if row is None else (FullJobRecord if full else JobRecord).from_row(row)
 
     def list_jobs(self, owner: str | None, status: str | None, limit: int, before: tuple | None) -> list[JobRecord]:
         cols = [c for c in jobs.c if c.name not in ("checkpoint", "result", "spec")]
@@ -468,7 +476,7 @@ class Store:
         return {s.value: 0 for s in JobStatus} | {s: n for s, n in rows}
 
     # -- jobs: worker side --------------------------------------------------------------------
-    def acquire(self, job_id: str, generation: int, lease: str, worker: str) -> JobRecord | None:
+    def acquire(self, job_id: str, generation: int, lease: str, worker: str) -> FullJobRecord | None:
         """Take a queued job for one slice if ``generation`` is current; counts the attempt.
         Returns the full job (with checkpoint) or None when the message is stale."""
         now = time.time()
