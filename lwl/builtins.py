@@ -16,7 +16,7 @@ import lwl.design.families.gaussian  # noqa: F401
 import lwl.design.families.mixture  # noqa: F401
 import lwl.design.families.auto  # noqa: F401
 import lwl.design.families.pool  # noqa: F401
-import lwl.design.kle_family  # noqa: F401
+import lwl.measures.kle_family  # noqa: F401
 import lwl.design.bilevel  # noqa: F401
 import lwl.design.ama  # noqa: F401
 import lwl.design.particles  # noqa: F401

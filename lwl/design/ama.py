@@ -42,7 +42,7 @@ import torch
 from pydantic import Field
 
 from lwl.bound import bound_constant_squared
-from lwl.design.kle_family import KLEFamily
+from lwl.measures.kle_family import KLEFamily
 from lwl.design.stepper import StepperDefaults
 from lwl.design.validated import SELECTIONS, AMAStateBase, PairModels, Phase, judge
 from lwl.lipschitz import lipschitz_pairs, lipschitz_ratio

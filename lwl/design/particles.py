@@ -33,7 +33,8 @@ from lwl.design.ama import operator_parts
 from lwl.design.stepper import StepperDefaults
 from lwl.design.validated import SELECTIONS, AMAStateBase, PairModels, Phase, judge
 from lwl.lipschitz import lipschitz_ratio
-from lwl.measures.particles import LogSineParticles, sine_table, trapezoid_weights
+from lwl.grids import trapezoid_weights
+from lwl.measures.particles import LogSineParticles, sine_table
 from lwl.memory import release_freed_memory
 from lwl.params import StrictModel
 from lwl.q_samples import kle_member_sizes

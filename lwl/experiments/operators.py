@@ -29,7 +29,7 @@ from scipy import stats
 
 from lwl.design.active import active_learning
 from lwl.design.ama import AMADesign
-from lwl.design.kle_family import KLEFamily
+from lwl.measures.kle_family import KLEFamily
 from lwl.evaluation.metrics import member_relative_error
 from lwl.experiments.report import pyplot, save_figure, write_tables
 from lwl.measures import KLEGaussian, cosine_law

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from lwl.grids import trapezoid_weights, trapezoid_weights_1d
 from lwl.measures.base import Measure, SeedLike, as_generator, register_family
 from lwl.params import StrictModel
 
@@ -120,9 +121,7 @@ class KLEGaussian(Measure):
         so a constant c has norm c^2 exactly)."""
         if self.basis == "fourier" or not self.endpoints:
             return np.full(self.dim, self.quadrature_weight())
-        w = np.full(self.grid, 1.0 / (self.grid - 1))
-        w[[0, -1]] *= 0.5
-        return np.outer(w, w).ravel() if self.basis == "sine2d" else w
+        return trapezoid_weights(self.grid) if self.basis == "sine2d" else trapezoid_weights_1d(self.grid)
 
     # -- measure interface --------------------------------------------------------------------
     def sample(self, n: int, seed: SeedLike) -> np.ndarray:

@@ -14,20 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from lwl.grids import unit_nodes
 from lwl.measures.base import Measure, SeedLike, as_generator, as_matrix, register_family
 
 
 def sine_table(modes: int, grid: int) -> np.ndarray:
     """(modes, grid): sqrt(2) sin(i pi x) on the nodes x = 0, 1/(grid-1), ..., 1."""
-    x = np.linspace(0.0, 1.0, grid)
-    return math.sqrt(2) * np.sin(math.pi * np.outer(np.arange(1, modes + 1), x))
-
-
-def trapezoid_weights(grid: int) -> np.ndarray:
-    """(grid^2,): the 2-D trapezoid rule on the same nodes (L^2 norms of fields on the grid)."""
-    w = np.full(grid, 1.0 / (grid - 1))
-    w[[0, -1]] *= 0.5
-    return np.outer(w, w).ravel()
+    return math.sqrt(2) * np.sin(math.pi * np.outer(np.arange(1, modes + 1), unit_nodes(grid)))
 
 
 @register_family("particles")

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
+from lwl.grids import square_nodes, trapezoid_weights
 from lwl.oracles.base import Oracle, as_numpy, register_oracle
 
 
@@ -70,10 +71,7 @@ class Darcy(Oracle):
 
     def output_grid(self, input_dim: int):
         M = math.isqrt(input_dim)
-        x = np.linspace(0.0, 1.0, M)
-        w = np.full(M, 1.0 / (M - 1))
-        w[[0, -1]] *= 0.5  # trapezoid
-        return np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2), np.outer(w, w).ravel()
+        return square_nodes(M), trapezoid_weights(M)
 
     def _label(self, inputs):
         x = as_numpy(inputs)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse.linalg import splu
 
+from lwl.grids import unit_nodes
 from lwl.oracles.base import Oracle, as_numpy, register_oracle
 from lwl.oracles.ntd import boundary_indices, boundary_points, fv_matrix
 
@@ -36,7 +37,7 @@ MAX_TERMS = 4  # m = floor(U[1, 5]) is at most 4 (5 has probability zero)
 
 def nodes(M: int) -> np.ndarray:
     """The M equispaced nodes x_i = i / (M - 1) of [0, 1] (boundary included)."""
-    return np.linspace(0.0, 1.0, M)
+    return unit_nodes(M)
 
 
 def conductivity(coefficients: np.ndarray, M: int) -> np.ndarray:

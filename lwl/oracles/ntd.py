@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
+from lwl.grids import unit_nodes
 from lwl.oracles.base import Oracle, as_numpy, register_oracle
 
 
@@ -96,7 +97,7 @@ def paper_log_conductivity(M: int, alpha: float = 2.0, tau: float = 3.0, sigma: 
     j = np.arange(1, terms + 1)
     lam = (np.pi**2 * (j[:, None] ** 2 + j[None, :] ** 2) + tau**2) ** (-alpha / 2)
     xi = rng.standard_normal((terms, terms))
-    x = np.linspace(0.0, 1.0, M)
+    x = unit_nodes(M)
     s = np.sqrt(2) * np.sin(np.pi * np.outer(j, x))  # (terms, M)
     return sigma * s.T @ (lam * xi) @ s
 

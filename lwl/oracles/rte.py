@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
+from lwl.grids import square_nodes, trapezoid_weights, unit_nodes
 from lwl.oracles.base import Oracle, as_numpy, register_oracle
 
 
@@ -48,7 +49,7 @@ class DirectRTESolver:
         t = -np.pi + 2 * np.pi * (np.arange(directions) + 0.5) / directions
         self.theta = t
         c, s = np.cos(t), np.sin(t)
-        x = np.linspace(0.0, 1.0, G)
+        x = unit_nodes(G)
         I, J = np.meshgrid(np.arange(G), np.arange(G), indexing="ij")  # i along x, j along y
         node = (I * G + J).ravel()
         n_nodes = G * G
@@ -150,7 +151,7 @@ def _direction_operators(a: np.ndarray, eps: float, directions: int):
     n = G * G
     t = -np.pi + 2 * np.pi * (np.arange(directions) + 0.5) / directions
     c, s = np.cos(t), np.sin(t)
-    x = np.linspace(0.0, 1.0, G)
+    x = unit_nodes(G)
     I, J = np.meshgrid(np.arange(G), np.arange(G), indexing="ij")
     Iv, Jv = I.ravel(), J.ravel()
     av = a.ravel()
@@ -251,10 +252,7 @@ class RTE(Oracle):
         if input_dim != self.grid**2:
             raise ValueError(f"oracle.params.grid: rte on a {self.grid} x {self.grid} grid takes inputs of "
                              f"dimension {self.grid**2}, got {input_dim}")
-        from lwl.measures.particles import trapezoid_weights
-
-        x = np.linspace(0.0, 1.0, self.grid)
-        return np.stack(np.meshgrid(x, x, indexing="ij"), -1).reshape(-1, 2), trapezoid_weights(self.grid)
+        return square_nodes(self.grid), trapezoid_weights(self.grid)
 
     def solver(self, a: np.ndarray):
         return RTESolver(np.asarray(a).reshape(self.grid, self.grid), self.knudsen, self.directions, self.method)

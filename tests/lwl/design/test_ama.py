@@ -4,7 +4,7 @@ import torch
 
 from lwl.design import pack, unpack
 from lwl.design.ama import AMADesign, AMAState
-from lwl.design.kle_family import KLEFamily
+from lwl.measures.kle_family import KLEFamily
 from lwl.design.validated import Phase
 from lwl.measures import KLEGaussian, kle_w2_squared
 from lwl.measures.kle import darcy_test_member
