@@ -82,7 +82,6 @@ SIGNIFICANT = KeptLayout(params="significant_", err="significant_err", iteration
 PENDING = KeptLayout(params="pending_", err="pending_err", sq="pending_sq", lengthscale="pending_lengthscale")
 
 _RECORD_FIELDS = ("params", "best", "significant", "significant_z", "significant_start", "pending", "pending_start")
-_UNTIL_SET = ("validation_labels", "validation_ok", "initial_sq")  # absent from a checkpoint until set
 
 
 @dataclass(kw_only=True)
@@ -93,6 +92,8 @@ class BilevelState(StepperState):
     points (``start_index``). The checkpoint is the flat layout of the dict-state code: the
     family's parameters at top level under their ``param_names``, the kept records under the
     prefixes of :data:`BEST`, :data:`SIGNIFICANT` and :data:`PENDING` (:meth:`to_flat`)."""
+
+    UNTIL_SET = ("validation_labels", "validation_ok", "initial_sq")
 
     phase: Phase = Phase.VALIDATION
     params: Params
@@ -144,8 +145,7 @@ class BilevelState(StepperState):
     """Labels asked for that came back failed (NaN; counted as spent)."""
 
     def to_flat(self) -> Flat:
-        flat = {k: v for k, v in super().to_flat().items()
-                if k not in _RECORD_FIELDS and not (k in _UNTIL_SET and v is None)}
+        flat = {k: v for k, v in super().to_flat().items() if k not in _RECORD_FIELDS}
         flat.update(self.params)
         flat.update(self.best.to_flat(BEST))
         if self.significant is not None:

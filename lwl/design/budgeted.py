@@ -60,7 +60,7 @@ import numpy as np
 
 from lwl.design.adaptive import adam_step, guard_gradient
 from lwl.design.families import Params
-from lwl.design.state import Flat, Kept, StepperState
+from lwl.design.state import Flat, Kept, KeptLayout, StepperState
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import Measure
 from lwl.models import KernelRidge
@@ -81,6 +81,7 @@ RIVAL_Z = 1.0  # Q's mixture takes over when it validates better by this many st
 # source codes of pool points besides the candidates' indices (and the incumbent's code once it moved)
 VALIDATION, CHALLENGER, MOVED, INITIAL = -1, -2, -3, -4
 INCUMBENT_PREFIX, CHALLENGER_PREFIX = "inc_", "chal_"  # the flat keys of their parameters (inc_mean, chal_chol)
+INCUMBENT = KeptLayout(params=INCUMBENT_PREFIX)  # the incumbent's Kept record: its parameters only
 
 
 class Phase(StrEnum):
@@ -157,6 +158,8 @@ class BudgetedState(StepperState):
     source, round_of, failed_X; the incumbent's parameters under ``inc_<name>``, the
     challenger's under ``chal_<name>``; ``incumbent_name`` and ``val_ok`` only once set."""
 
+    UNTIL_SET = ("incumbent_name", "val_ok")
+
     phase: Phase = Phase.VALIDATION
     points: LabelledPoints
     alive: list[int]  # the candidates (indices into BudgetedBilevel.candidates) selection still runs
@@ -185,12 +188,9 @@ class BudgetedState(StepperState):
         flat.update(flat.pop("points").to_flat())
         kept, challenger = flat.pop("kept"), flat.pop("challenger")
         if kept is not None:
-            flat.update({INCUMBENT_PREFIX + n: v for n, v in kept.params.items()})
+            flat.update(kept.to_flat(INCUMBENT))
         if challenger is not None:
             flat.update({CHALLENGER_PREFIX + n: v for n, v in challenger.items()})
-        for key in ("incumbent_name", "val_ok"):  # written once set, as before
-            if flat[key] is None:
-                del flat[key]
         return flat
 
     @classmethod

@@ -26,7 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from lwl.design.state import Flat, StepperState
+from lwl.design.state import StepperState
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import UniformBox
 from lwl.oracles.eit import angles, conductivity, dirichlet_data, draw_coefficients
@@ -84,18 +84,14 @@ class IntervalSearchState(StepperState):
     """The state of an interval search; ``iteration`` counts the candidates trained. Its flat
     checkpoint layout is its fields by name (the dict state's keys)."""
 
+    UNTIL_SET = ("validation_neumann",)
+
     phase: Phase = Phase.VALIDATION
     queue: list[float] = field(default_factory=list)  # lower ends l still to train, in order
     round: int = 0  # refinement rounds started (at most the spec's ``refine``)
     scores: dict[str, float] = field(default_factory=dict)  # validation error by repr(l) (JSON keys)
     # the labels of the validation pairs, (validation_size, pairs, 4 grid - 4): set by the first step
     validation_neumann: np.ndarray | None = None
-
-    def to_flat(self) -> Flat:
-        flat = super().to_flat()
-        if flat["validation_neumann"] is None:  # absent before the validation labels, as it was
-            del flat["validation_neumann"]
-        return flat
 
 
 class IntervalSearchDesign(StepperDefaults):

@@ -49,7 +49,7 @@ class ParticleAMAState(AMAStateBase):
     from the first particles and their labels, inside the first step)."""
 
     POINT = "c"
-    OMITTED_WHEN_NONE = ("validation_labels", "oracle_zero_sq")  # ||G*(1)||^2: labelled in the first step
+    UNTIL_SET = ("validation_labels", "oracle_zero_sq")  # ||G*(1)||^2: labelled in the first step
 
     c: np.ndarray  # (N, modes, modes) sine coefficients, particle q is a_q = exp(L c_q) (eqn rte_particleform)
     eta: float  # the step size of eqn rte_coef_update (halved on a failed step; the reduced one carries over)

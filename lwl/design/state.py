@@ -19,7 +19,7 @@ import json
 import typing
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -32,9 +32,12 @@ class StepperState:
     """What every stepper's state carries; an algorithm's state adds its own fields.
 
     The default ``to_flat``/``from_flat`` map each field to the flat key of the same name
-    (enums as their values; fields typed with an :class:`Enum` are read back as members). A
-    state whose checkpoint layout differs (records spread over prefixed keys, parameters named
-    by the family) overrides both, calling these for the plain fields."""
+    (enums as their values; fields typed with an :class:`Enum` are read back as members); the
+    fields named in ``UNTIL_SET`` are left out while None (the dict states added them only once
+    set). A state whose checkpoint layout differs (records spread over prefixed keys, parameters
+    named by the family) overrides both, calling these for the plain fields."""
+
+    UNTIL_SET: ClassVar[tuple[str, ...]] = ()
 
     iteration: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -44,6 +47,8 @@ class StepperState:
         out: Flat = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if value is None and f.name in self.UNTIL_SET:
+                continue
             out[f.name] = value.value if isinstance(value, Enum) else value
         return out
 

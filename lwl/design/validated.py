@@ -60,7 +60,7 @@ class AMAStateBase(StepperState):
 
     POINT: ClassVar[str]
     #: fields a checkpoint leaves out while they are None (the dict states only set them later)
-    OMITTED_WHEN_NONE: ClassVar[tuple[str, ...]] = ("validation_labels",)
+    UNTIL_SET: ClassVar[tuple[str, ...]] = ("validation_labels",)
 
     phase: Phase = Phase.ITERATE
     objective: float | None = None  # the bound at the current pair (None: not known, after a backtrack)
@@ -95,9 +95,6 @@ class AMAStateBase(StepperState):
         del flat["model"], flat["best"]
         if self.best is None:
             del flat["backtracks"]
-        for name in self.OMITTED_WHEN_NONE:
-            if flat[name] is None:
-                del flat[name]
         flat.update({MODEL_PREFIX + name: w for name, w in (self.model or {}).items()})
         if self.best is not None:
             flat.update(self.best.to_flat(KEPT_LAYOUT))

@@ -101,3 +101,13 @@ def test_the_runner_refuses_a_state_that_is_not_typed():
 
     with pytest.raises(TypeError, match="DictStepper: a stepper's state is a lwl.design.state.StepperState"):
         iterate(DictStepper(), None, {"iteration": 0, "history": []})
+
+
+def test_fields_named_until_set_stay_out_of_a_checkpoint_while_none():
+    @dataclass(kw_only=True)
+    class Later(ToyState):
+        UNTIL_SET = ("score",)
+
+    assert "score" not in Later().to_flat() and "score" in ToyState().to_flat()
+    assert Later(score=0.5).to_flat()["score"] == 0.5
+    assert Later.from_flat(Later().to_flat()).score is None
