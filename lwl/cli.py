@@ -261,9 +261,11 @@ def _robustness_study(preset: str, out: Path | None, workers: int = 1) -> Path:
     return _report(robustness.write_outputs(doc, out), out)
 
 
-def _budget_study(preset: str, out: Path | None, problems: str | None, workers: int = 1) -> Path:
+def _budget_study(preset: str, out: Path | None, problems: str | None, workers: int = 1,
+                  resume: bool = False) -> Path:
     """Budgeted designs at equal labels (lwl.experiments.budget): one tick per problem, seed and budget;
-    ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...)."""
+    ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...). OUT is rewritten after
+    every problem, and ``resume`` reuses the rows of OUT/results.json made with the same settings."""
     from lwl.experiments import budget
 
     if preset not in budget.PRESETS:
@@ -272,11 +274,18 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     cfg = budget.PRESETS[preset]
     keys = problems.split(",") if problems else None
     out = out or Path("runs") / f"budget-{preset}"
+    previous = None
+    if resume and (out / "results.json").is_file():
+        previous = json.loads((out / "results.json").read_text())
     total = (len(keys) if keys else cfg["columns"] + cfg["robustness"]) * len(cfg["seeds"]) * len(cfg["budgets"])
     with _progress() as bar:
         task = bar.add_task(f"budget ({preset})", total=total, info="")
         doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys,
-                         workers=workers)
+                         workers=workers, previous=previous,
+                         checkpoint=lambda partial: budget.write_outputs(partial, out))
+    if previous is not None:
+        console.print(f"reused {doc['reused_rows']} problem rows of {out / 'results.json'}"
+                      + ("" if doc["reused_rows"] else " (none made with these settings)"))
     return _report(budget.write_outputs(doc, out), out)
 
 
@@ -432,7 +441,7 @@ STUDIES.register("rte", None, lambda o: _rte_study(o.preset, o.out, o.runs, o.kn
                                                    [int(n) for n in o.sizes.split(",")] if o.sizes else None,
                                                    o.resume, o.select))
 STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.models, o.precision))
-STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers))
+STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume))
 
 
 @app.command()
@@ -443,7 +452,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns"),
                knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
                sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N"),
-               resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers: reuse the trials (runs) in "
+               resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers, budget: reuse the trials (runs, problems) in "
                                                        "OUT/results.json made with the same settings (grow a study, "
                                                        "or resume one)"),
                family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool, auto)"),

@@ -124,30 +124,65 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
     return row
 
 
-def run(preset: str = "quick", *, progress=None, problems: list[str] | None = None, workers: int = 1) -> dict:
+def reusable_rows(previous: dict | None, cfg: dict) -> dict[tuple[str, int], dict]:
+    """Rows of an earlier results.json (``previous``) keyed by (problem, seed), if it was made
+    with the same settings (else none: a row depends on every setting)."""
+    if not previous or previous.get("experiment") != "budget":
+        return {}
+    settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
+    if previous.get("settings") != settings:
+        return {}
+    return {(r["problem"], int(r["seed"])): r for r in previous.get("rows", [])}
+
+
+def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int, reused: int) -> dict:
+    return {"experiment": "budget", "preset": preset, "settings": {k: list(v) if isinstance(v, tuple) else v
+                                                                    for k, v in cfg.items()},
+            "rows": rows, "summary": summary(rows, cfg["budgets"]), "wall_seconds": seconds,
+            "workers": workers, "reused_rows": reused}
+
+
+def run(preset: str = "quick", *, progress=None, problems: list[str] | None = None, workers: int = 1,
+        previous: dict | None = None, checkpoint=None) -> dict:
     """Every problem and seed of the preset; ``workers`` > 1 runs (problem, seed) pairs in that
-    many processes (each job is deterministic from its spec and seed, so the rows are the same)."""
+    many processes (each job is deterministic from its spec and seed, so the rows are the same).
+    Rows of ``previous`` (an earlier results.json, same settings) are reused, and
+    ``checkpoint(doc)`` is called with the rows so far after each new row, so an interrupted study
+    resumes where it stopped (``lwl experiment budget --resume``). Rows come out in problem order."""
     cfg = dict(PRESETS[preset])
-    rows = []
-    t_all = time.perf_counter()
+    reuse = reusable_rows(previous, cfg)
+    t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems
             for seed in cfg["seeds"]]
+    order = {(key, seed): i for i, (key, _, _, seed) in enumerate(todo)}
+    done = {k: r for k, r in reuse.items() if k in order}
+    fresh = [task for task in todo if (task[0], task[3]) not in done]
+
+    def rows() -> list[dict]:
+        return sorted(done.values(), key=lambda r: order[(r["problem"], int(r["seed"]))])
+
+    def finished(row: dict) -> None:
+        done[(row["problem"], int(row["seed"]))] = row
+        if checkpoint:
+            checkpoint(_doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh)))
+
+    if progress:
+        for row in done.values():
+            for B in row["budgets"]:
+                progress(f"{row['problem']} seed {row['seed']} B={B}: reused")
     if workers > 1:
         from lwl.experiments.report import in_processes
 
-        for row in in_processes(run_problem, todo, workers):
-            rows.append(row)
+        for row in in_processes(run_problem, fresh, workers):
+            finished(row)
             for B, c in row["budgets"].items():
                 if progress:
                     progress(f"{row['problem']} seed {row['seed']} B={B}: {c['err']:.3f} vs mixture "
                              f"{c['mixture']['other_err']:.3f} ({c['mixture']['outcome']})")
     else:
-        for task in todo:
-            rows.append(run_problem(*task, progress))
-    return {"experiment": "budget", "preset": preset, "settings": {k: list(v) if isinstance(v, tuple) else v
-                                                                    for k, v in cfg.items()},
-            "rows": rows, "summary": summary(rows, cfg["budgets"]), "wall_seconds": time.perf_counter() - t_all,
-            "workers": workers}
+        for task in fresh:
+            finished(run_problem(*task, progress))
+    return _doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh))
 
 
 def summary(rows: list[dict], budgets) -> dict:

@@ -37,3 +37,20 @@ def test_worker_processes_give_the_rows_of_one_process():
             assert b["budgets"][B]["err"] == cell["err"]  # seeded jobs: the same numbers in any process
             assert b["budgets"][B]["mixture"]["other_err"] == cell["mixture"]["other_err"]
     assert two["workers"] == 2
+
+
+@pytest.mark.slow
+def test_an_interrupted_study_resumes_from_its_checkpoint_with_the_same_rows():
+    saved = []
+    full = budget.run("smoke", checkpoint=lambda doc: saved.append(json.loads(json.dumps(doc))))
+    assert [len(d["rows"]) for d in saved] == [1, 2]  # written after every problem
+    # interrupted after the first problem: the rerun computes only the second
+    ran = []
+    resumed = budget.run("smoke", previous=saved[0], progress=ran.append)
+    assert resumed["reused_rows"] == 1
+    assert sum(msg.endswith("reused") for msg in ran) == 1
+    assert [r["problem"] for r in resumed["rows"]] == [r["problem"] for r in full["rows"]]
+    assert resumed["rows"][1]["budgets"]["120"]["err"] == full["rows"][1]["budgets"]["120"]["err"]
+    # other settings: nothing reused
+    other = dict(saved[0], settings=dict(saved[0]["settings"], size=999))
+    assert budget.reusable_rows(other, budget.PRESETS["smoke"]) == {}
