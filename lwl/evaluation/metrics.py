@@ -13,9 +13,15 @@ from lwl.models import KernelRidge
 
 
 def relative_ood_error(pred: np.ndarray, truth: np.ndarray, point_weights: np.ndarray) -> float:
-    """sqrt(sum_i a_i |truth_i - pred_i|^2 / sum_i a_i |truth_i|^2) over stacked Q samples."""
-    diff = (np.asarray(truth) - np.asarray(pred)).reshape(len(point_weights), -1)
+    """sqrt(sum_i a_i |truth_i - pred_i|^2 / sum_i a_i |truth_i|^2) over stacked Q samples.
+
+    ``pred`` and ``truth`` are matched row by row whatever their shapes ((n,), (n, 1), (n, m)):
+    an (n, 1) truth against an (n,) prediction must not broadcast to an (n, n) difference."""
     truth = np.asarray(truth).reshape(len(point_weights), -1)
+    pred = np.asarray(pred)
+    if pred.size != truth.size:
+        raise ValueError(f"pred: {pred.size} values for {truth.size} labels")
+    diff = truth - pred.reshape(truth.shape)
     num = float(point_weights @ (diff**2).sum(1))
     den = float(point_weights @ (truth**2).sum(1))
     return float(np.sqrt(num / den))

@@ -1,3 +1,4 @@
+import pytest
 import numpy as np
 
 from lwl.evaluation.metrics import krr_error, relative_ood_error
@@ -15,6 +16,14 @@ def test_err_equals_its_definition_computed_directly():
     a = np.concatenate([np.full(m, wk / m) for m, wk in zip(sizes, w)])
     assert np.isclose(relative_ood_error(np.concatenate(pred), np.concatenate(truth), a), np.sqrt(num / den),
                       rtol=1e-13)
+
+    # labels as a column (how the oracles return them) against flat predictions: the same Err,
+    # row by row (it once broadcast to an n x n difference: a wrong number and n^2 memory)
+    column = np.concatenate(truth)[:, None]
+    assert relative_ood_error(np.concatenate(pred), column, a) == relative_ood_error(np.concatenate(pred),
+                                                                                     np.concatenate(truth), a)
+    with pytest.raises(ValueError, match="pred"):
+        relative_ood_error(np.concatenate(pred)[:-1], column, a)
 
 
 def test_krr_error_equals_a_dense_numpy_kernel_ridge_regression():
