@@ -177,5 +177,7 @@ def evaluate(stepper, state, spec, oracle, out: dict) -> dict:
     X, y = stepper.training_set(state)
     baselines = [b for b in (spec.evaluation.baselines or BASELINES)]
     evaluation = equal_labels(spec, stepper.q, X, y, oracle, baselines=baselines)
-    v = verdict(evaluation, out.get("warnings", []))
+    # the validation verdict's caveats give way to the verdict on held-out data
+    own = (out.get("validation_verdict") or {}).get("warnings", [])
+    v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own])
     return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

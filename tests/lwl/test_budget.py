@@ -269,11 +269,42 @@ def test_without_an_audit_the_verdict_comes_from_validation_and_says_so(budget_s
         assert v["outcome"] == ("better" if v["z"] >= 1.645 else "worse" if v["z"] <= -1.645 else "tie")
         assert v["ratio"] == pytest.approx(v["err"] / v["best_baseline_err"])
         assert 0 < v["points_each"] <= res["labels_by_source"]["q_mixture"]
+        # a "better" at a few hundred points each says that the training set is larger than that
+        design_points = len(res["training_set"]["labels"]) - v["validation_points"]
+        caveat = [w for w in v["warnings"] if "points each, the training set holds" in w]
+        assert bool(caveat) == (v["outcome"] == "better" and 2 * v["points_each"] < design_points)
+        assert all(w in res["warnings"] for w in v["warnings"])
     assert verdict_sentence(v).startswith("verdict on validation (no held-out labels)")
     # with the audit, the verdict at equal labels replaces it; the validation verdict stays beside it
     budget_spec["evaluation"] = {"enabled": True, "baselines": ["mixture"]}
     audited = run_job(budget_spec)
     assert audited["verdict"]["kind"] == "equal_labels" and audited["validation_verdict"] == v
+    assert not set(v["warnings"]) & set(audited["warnings"])  # the held-out verdict speaks instead
+
+
+def test_a_validation_win_at_a_few_hundred_points_says_the_training_set_is_larger(budget_spec):
+    """Rankings at a few hundred points can reverse at a few thousand (Table 1's g4): a "better"
+    on validation names the size it was measured at, and the job's warnings carry it."""
+    budget_spec["budget"] = 2000
+    stepper, oracle, state = _after_selection(budget_spec, "broadened_4")
+    while not stepper.done(state):
+        state = stepper.step(state, oracle.label(stepper.queries(state)))
+    design_points = len(state.points.y) - stepper.validation(state).n
+
+    def race(points_each: int, z: float):  # the comparison's outcome as given (its statistics are tested above)
+        return lambda st, other: {"points_each": points_each, "incumbent_score": 0.1, "rival_score": 0.2, "z": z}
+
+    stepper.versus = race(100, -3.0)  # ahead by 3 standard errors at 100 points each
+    res = stepper.result(state)
+    v = res["verdict"]
+    assert v["outcome"] == "better" and 2 * v["points_each"] < design_points
+    (caveat,) = [w for w in v["warnings"] if "points each, the training set holds" in w]
+    assert f"at 100 points each, the training set holds {design_points} design points" in caveat
+    assert caveat in res["warnings"]
+    stepper.versus = race(design_points // 2 + 1, -3.0)  # at over half the training set's size: no caveat
+    assert not stepper.result(state)["verdict"]["warnings"]
+    stepper.versus = race(100, 0.5)  # a tie claims nothing to qualify
+    assert stepper.result(state)["verdict"]["outcome"] == "tie" and not stepper.result(state)["warnings"]
 
 
 def test_q_mixture_returned_gives_a_tie_on_validation(budget_spec):
