@@ -16,7 +16,7 @@ from typing import Any
 LIMIT = 50  # differences listed at most
 
 #: keys whose values are timings or provenance, not results
-SKIPPED = ("seconds", "wall", "provenance", "timings", "elapsed")
+SKIPPED = ("seconds", "wall", "provenance", "timings", "elapsed", "reused")  # reused: rows of an earlier run (--resume)
 
 
 def skipped(key: str) -> bool:
