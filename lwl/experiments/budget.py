@@ -38,8 +38,9 @@ PRESETS = {
     # quick (at lwl's default iterations it alone takes hours on two cores)
     "full": dict(budgets=(500, 2000, 8000), seeds=(0, 1), columns=6, robustness=16, size=5000,
                  validation=500, unbudgeted_iterations=150, draws=BASELINE_DRAWS),
-    # the full study's budget 8,000 at seed 0 with the NIPV anchor (~3 min of the anchor's selection per
-    # problem on two cores): the same training sets as ``full``'s (each job is deterministic)
+    # the full study's budget 8,000 at seed 0 with the NIPV anchor (its greedy selection of 8,000 from a
+    # pool of 16,000 takes ~8-15 min per problem in one single-threaded process; grow it with --resume):
+    # the same training sets as ``full``'s (each job is deterministic)
     "full-anchor-8000": dict(budgets=(8000,), seeds=(0,), columns=6, robustness=16, size=5000, validation=500,
                              unbudgeted_iterations=150, draws=BASELINE_DRAWS, anchor_max=8000),
     # for the test suite
