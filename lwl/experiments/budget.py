@@ -130,21 +130,23 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
     return row
 
 
+def _settings(cfg: dict) -> dict:
+    """A preset as results.json stores it (tuples as lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
+
+
 def reusable_rows(previous: dict | None, cfg: dict) -> dict[tuple[str, int], dict]:
     """Rows of an earlier results.json (``previous``) keyed by (problem, seed), if it was made
     with the same settings (else none: a row depends on every setting)."""
     if not previous or previous.get("experiment") != "budget":
         return {}
-    settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
-    if previous.get("settings") != settings:
+    if previous.get("settings") != _settings(cfg):
         return {}
     return {(r["problem"], int(r["seed"])): r for r in previous.get("rows", [])}
 
 
 def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int, reused: int) -> dict:
-    return {"experiment": "budget", "preset": preset, "settings": {k: list(v) if isinstance(v, tuple) else v
-                                                                    for k, v in cfg.items()},
-            "rows": rows, "summary": summary(rows, cfg["budgets"]), "wall_seconds": seconds,
+    return {"experiment": "budget", "preset": preset, "settings": _settings(cfg), "rows": rows, "summary": summary(rows, cfg["budgets"]), "wall_seconds": seconds,
             "workers": workers, "reused_rows": reused}
 
 
