@@ -243,21 +243,39 @@ def _table1_study(o: StudyOptions) -> Path:
     return _report(table1.write_outputs(doc, out), out)
 
 
-def _robustness_study(preset: str, out: Path | None, workers: int = 1) -> Path:
-    """Default bilevel jobs over many problems (lwl.experiments.robustness): one tick a problem."""
+def _robustness_study(preset: str, out: Path | None, workers: int = 1, columns: str | None = None,
+                      resume: bool = False) -> Path:
+    """Default bilevel jobs over many problems (lwl.experiments.robustness): one tick a problem.
+    ``--columns p04,p12`` runs only those problems; with ``--resume`` the other rows are kept from
+    OUT/results.json (a rerun of the problems a change can affect)."""
     from lwl.experiments import robustness
 
     if preset not in robustness.PRESETS:
         console.print(f"[red]unknown preset {preset!r}; known: {', '.join(robustness.PRESETS)}")
         raise typer.Exit(2)
     out = out or Path("runs") / f"robustness-{preset}"
+    keys = columns.split(",") if columns else None
+    previous = None
+    if resume:
+        if not (out / "results.json").is_file():
+            console.print(f"[red]--resume: no {out / 'results.json'} to keep rows from")
+            raise typer.Exit(2)
+        if keys is None:
+            console.print("[red]--resume: name the problems to rerun with --columns")
+            raise typer.Exit(2)
+        previous = json.loads((out / "results.json").read_text())
+    total = len(keys) if keys else robustness.PRESETS[preset]["count"]
     with _progress() as bar:
-        task = bar.add_task(f"robustness ({preset})", total=robustness.PRESETS[preset]["count"], info="")
+        task = bar.add_task(f"robustness ({preset})", total=total, info="")
 
         def progress(key, row):
             bar.update(task, advance=1, info=f"{key}: Err {row['err']:.3f} vs mixture {row['baselines']['mixture']:.3f}")
 
-        doc = robustness.run(preset, progress=progress, workers=workers)
+        try:
+            doc = robustness.run(preset, progress=progress, workers=workers, problems_run=keys, previous=previous)
+        except ValueError as exc:
+            console.print(f"[red]{exc}")
+            raise typer.Exit(2)
     return _report(robustness.write_outputs(doc, out), out)
 
 
@@ -433,7 +451,7 @@ class StudyOptions:
 # the studies ``lwl experiment NAME`` runs: name -> runner(StudyOptions) -> output folder
 STUDIES = Registry("experiment")
 STUDIES.register("table1", None, _table1_study)
-STUDIES.register("robustness", None, lambda o: _robustness_study(o.preset, o.out, o.workers))
+STUDIES.register("robustness", None, lambda o: _robustness_study(o.preset, o.out, o.workers, o.columns, o.resume))
 for _name in ("ntd", "darcy", "burgers"):
     STUDIES.register(_name, None, lambda o, name=_name: _operator_study(name, o.preset, o.out, o.runs, o.select,
                                                                           o.resume, o.q_law))
@@ -449,12 +467,14 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                preset: str = typer.Option("quick", help="quick (CI-sized), paper, or (ntd, darcy, burgers) paper-cpu: the paper's grid and network on a CPU budget"),
                out: Path = typer.Option(None, "--out", help="output folder (default runs/NAME-PRESET)"),
                runs: Optional[int] = typer.Option(None, help="override the preset's number of runs"),
-               columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns"),
+               columns: Optional[str] = typer.Option(None, help="comma-separated subset of columns (robustness, budget: of "
+                                                                "problems, by key or pNN)"),
                knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
                sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N"),
                resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers, budget: reuse the trials (runs, problems) in "
                                                        "OUT/results.json made with the same settings (grow a study, "
-                                                       "or resume one)"),
+                                                       "or resume one); robustness: rerun the --columns problems and "
+                                                       "keep OUT's other rows"),
                family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool, auto)"),
                merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
                                                               "runs (one of them gaussian): write one table of all "

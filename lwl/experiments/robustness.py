@@ -153,30 +153,74 @@ def run_problem(p: Problem, cfg: dict) -> dict:
             "labels_used": res.get("labels_used"), "lengthscale": res["spec"]["model"]["lengthscale"]}
 
 
-def run(preset: str = "quick", *, count: int | None = None, progress=None, workers: int = 1) -> dict:
+def run(preset: str = "quick", *, count: int | None = None, progress=None, workers: int = 1,
+        problems_run: list[str] | None = None, previous: dict | None = None) -> dict:
     """Every problem of the preset; ``workers`` > 1 runs problems in that many processes (each
-    job is deterministic from its spec, so the rows are the same as in one process)."""
+    job is deterministic from its spec, so the rows are the same as in one process).
+
+    ``problems_run`` (keys or their ``pNN`` prefixes) runs only those problems; with ``previous``
+    (an earlier results.json of the same preset and settings) every other row is taken from it
+    and the rerun is recorded in ``reruns``: the way to refresh the rows a change can affect."""
     cfg = dict(PRESETS[preset])
     n = count or cfg.pop("count")
     cfg.pop("count", None)
-    rows = []
     t_all = time.perf_counter()
     todo = problems(max(n, 1))[:n]
+    if problems_run is not None:
+        todo = _pick(todo, problems_run)
+    if previous is not None:
+        if previous.get("preset") != preset or previous.get("settings") != cfg:
+            raise ValueError(f"the earlier results are of preset {previous.get('preset')!r} with settings "
+                             f"{previous.get('settings')}, not {preset!r} with {cfg}: nothing to keep")
+    fresh = {}
     if workers > 1:
         from lwl.experiments.report import in_processes
 
         for p, row in zip(todo, in_processes(run_problem, [(p, cfg) for p in todo], workers)):
-            rows.append(row)
+            fresh[p.key] = row
             if progress:
                 progress(p.key, row)
     else:
         for p in todo:
-            rows.append(run_problem(p, cfg))
+            fresh[p.key] = run_problem(p, cfg)
             if progress:
-                progress(p.key, rows[-1])
-    out = {"experiment": "robustness", "preset": preset, "settings": cfg, "problems": rows,
-           "summary": summary(rows), "wall_seconds": time.perf_counter() - t_all, "workers": workers}
-    return out
+                progress(p.key, fresh[p.key])
+    wall = time.perf_counter() - t_all
+    out = {"experiment": "robustness", "preset": preset, "settings": cfg, "workers": workers}
+    if previous is None:
+        rows = list(fresh.values())
+        return {**out, "problems": rows, "summary": summary(rows), "wall_seconds": wall}
+    rows = [fresh.get(r["key"], r) for r in previous["problems"]]
+    rows += [row for key, row in fresh.items() if key not in {r["key"] for r in previous["problems"]}]
+    reruns = [*previous.get("reruns", []),
+              {"problems": list(fresh), "seconds": wall, "why": f"rerun with --columns --resume at {_commit()}"}]
+    return {**out, "problems": rows, "summary": summary(rows), "wall_seconds": previous["wall_seconds"],
+            "workers": previous.get("workers", 1), "reruns": reruns}
+
+
+def _pick(todo: list[Problem], keys: list[str]) -> list[Problem]:
+    """The problems named by ``keys`` (whole keys or their ``pNN`` prefixes), in the study's order."""
+    known = {p.key: p for p in todo}
+    picked = set()
+    for key in keys:
+        hits = [k for k in known if k == key or k.split("-")[0] == key]
+        if not hits:
+            raise ValueError(f"--columns: no problem {key!r} in this preset (known: {', '.join(known)})")
+        picked.update(hits)
+    return [p for p in todo if p.key in picked]
+
+
+def _commit() -> str:
+    """The code a rerun ran on: the git commit of lwl's checkout, when it is one."""
+    import subprocess
+    from pathlib import Path
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, text=True,
+                             capture_output=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return f"commit {sha}" if sha else "an unversioned checkout"
 
 
 def runaway_measures(res: dict) -> dict:

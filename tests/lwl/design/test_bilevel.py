@@ -194,9 +194,9 @@ def test_an_improvement_within_validation_noise_returns_the_initial_distribution
     assert moved["selected"]["iteration"] > 0 and moved["distribution"] == moved["best_distribution"]
     z = moved["selected"]["improvement_z"]
     assert np.isfinite(z)
-    # demand more standard errors than any check has: the start nearest Q of those that
-    # validate below theta0 comes back (Q's moment-matched Gaussian here) ...
-    small_spec["algorithm"].update(significance=100.0, start_significance=100.0)
+    # demand more standard errors than any check has (the spread bar off): the start nearest Q
+    # of those that validate below theta0 comes back (Q's moment-matched Gaussian here) ...
+    small_spec["algorithm"].update(significance=100.0, start_significance=100.0, spread_share=0.0)
     near = run_job(small_spec)
     assert near["selected"]["iteration"] == 0 and near["selected"]["start"] == "moment_matched"
     assert near["selected"]["rule"].startswith("start point nearest Q")
@@ -274,6 +274,58 @@ def test_improvement_z_is_the_paired_difference_over_its_standard_error(small_sp
     parts = np.split(d, np.cumsum(n)[:-1])
     se = np.sqrt(sum((w / den) ** 2 * p.var(ddof=1) / len(p) for p, w in zip(parts, design.q.weights)))
     assert np.isclose(design.improvement_z(new, old, y), -(a @ d / den) / se, rtol=1e-12)
+
+
+def test_top_share_is_what_the_largest_few_paired_differences_carry(small_spec):
+    from lwl.design.bilevel import TOP_POINTS
+
+    design, _ = _adaptive(small_spec)
+    rng = np.random.default_rng(4)
+    M = sum(len(x) for x in design.q.validation)
+    y = rng.standard_normal(M)
+    a = design.q.point_weights(design.q.validation, design.q.weights)
+    old = rng.random(M)
+    spread = design.improvement(old * 0.9, old, y)  # every point a little better
+    c = np.sort(np.abs(a * (old * 0.9 - old)))
+    assert np.isclose(spread.top_share, c[-TOP_POINTS:].sum() / c.sum(), rtol=1e-12)
+    assert spread.top_share < 4 * TOP_POINTS / M and spread.z > 0
+    few = old.copy()
+    few[rng.choice(M, 3, replace=False)] -= 1e4  # three huge validation points carry the difference
+    carried = design.improvement(few, old, y)
+    assert carried.top_share > 0.99 and carried.z > 0
+    assert design.improvement_z(few, old, y) == carried.z
+
+
+def test_a_spread_improvement_meets_the_lower_bar_and_a_carried_one_does_not(small_spec):
+    design, _ = _adaptive(small_spec, significance=2.0, start_significance=1.645, spread_significance=1.0,
+                          spread_share=0.1)
+    assert design.threshold(7) == 2.0 and design.threshold(0) == 1.645  # no share measured: the usual bars
+    assert design.threshold(7, 0.05) == 1.0 and design.threshold(0, 0.05) == 1.0
+    assert design.threshold(7, 0.5) == 2.0 and design.threshold(0, 0.5) == 1.645
+    # the spread bar only ever lowers a bar
+    low, _ = _adaptive(small_spec, significance=0.5, spread_significance=1.0, spread_share=0.1)
+    assert low.threshold(7, 0.05) == 0.5
+    off, _ = _adaptive(small_spec, significance=2.0, spread_significance=1.0, spread_share=0.0)
+    assert off.threshold(7, 0.0) == 2.0
+
+
+def test_the_spread_bar_returns_the_best_check_the_high_bar_holds_back(small_spec):
+    """One run, two bars: with the improvement within the high bar, theta0 is returned; with the
+    spread bar at 0 for every share, the best check is, and the result records its share."""
+    from lwl import run_job
+
+    spec = copy.deepcopy(small_spec)
+    spec["algorithm"].update(optimizer="adaptive", iterations=12, check_every=3, significance=100.0,
+                             start_significance=100.0, spread_share=0.0)
+    held = run_job(copy.deepcopy(spec))
+    assert held["selected"]["iteration"] == 0 and held["distribution"] != held["best_distribution"]
+    assert any("within noise" in w for w in held["warnings"])
+    spec["algorithm"].update(spread_significance=0.0, spread_share=1.0)
+    free = run_job(spec)
+    assert free["distribution"] == free["best_distribution"] == held["best_distribution"]
+    share = free["selected"]["improvement_top_share"]
+    assert 0 < share <= 1 and free["selected"]["improvement_z"] > 0
+    assert not any("within noise" in w for w in free["warnings"])
 
 
 def test_forced_runaway_steps_are_refused_and_the_job_still_ends_well(small_spec, monkeypatch):
@@ -473,9 +525,14 @@ def test_the_returned_lengthscale_is_the_one_of_the_returned_check(small_spec, m
               {"iteration": 25, "err": 0.4, "lengthscale": 4.0}]
     state = state.replace(checks=checks, best=Kept(params=moved, iteration=25, err=0.4, sq=np.zeros(3), lengthscale=4.0),
                           initial_sq=np.ones(3), lengthscale=4.0)
-    monkeypatch.setattr(design, "improvement_z", lambda *a: 3.0)
+    from lwl.design.bilevel import Improvement
+
+    # a difference carried by a few points: the usual bar (2)
+    monkeypatch.setattr(design, "improvement", lambda *a: Improvement(z=3.0, top_share=0.9))
     assert design.returned_lengthscale(state) == 4.0  # the best check beats theta0 beyond noise
-    monkeypatch.setattr(design, "improvement_z", lambda *a: 0.5)
+    monkeypatch.setattr(design, "improvement", lambda *a: Improvement(z=0.9, top_share=0.1))
+    assert design.returned_lengthscale(state) == 4.0  # a spread difference: the lower bar (0.8)
+    monkeypatch.setattr(design, "improvement", lambda *a: Improvement(z=0.5, top_share=0.9))
     with_significant = state.replace(significant=Kept(params=given, iteration=0, lengthscale=1.0), significant_z=2.5)
     assert design.returned_lengthscale(with_significant) == 1.0  # the surest significant check's
     monkeypatch.setattr(design, "nearest_start", lambda checks: "moment_matched")

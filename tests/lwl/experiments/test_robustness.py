@@ -42,6 +42,35 @@ def test_smoke_preset_writes_the_study(tmp_path):
     assert "| problem |" in (tmp_path / "results.md").read_text()
 
 
+def test_a_rerun_of_some_problems_keeps_the_other_rows(monkeypatch):
+    """--columns with --resume: only the named problems run; the rest come from the earlier
+    results, the rerun is recorded, and a different preset's results are refused."""
+    ran = []
+
+    def fake_row(p, cfg):  # the rows' contents are the study's business, not this test's
+        ran.append(p.key)
+        return {"key": p.key, "err": 0.1 if len(ran) > 4 else 0.2, "initial_err": 0.3, "diverged": False,
+                "baselines": {"normal": 0.3, "barycenter": 0.4, "mixture": 0.25}, "best_of_mixture_barycenter": 0.25,
+                "seconds": 1.0}
+
+    monkeypatch.setattr(robustness, "run_problem", fake_row)
+    first = robustness.run("smoke")
+    keys = [r["key"] for r in first["problems"]]
+    assert ran == keys
+    second = robustness.run("smoke", problems_run=["p01", keys[3]], previous=first)
+    assert ran[4:] == [keys[1], keys[3]]  # only those ran, in the study's order
+    assert [r["key"] for r in second["problems"]] == keys
+    assert [r["err"] for r in second["problems"]] == [0.2, 0.1, 0.2, 0.1]
+    assert second["problems"][0] is first["problems"][0]
+    assert second["reruns"][-1]["problems"] == [keys[1], keys[3]]
+    assert second["summary"]["win_rate"]["mixture"] == 1.0 and first["summary"]["win_rate"]["mixture"] == 1.0
+    assert second["summary"]["median_ratio_to_best_of_mixture_barycenter"] == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="no problem 'p99'"):
+        robustness.run("smoke", problems_run=["p99"])
+    with pytest.raises(ValueError, match="preset 'smoke'"):
+        robustness.run("quick", problems_run=["p01"], previous=first)
+
+
 def test_divergence_means_runaway_parameters_or_blown_up_predictions():
     sane = {"cov_ratio_max": 3.0, "cov_ratio_min": 0.1, "mean_offset": 2.0}
     assert not robustness.diverged(0.9, 1.0, sane)
