@@ -328,6 +328,22 @@ def test_the_spread_bar_returns_the_best_check_the_high_bar_holds_back(small_spe
     assert not any("within noise" in w for w in free["warnings"])
 
 
+def test_the_fallback_to_the_surest_check_keeps_the_full_bar(small_spec):
+    """The spread bar is for the best check only: with every share counted as spread and the
+    spread bar at 0, no check becomes the significant fallback unless it clears ``significance``."""
+    design, oracle = _adaptive(small_spec, iterations=12, check_every=3, significance=100.0, start_significance=100.0,
+                               spread_significance=0.0, spread_share=1.0)
+    state = design.init()
+    while not design.done(state):
+        state = design.step(state, oracle.label(design.queries(state)))
+    scored = [c for c in state.checks if c.get("z") is not None]
+    assert scored and all(0 <= c["top_share"] <= 1 for c in scored)
+    assert any(c["z"] > 0 for c in scored)  # under the spread bar these would have qualified
+    assert state.significant is None
+    res = design.result(state)
+    assert res["distribution"] == res["best_distribution"]  # the best check itself clears the spread bar
+
+
 def test_forced_runaway_steps_are_refused_and_the_job_still_ends_well(small_spec, monkeypatch):
     design, oracle = _adaptive(small_spec, iterations=16, check_every=4, significance=0)
     real = design.gradient
