@@ -650,11 +650,12 @@ class BilevelDesign(StepperDefaults):
         iterates (the best of many checks on one validation set: a winner's curse to guard
         against), the lower ``start_significance`` for the few start points fixed in advance;
         at most ``spread_significance`` for the best check when its improvement is spread over
-        the validation points (``top_share`` at most ``spread_share``, :class:`Improvement`). Why two bars: the
-        z of a difference that a handful of huge labels carry is not normal, and the high bar
-        is what keeps Sobol G at d >= 7 from returning designs that lose on held-out data; a
-        spread difference is, and there the high bar gave away designs that win on held-out
-        data (docs/method.md, "What the gate costs")."""
+        the validation points (``top_share`` at most ``spread_share``, :class:`Improvement`).
+        Why two bars: the z of a difference that a handful of huge labels carry is far from
+        normal, and the high bar keeps Sobol G at d >= 7 from returning designs that lose on
+        held-out data; the z of a spread difference is close to normal, and there the high bar
+        gave away designs that win (docs/method.md, "A lower bar where the improvement is
+        spread")."""
         bar = self.algo.significance
         if iteration == 0:
             bar = min(self.algo.start_significance, bar)
