@@ -325,6 +325,7 @@ def test_the_spread_bar_returns_the_best_check_the_high_bar_holds_back(small_spe
     assert free["distribution"] == free["best_distribution"] == held["best_distribution"]
     share = free["selected"]["improvement_top_share"]
     assert 0 < share <= 1 and free["selected"]["improvement_z"] > 0
+    assert "lower bar for spread improvements" in free["selected"]["rule"]
     assert not any("within noise" in w for w in free["warnings"])
 
 
@@ -551,6 +552,10 @@ def test_the_returned_lengthscale_is_the_one_of_the_returned_check(small_spec, m
     monkeypatch.setattr(design, "improvement", lambda *a: Improvement(z=0.5, top_share=0.9))
     with_significant = state.replace(significant=Kept(params=given, iteration=0, lengthscale=1.0), significant_z=2.5)
     assert design.returned_lengthscale(with_significant) == 1.0  # the surest significant check's
+    # a check that clears the full bar goes before a best check that clears only the spread bar
+    monkeypatch.setattr(design, "improvement", lambda *a: Improvement(z=0.9, top_share=0.1))
+    assert design.returned_lengthscale(with_significant) == 1.0
+    monkeypatch.setattr(design, "improvement", lambda *a: Improvement(z=0.5, top_share=0.9))
     monkeypatch.setattr(design, "nearest_start", lambda checks: "moment_matched")
     assert design.returned_lengthscale(state) == 1.0  # the nearest start's check
     monkeypatch.setattr(design, "nearest_start", lambda checks: None)
