@@ -1045,15 +1045,14 @@ class BilevelSpec(StrictModel):
                     "advance, so a one-sided 5% test; never above significance)")
     spread_significance: float = Field(
         default=0.8, ge=0.0, le=100.0,
-        description="keep=best: the bar (in standard errors) for the best check when its improvement is spread over "
-                    "the validation points (its 5 largest paired differences carry at most spread_share of their "
-                    "total): never above significance / start_significance; the fallback to the surest check keeps "
-                    "the full bar")
+        description="keep=best: when no check clears significance / start_significance, the best check is still "
+                    "returned if it beats the initial distribution by this many standard errors and its improvement "
+                    "is spread over the validation points (see spread_share); never above the two bars")
     spread_share: float = Field(
         default=2 / 3, ge=0.0, le=1.0,
-        description="keep=best: the largest share of an improvement's paired differences its 5 largest may carry "
-                    "for spread_significance to apply (0: off, the paper-era gate; see docs/method.md, "
-                    "'A lower bar for spread improvements')")
+        description="keep=best: the largest share of the improvement's weighted paired differences that its 5 "
+                    "largest may carry for spread_significance to apply (0: off, the earlier gate; see "
+                    "docs/method.md, 'A lower bar where the improvement is spread')")
     patience: int = Field(default=2, ge=1, le=1000)
     max_halvings: int = Field(default=6, ge=0, le=60)
     # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted, docs/method.md
