@@ -992,6 +992,11 @@ def evaluate(stepper: BilevelDesign, state: BilevelState, spec: JobSpec, oracle,
 DEFAULT_BASELINES = ("normal", "barycenter", "mixture")  # a bilevel job's verdict compares with these
 
 
+def _bar(default: float, description: str):
+    """A bar of the kept check's improvement over theta0, in standard errors (keep=best)."""
+    return Field(default=default, ge=0.0, le=100.0, description="keep=best: " + description)
+
+
 class BilevelSpec(StrictModel):
     """Bilevel gradient descent (paper Alg. 3) with a cosine-annealed nugget.
 
@@ -1034,20 +1039,16 @@ class BilevelSpec(StrictModel):
         description="adaptive with starts=moment_matched: also check the first start point (Q's fit) with its "
                     "covariance scaled by each factor at iteration 0 (regression learns Q best from a broader "
                     "design); [] for none")
-    significance: float = Field(
-        default=2.0, ge=0.0, le=100.0,
-        description="keep=best: the kept iterate must beat the given initial distribution by this many standard "
-                    "errors of the paired validation difference, else the best check that does (or the initial "
-                    "one) is returned (0: off)")
-    start_significance: float = Field(
-        default=1.645, ge=0.0, le=100.0,
-        description="keep=best: the same for the start points checked at iteration 0 (a few candidates fixed in "
-                    "advance, so a one-sided 5% test; never above significance)")
-    spread_significance: float = Field(
-        default=0.8, ge=0.0, le=100.0,
-        description="keep=best: when no check clears significance / start_significance, the best check is still "
-                    "returned if it beats the initial distribution by this many standard errors and its improvement "
-                    "is spread over the validation points (see spread_share); never above the two bars")
+    significance: float = _bar(
+        2.0, "the kept iterate must beat the given initial distribution by this many standard errors of the paired "
+             "validation difference, else the best check that does (or the initial one) is returned (0: off)")
+    start_significance: float = _bar(
+        1.645, "the same for the start points checked at iteration 0 (a few candidates fixed in advance, so a "
+               "one-sided 5% test; never above significance)")
+    spread_significance: float = _bar(
+        0.8, "when no check clears significance / start_significance, the best check is still returned if it "
+             "beats the initial distribution by this many standard errors and its improvement is spread over the "
+             "validation points (see spread_share); never above the two bars")
     spread_share: float = Field(
         default=2 / 3, ge=0.0, le=1.0,
         description="keep=best: the largest share of the improvement's weighted paired differences that its 5 "
