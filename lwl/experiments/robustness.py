@@ -192,8 +192,11 @@ def run(preset: str = "quick", *, count: int | None = None, progress=None, worke
         return {**out, "problems": rows, "summary": summary(rows), "wall_seconds": wall}
     rows = [fresh.get(r["key"], r) for r in previous["problems"]]
     rows += [row for key, row in fresh.items() if key not in {r["key"] for r in previous["problems"]}]
+    from lwl.experiments.report import provenance, provenance_line
+
+    made = provenance_line(provenance()).removeprefix("Produced by ").rstrip(".")
     reruns = [*previous.get("reruns", []),
-              {"problems": list(fresh), "seconds": wall, "why": f"rerun with --columns --resume at {_commit()}"}]
+              {"problems": list(fresh), "seconds": wall, "why": f"rerun with --columns --resume by {made}"}]
     return {**out, "problems": rows, "summary": summary(rows), "wall_seconds": previous["wall_seconds"],
             "workers": previous.get("workers", 1), "reruns": reruns}
 
@@ -208,19 +211,6 @@ def _pick(todo: list[Problem], keys: list[str]) -> list[Problem]:
             raise ValueError(f"--columns: no problem {key!r} in this preset (known: {', '.join(known)})")
         picked.update(hits)
     return [p for p in todo if p.key in picked]
-
-
-def _commit() -> str:
-    """The code a rerun ran on: the git commit of lwl's checkout, when it is one."""
-    import subprocess
-    from pathlib import Path
-
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, text=True,
-                             capture_output=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        sha = ""
-    return f"commit {sha}" if sha else "an unversioned checkout"
 
 
 def runaway_measures(res: dict) -> dict:

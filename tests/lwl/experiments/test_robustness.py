@@ -63,6 +63,7 @@ def test_a_rerun_of_some_problems_keeps_the_other_rows(monkeypatch):
     assert [r["err"] for r in second["problems"]] == [0.2, 0.1, 0.2, 0.1]
     assert second["problems"][0] is first["problems"][0]
     assert second["reruns"][-1]["problems"] == [keys[1], keys[3]]
+    assert second["reruns"][-1]["why"].startswith("rerun with --columns --resume by lwl ")
     assert second["summary"]["win_rate"]["mixture"] == 1.0 and first["summary"]["win_rate"]["mixture"] == 1.0
     assert second["summary"]["median_ratio_to_best_of_mixture_barycenter"] == pytest.approx(0.6)
     with pytest.raises(ValueError, match="no problem 'p99'"):
