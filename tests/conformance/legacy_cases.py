@@ -80,26 +80,15 @@ def _selecting(**algorithm):
     return spec
 
 
-def _old_gate(make):
-    """A bilevel case under the gate its checkpoints were written with: before the lower bar for
-    spread improvements (``spread_share``, whose default came later; drop the field to regenerate
-    at 821a526), so that the resumed and the uninterrupted run keep their checks by one rule."""
-    def spec():
-        s = make()
-        s.setdefault("algorithm", {"name": "bilevel"})["spread_share"] = 0.0
-        return s
-    return spec
-
-
 # name -> (spec, oracle or None for the spec's own)
 CASES: dict[str, tuple[Callable[[], dict], Callable[[], Any] | None]] = {
-    "bilevel-gaussian": (_old_gate(lambda: examples.bilevel("gaussian")), None),
-    "bilevel-mixture": (_old_gate(lambda: examples.bilevel("mixture")), None),
-    "bilevel-auto": (_old_gate(lambda: examples.bilevel("auto")), None),
-    "bilevel-pool": (_old_gate(lambda: examples.bilevel("pool")), None),
-    "bilevel-significance": (_old_gate(_selecting(significance=0)), None),
-    "bilevel-fallback": (_old_gate(_selecting(significance=1.0, start_significance=1.0)), None),
-    "bilevel-flaky": (_old_gate(_selecting(significance=0)), FlakyFriedman),
+    "bilevel-gaussian": (lambda: examples.bilevel("gaussian"), None),
+    "bilevel-mixture": (lambda: examples.bilevel("mixture"), None),
+    "bilevel-auto": (lambda: examples.bilevel("auto"), None),
+    "bilevel-pool": (lambda: examples.bilevel("pool"), None),
+    "bilevel-significance": (_selecting(significance=0), None),
+    "bilevel-fallback": (_selecting(significance=1.0, start_significance=1.0), None),
+    "bilevel-flaky": (_selecting(significance=0), FlakyFriedman),
     "ama-bound": (_selected(examples.ama, "bound"), None),
     "ama-validation": (_selected(examples.ama, "validation"), None),
     "particle_ama-bound": (_selected(examples.particle_ama, "bound"), None),

@@ -294,6 +294,7 @@ def test_top_share_is_what_the_largest_few_paired_differences_carry(small_spec):
     carried = design.improvement(few, old, y)
     assert carried.top_share > 0.99 and carried.z > 0
     assert design.improvement_z(few, old, y) == carried.z
+    assert design.improvement(old, old, y).top_share == 1.0  # no difference: nothing spread
 
 
 def test_a_spread_improvement_meets_the_lower_bar_and_a_carried_one_does_not(small_spec):
@@ -560,6 +561,9 @@ def test_the_returned_lengthscale_is_the_one_of_the_returned_check(small_spec, m
     assert design.returned_lengthscale(state) == 1.0  # the nearest start's check
     monkeypatch.setattr(design, "nearest_start", lambda checks: None)
     assert design.returned_lengthscale(state) == 2.0  # theta0's check
+    # above the spread bar but carried by a few points: held back all the same
+    monkeypatch.setattr(design, "improvement", lambda *a: Improvement(z=1.5, top_share=0.9))
+    assert design.returned_lengthscale(state) == 2.0
     assert design.resolved_spec(state).model.lengthscale == 2.0
 
 
