@@ -146,8 +146,9 @@ def reusable_rows(previous: dict | None, cfg: dict) -> dict[tuple[str, int], dic
 
 
 def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int, reused: int) -> dict:
-    return {"experiment": "budget", "preset": preset, "settings": _settings(cfg), "rows": rows, "summary": summary(rows, cfg["budgets"]), "wall_seconds": seconds,
-            "workers": workers, "reused_rows": reused}
+    return {"experiment": "budget", "preset": preset, "settings": _settings(cfg), "rows": rows,
+            "summary": summary(rows, cfg["budgets"]), "wall_seconds": seconds, "workers": workers,
+            "reused_rows": reused}
 
 
 def run(preset: str = "quick", *, progress=None, problems: list[str] | None = None, workers: int = 1,

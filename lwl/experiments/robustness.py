@@ -190,10 +190,11 @@ def run(preset: str = "quick", *, count: int | None = None, progress=None, worke
     if previous is None:
         rows = list(fresh.values())
         return {**out, "problems": rows, "summary": summary(rows), "wall_seconds": wall}
-    rows = [fresh.get(r["key"], r) for r in previous["problems"]]
-    rows += [row for key, row in fresh.items() if key not in {r["key"] for r in previous["problems"]}]
     from lwl.experiments.report import provenance, provenance_line
 
+    kept = {r["key"] for r in previous["problems"]}
+    rows = [fresh.get(r["key"], r) for r in previous["problems"]]
+    rows += [row for key, row in fresh.items() if key not in kept]
     made = provenance_line(provenance()).removeprefix("Produced by ").rstrip(".")
     reruns = [*previous.get("reruns", []),
               {"problems": list(fresh), "seconds": wall, "why": f"rerun with --columns --resume by {made}"}]
