@@ -19,7 +19,9 @@ else
   ./scripts/setup.sh --system
 fi
 . .venv/bin/activate
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=2 MKL_NUM_THREADS=1
+# one BLAS thread unless the caller says otherwise (scripts/test-other-blas.sh runs two)
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" \
+       MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 if [ "$fast" = 1 ]; then
   exec python -m pytest -m "not server and not browser and not distributed and not slow" "$@"
 fi
