@@ -122,14 +122,8 @@ def ask(job: str = typer.Argument(..., metavar="JOB", help="job id"),
         out: Path = typer.Option(Path("inputs.npy"), "--out", help="where to write the batch's inputs"),
         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Fetch the next batch an ask/tell job needs labelled; prints its batch id."""
-    from lwl.client import ApiError
-
-    try:
-        with _client(url, api_key) as c:
-            batch = c.ask(job)
-    except ApiError as exc:
-        console.print(f"[red]{exc}")
-        raise typer.Exit(1)
+    with _service_errors(url), _client(url, api_key) as c:
+        batch = c.ask(job)
     if batch is None:
         console.print("no pending queries (the job is running, finished, or between rounds)")
         raise typer.Exit(3)
@@ -145,16 +139,10 @@ def tell(job: str = typer.Argument(..., metavar="JOB", help="job id"),
                                          help="a NaN label is a failed measurement (told as failed)"),
          url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Send the labels of one batch; the job resumes once its round is complete."""
-    from lwl.client import ApiError
-
     y = np.asarray(np.load(labels, allow_pickle=False), dtype=np.float64)
     failed = np.flatnonzero(np.isnan(y.reshape(len(y), -1)).any(axis=1)).tolist() if nan_failed else None
-    try:
-        with _client(url, api_key) as c:
-            answer = c.tell(job, batch_id, y.reshape(-1) if failed else y, failed=failed)
-    except ApiError as exc:
-        console.print(f"[red]{exc}")
-        raise typer.Exit(1)
+    with _service_errors(url), _client(url, api_key) as c:
+        answer = c.tell(job, batch_id, y.reshape(-1) if failed else y, failed=failed)
     gone = f", {answer['failed_points']} failed" if answer.get("failed_points") else ""
     console.print(f"batch {batch_id}: {answer['outcome']}{gone}; {answer['pending_batches']} batch(es) pending; "
                   f"job {answer['status']}")

@@ -197,3 +197,26 @@ def test_the_documented_shell_campaign_runs_as_written(server, client, tmp_path)
         X, y = z["inputs"], z["labels"]
     # every labelled point and no failed one, each with the label the instrument measured
     assert len(y) == result["labels_used"] - result["labels_failed"] and np.allclose(y, FRIEDMAN.label(X))
+
+
+def test_ask_and_tell_name_what_they_refuse(server, client, tmp_path):
+    spec = small_job(iterations=3)
+    spec.update(oracle={"name": "external", "batch_size": 64})
+    spec.pop("evaluation")
+    job = client.submit(spec)
+    try:
+        wait_until(lambda: client.job(job)["status"] == "awaiting_labels", 60, 0.1, "awaiting_labels")
+        labels = tmp_path / "y.npy"
+        np.save(labels, np.zeros(64))
+        unknown = invoke(server, "tell", job, "9.9", str(labels))
+        # the problem's field in brackets, not eaten as console markup
+        assert unknown.exit_code == 1 and "404 Unknown batch [batch_id]: " in unknown.output, unknown.output
+        asked = invoke(server, "ask", job, "--out", str(tmp_path / "x.npy"))
+        assert asked.exit_code == 0 and asked.stdout.strip() == "1.0"
+        np.save(labels, np.zeros(10))  # the batch has 64 points
+        short = invoke(server, "tell", job, "1.0", str(labels))
+        assert short.exit_code == 1 and "[labels]" in short.output, short.output
+        nowhere = invoke(server, "ask", job, url=f"http://127.0.0.1:{free_port()}")
+        assert nowhere.exit_code == 1 and "cannot reach the service" in nowhere.output
+    finally:
+        client.cancel(job)
