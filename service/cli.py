@@ -1,5 +1,6 @@
-"""The service's commands in the ``lwl`` CLI: ``serve``, ``ask``, ``tell`` (``worker`` is the
-worker's own: :mod:`worker.cli`).
+"""The service's commands in the ``lwl`` CLI: ``serve``, ``ask``, ``tell``, and ``submit``,
+``status``, ``wait``, ``training-set`` for a job from the shell (``worker`` is the worker's own:
+:mod:`worker.cli`).
 
 They register into :data:`lwl.cli.app` through the ``lwl.cli`` entry point (pyproject.toml),
 so the library's CLI never imports the service. Each command imports the service lazily: a
@@ -8,13 +9,19 @@ missing extra gives a clear message, not an ImportError at ``lwl --help``.
 
 from __future__ import annotations
 
+import json
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
+
+from lwl.client import TERMINAL
 
 console = Console(stderr=True)
 
@@ -90,18 +97,33 @@ URL_OPT = typer.Option("http://127.0.0.1:8000", "--url", envvar="LWL_URL", help=
 KEY_OPT = typer.Option(None, "--api-key", envvar="LWL_API_KEY", help="bearer key")
 
 
+@contextmanager
+def _service_errors(url: str):
+    """One clear line and exit 1 for what can go wrong talking to the service: an error answer
+    (its problem document says what: an unknown job, a job without a training set, a refused
+    spec with its field) or no answer at all (nothing listening at ``url``, a timeout). The
+    message is escaped: rich would read a problem's ``[field]`` as markup and drop it."""
+    import httpx
+
+    from lwl.client import ApiError
+
+    try:
+        yield
+    except ApiError as exc:
+        console.print(f"[red]{escape(str(exc))}")
+        raise typer.Exit(1)
+    except httpx.TransportError as exc:
+        console.print(f"[red]cannot reach the service at {escape(url)}: {escape(str(exc) or type(exc).__name__)}[/red] "
+                      "(is `lwl serve` running there? --url or LWL_URL names it)")
+        raise typer.Exit(1)
+
+
 def ask(job: str = typer.Argument(..., metavar="JOB", help="job id"),
         out: Path = typer.Option(Path("inputs.npy"), "--out", help="where to write the batch's inputs"),
         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Fetch the next batch an ask/tell job needs labelled; prints its batch id."""
-    from lwl.client import ApiError
-
-    try:
-        with _client(url, api_key) as c:
-            batch = c.ask(job)
-    except ApiError as exc:
-        console.print(f"[red]{exc}")
-        raise typer.Exit(1)
+    with _service_errors(url), _client(url, api_key) as c:
+        batch = c.ask(job)
     if batch is None:
         console.print("no pending queries (the job is running, finished, or between rounds)")
         raise typer.Exit(3)
@@ -117,19 +139,146 @@ def tell(job: str = typer.Argument(..., metavar="JOB", help="job id"),
                                          help="a NaN label is a failed measurement (told as failed)"),
          url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Send the labels of one batch; the job resumes once its round is complete."""
-    from lwl.client import ApiError
-
     y = np.asarray(np.load(labels, allow_pickle=False), dtype=np.float64)
     failed = np.flatnonzero(np.isnan(y.reshape(len(y), -1)).any(axis=1)).tolist() if nan_failed else None
-    try:
-        with _client(url, api_key) as c:
-            answer = c.tell(job, batch_id, y.reshape(-1) if failed else y, failed=failed)
-    except ApiError as exc:
-        console.print(f"[red]{exc}")
-        raise typer.Exit(1)
+    with _service_errors(url), _client(url, api_key) as c:
+        answer = c.tell(job, batch_id, y.reshape(-1) if failed else y, failed=failed)
     gone = f", {answer['failed_points']} failed" if answer.get("failed_points") else ""
     console.print(f"batch {batch_id}: {answer['outcome']}{gone}; {answer['pending_batches']} batch(es) pending; "
                   f"job {answer['status']}")
+
+
+# -- a job from the shell: submit, status, wait, training-set -------------------------------------
+# The same client, options and environment variables as ask/tell. Exit codes: 0 done; 1 the
+# service refused the request or could not be reached; 2 a local file could not be read; 3 (wait)
+# the job failed or was cancelled; 124 (wait) --timeout passed while the job went on.
+
+JOB_ENDED_BADLY, TIMED_OUT = 3, 124
+
+
+def _problem_line(problem: dict) -> str:
+    """A failed job's problem document as one line, its field named."""
+    field = f" [{problem['field']}]" if problem.get("field") else ""
+    return f"{problem.get('title', 'failed')}{field}: {problem.get('detail', '')}"
+
+
+def describe_job(doc: dict) -> list[str]:
+    """What `lwl status` prints for a job document (GET /v1/jobs/{id}): status and progress on
+    the first line, then what the job is, why it waits, its error or verdict, its warnings."""
+    p = doc.get("progress") or {}
+    head = f"{doc['id']}  {doc['status']}"
+    if p.get("total"):
+        head += f"  iteration {p.get('iteration') or 0}/{p['total']}"
+    if p.get("validation_err") is not None:
+        head += f"  Err {p['validation_err']:.4f}"
+    if p.get("elapsed_seconds") is not None:
+        head += f"  {p['elapsed_seconds']:.0f} s"
+    lines = [head]
+    kind = doc.get("kind") or {}
+    if kind:
+        lines.append("  " + ", ".join(f"{k} {v}" for k, v in kind.items()))
+    if p.get("budget") is not None:
+        failed = f" ({p['labels_failed']} failed)" if p.get("labels_failed") else ""
+        lines.append(f"  labels used {p.get('labels_used') or 0} of a budget of {p['budget']}{failed}")
+    lines += [f"  waiting: {c['message']}" for c in doc.get("conditions") or [] if c.get("message")]
+    if doc.get("cancel_requested") and doc["status"] not in TERMINAL:
+        lines.append("  cancel requested: the job stops at its next step")
+    return lines + ["  " + line for line in _outcome_lines(doc)]
+
+
+def _outcome_lines(doc: dict) -> list[str]:
+    """How a job ended, as `lwl status` and `lwl wait` print it: its error, or its verdict,
+    and its warnings."""
+    lines = []
+    if doc.get("error"):
+        lines.append("error: " + _problem_line(doc["error"]))
+    if doc.get("verdict"):
+        from lwl.evaluation.verdict_text import verdict_sentence
+
+        sentence = verdict_sentence(doc["verdict"])
+        if sentence:
+            lines.append(sentence)
+    return lines + [f"warning: {w}" for w in doc.get("warnings") or []]
+
+
+def submit(spec: Path = typer.Argument(..., metavar="SPEC", help="job spec (JSON file; - reads standard input)"),
+           idempotency_key: Optional[str] = typer.Option(
+               None, "--idempotency-key", help="submitting again with this key returns the same job"),
+           url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Submit a job spec to the service; prints the job id (the service checks the spec first)."""
+    try:
+        body = sys.stdin.read() if str(spec) == "-" else spec.read_text()
+    except OSError as exc:
+        console.print(f"[red]cannot read the spec {escape(str(spec))}: {escape(exc.strerror or str(exc))}")
+        raise typer.Exit(2)
+    with _service_errors(url), _client(url, api_key) as c:
+        job = c.submit(body, idempotency_key=idempotency_key)
+        status = c.job(job)["status"]
+    console.print(f"job {job} {status}: `lwl wait {job}` shows its progress", highlight=False)
+    sys.stdout.write(job + "\n")
+
+
+def status(job: str = typer.Argument(..., metavar="JOB", help="job id"),
+           as_json: bool = typer.Option(False, "--json", help="print the job document as the API gives it"),
+           url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Show a job: status, progress, why it waits, its error or verdict."""
+    with _service_errors(url), _client(url, api_key) as c:
+        doc = c.job(job)
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if as_json else "\n".join(describe_job(doc)) + "\n")
+
+
+def wait(job: str = typer.Argument(..., metavar="JOB", help="job id"),
+         timeout: Optional[float] = typer.Option(
+             None, "--timeout", min=0, help="give up after this many seconds (exit 124; the job goes on)"),
+         poll: float = typer.Option(1.0, "--poll", min=0.05, help="seconds between looks at the job"),
+         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Show a job's progress until it ends; exit 0 when it succeeded.
+
+    Exit 3 when the job failed or was cancelled (its error is printed), 124 when --timeout
+    passed first (the job goes on in the service), 1 when the service refused or was not reached.
+    """
+    from lwl.cli import _progress  # lwl run's bar; a line every few seconds where stderr is no terminal
+    from lwl.client import bar_fields
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with _service_errors(url), _client(url, api_key) as c, _progress() as bar:
+        task, shown = bar.add_task(f"job {job[:8]}", total=1, info=""), None
+        while True:
+            doc = c.job(job)
+            fields = bar_fields(doc)
+            if fields != shown:  # only news: a log (no terminal) would repeat an unchanged line
+                bar.update(task, **fields)
+                shown = fields
+            if doc["status"] in TERMINAL:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                console.print(f"[yellow]job {job} still {doc['status']} after {timeout:g} s (--timeout); "
+                              "it goes on in the service")
+                raise typer.Exit(TIMED_OUT)
+            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+    for line in _outcome_lines(doc):
+        console.print(line, highlight=False, markup=False)
+    if doc["status"] != "succeeded":
+        console.print(f"[red]job {job} {doc['status']}")
+        raise typer.Exit(JOB_ENDED_BADLY)
+    console.print(f"job {job} succeeded", highlight=False)
+
+
+def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a finished budgeted job"),
+                 out: Path = typer.Option(Path("training_set.npz"), "--out",
+                                          help="where to write the .npz (arrays inputs (n, d) and labels (n,))"),
+                 url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Fetch a budgeted job's labelled training set: every point it paid for that came back labelled."""
+    with _service_errors(url), _client(url, api_key) as c:
+        inputs, labels = c.training_set(job)
+    try:
+        with open(out, "wb") as fh:  # to a file object: np.savez would add .npz to another name
+            np.savez(fh, inputs=inputs, labels=labels)
+    except OSError as exc:
+        console.print(f"[red]cannot write {escape(str(out))}: {escape(exc.strerror or str(exc))}")
+        raise typer.Exit(2)
+    console.print(f"{len(labels)} labelled points (d = {inputs.shape[1] if inputs.ndim == 2 else 0}) "
+                  f"written to {out}", highlight=False)
 
 
 def register(app: typer.Typer, cli_console: Console | None = None) -> None:
@@ -137,4 +286,6 @@ def register(app: typer.Typer, cli_console: Console | None = None) -> None:
     global console
     console = cli_console or console
     for command in (serve, ask, tell):
+        app.command()(command)
+    for command in (submit, status, wait, training_set):  # training_set: `lwl training-set`
         app.command()(command)

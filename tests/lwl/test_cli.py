@@ -129,7 +129,8 @@ def test_version():
 
 def test_every_command_takes_h_and_writes_its_arguments_in_capitals():
     commands = _commands()
-    assert {"run", "experiment", "sample", "report", "serve", "worker", "ask", "tell"} <= set(commands)
+    assert {"run", "experiment", "sample", "report", "serve", "worker", "ask", "tell",
+            "submit", "status", "wait", "training-set"} <= set(commands)
     assert "-h" in _help("-h") and "--version" in _help("-h")
     for name in commands:
         out = _help(name, "-h")
@@ -137,6 +138,7 @@ def test_every_command_takes_h_and_writes_its_arguments_in_capitals():
         assert f"lwl {name} [OPTIONS]" in usage and "{" not in usage, usage
     assert "lwl run [OPTIONS] SPEC_PATH" in _help("run", "-h")
     assert "lwl tell [OPTIONS] JOB BATCH_ID LABELS" in _help("tell", "-h")
+    assert "lwl training-set [OPTIONS] JOB" in _help("training-set", "-h")
 
 
 def test_every_option_has_a_help_text():
