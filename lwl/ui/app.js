@@ -696,7 +696,8 @@ async function jobPage(id) {
 function offlinePage() {  // lwl report: one finished job from its result document
   const { result, title } = OFFLINE;
   const main = $("#main");
-  const job = { id: title, status: "succeeded", progress: { iteration: result.history.length, total: result.history.length },
+  const job = { id: title, status: "succeeded", progress: { iteration: result.history.length, total: result.history.length,
+    labels_used: result.labels_used, budget: result.budget },
     kind: { algorithm: result.spec.algorithm.name, family: (result.spec.family || {}).name, oracle: result.spec.oracle.name },
     warnings: result.warnings || [] };
   main.replaceChildren(el("h1", {}, "Job report ", el("code", {}, title)), headerPanel(job, null),

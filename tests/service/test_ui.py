@@ -520,7 +520,8 @@ def test_malformed_spec_shows_the_field_error(tab, alice):
 
 def test_report_is_one_offline_file(browser, finished, alice, tmp_path):
     result = tmp_path / "result.json"
-    result.write_text(json.dumps(alice.result(finished["bilevel"])))
+    doc = alice.result(finished["bilevel"])
+    result.write_text(json.dumps(doc))
     out = tmp_path / "report.html"
     proc = subprocess.run(["lwl", "report", str(result), "--out", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -534,5 +535,6 @@ def test_report_is_one_offline_file(browser, finished, alice, tmp_path):
     page.goto(out.as_uri())
     page.wait_for_selector("[data-view=projection] svg")
     assert page.locator("#convergence svg").count() >= 1 and "best baseline" in page.inner_text("#verdict")
+    assert page.inner_text("#job-labels") == f"labels {doc['labels_used']:,}"  # what the job paid for
     ctx.close()
     assert errors == []
