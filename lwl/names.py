@@ -51,7 +51,8 @@ def words(name: str | None, family: str | None = None) -> str:
     if name == "gaussian" and auto:
         return "Q's moment-matched Gaussian"
     if name == "normal":  # a Gaussian family's theta^0, any other family's Q's moment-matched Gaussian
-        return {"gaussian": "the initial Gaussian", None: "the Gaussian baseline"}.get(family, "Q's moment-matched Gaussian")
+        return {"gaussian": "the initial Gaussian",
+                None: "the Gaussian baseline"}.get(family, "Q's moment-matched Gaussian")
     if name == "initial":  # an evaluation's initial distribution
         return "the initial distribution"
     return FIXED.get(name, name)

@@ -664,7 +664,8 @@ class BudgetedBilevel(StepperDefaults):
                        points_each=last["points_each"] if last else None)
             out["baselines"] = {"mixture": out["best_baseline_err"]}
             if overtaken:
-                out["basis"] += (f"; Q's mixture overtook {words(last['overtook'], self.spec.family.name)} in round {overtaken['round']} "
+                overtook = words(last["overtook"], self.spec.family.name)
+                out["basis"] += (f"; Q's mixture overtook {overtook} in round {overtaken['round']} "
                                  f"(z = {last['z']:.2f} at {last['points_each']} points each)")
             return out
         race = self.versus(state, self._q_mixture_index()) if state.incumbent is not None else None

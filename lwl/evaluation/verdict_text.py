@@ -60,8 +60,8 @@ def budget_sentence(v: dict) -> str | None:
                     f"(validation Err {v['err']:.4f}); {v['basis']}")
         how = {"better": "better than", "tie": "within noise of", "worse": "worse than"}[v["outcome"]]
         return (f"verdict on validation (no held-out labels): {said(v, v['selected'])}'s points validate {how} "
-                f"{said(v, v['best_baseline'])}'s at {v['points_each']} points each (Err {v['err']:.4f} vs {v['best_baseline_err']:.4f}, "
-                f"ratio {v['ratio']:.3f}, z {v['z']:.2f}); {v['basis']}")
+                f"{said(v, v['best_baseline'])}'s at {v['points_each']} points each (Err {v['err']:.4f} vs "
+                f"{v['best_baseline_err']:.4f}, ratio {v['ratio']:.3f}, z {v['z']:.2f}); {v['basis']}")
     if v.get("kind") != "equal_labels":
         return None
     parts = [f"{said(v, name)} {v['baselines'][name]:.4f} ({v['outcomes'][name]})" for name in v["outcomes"]]
