@@ -159,10 +159,13 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
         console.print(f"labels used: {result['labels_used']} of a budget of {result['budget']} in "
                       f"{result['rounds']} rounds; wrote {out / 'training_set.npz'}")
     ev = result.get("evaluation", {}).get("err", {})
+    names = result.get("names", {})  # the ids in words (lwl.names)
     for name, err in ev.items():
-        console.print(f"Err {name}: {err:.4f}")
+        console.print(f"Err {names.get(name, name)} ({name}): {err:.4f}", highlight=False)
     if result.get("selected") and "training_set" in result:
-        console.print(f"selected {result['selected']['candidate']} (lengthscale {result['selected']['lengthscale']:.4g})")
+        cand = result["selected"]["candidate"]
+        console.print(f"selected {names.get(cand, cand)} ({cand}, lengthscale {result['selected']['lengthscale']:.4g})",
+                      highlight=False)
     elif result.get("selected"):
         sel = result["selected"]
         check = f" (validation check Err {sel['check_err']:.4f})" if sel.get("check_err") is not None else ""

@@ -79,8 +79,21 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
             # an early stop (the adaptive optimiser converged) completes the bar where it stopped
             progress({"iteration": state.iteration, "total": state.iteration if stepper.done(state) else total,
                       "objective": last.get("objective"), "validation_err": last.get("validation_err"),
+                      "labels_used": labels_spent(stepper, state, last),
                       "elapsed": time.perf_counter() - t0, "record": last or None})
     return state
+
+
+def labels_spent(stepper: Stepper, state: State, record: dict | None) -> int | None:
+    """Oracle labels the job has asked for so far, where its algorithm counts them: the
+    stepper's ``labels_spent(state)``, else the state's or the step record's ``labels_used``."""
+    spent = getattr(stepper, "labels_spent", None)
+    if callable(spent):
+        return int(spent(state))
+    for v in (getattr(state, "labels_used", None), (record or {}).get("labels_used")):
+        if isinstance(v, (int, np.integer)):
+            return int(v)
+    return None
 
 
 def _typed(state: Any, stepper: Stepper) -> State:
@@ -146,7 +159,20 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
                           "evaluation_seconds": time.perf_counter() - t1}
         out["views"] = _views(out["distribution"], stepper)
         out["spec"] = spec.model_dump(mode="json")
+        _name_in_words(out, getattr(spec.family, "name", None))
         return out
+
+
+def _name_in_words(out: dict, family: str | None) -> None:
+    """``names``: every candidate and baseline id the result names, in words (lwl.names); the
+    verdict (and a budgeted job's validation verdict) carries its own, so that the job's status
+    shows it in words too."""
+    from lwl.names import names_of
+
+    out["names"] = names_of(out, family)
+    for key in ("verdict", "validation_verdict"):
+        if isinstance(out.get(key), dict):
+            out[key]["names"] = names_of({"verdict": out[key]}, family)
 
 
 def _views(distribution: dict, stepper) -> dict:

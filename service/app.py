@@ -27,7 +27,7 @@ from service.routers import asktell, datasets, jobs, ops, ui, workers
 
 def create_app(settings: Settings | None = None, store: Store | None = None,
                enqueue: Callable[[str, int], None] | None = None,
-               broker_check: Callable[[], None] | None = None) -> FastAPI:
+               broker_check: Callable[[], None] | None = None, embedded_workers: int = 0) -> FastAPI:
     load_plugins()  # LWL_PLUGINS: components registered by the user's modules
     settings = settings or get_settings()
     app = FastAPI(title="lwl", version=lwl.__version__,
@@ -50,6 +50,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
     app.state.store = store
     app.state.enqueue = enqueue
     app.state.broker_check = broker_check
+    app.state.embedded_workers = embedded_workers  # /readyz waits for one of them
 
     @lru_cache(maxsize=256)
     def measure_for(job_id: str):  # results never change once a job succeeded

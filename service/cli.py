@@ -69,7 +69,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
     from service.core.store import Store
     from service.core.reaper import start_reaper
 
-    app_ = create_app(settings)
+    app_ = create_app(settings, embedded_workers=0 if no_worker else workers)
     store: Store = app_.state.store
     stop_reaper = start_reaper(store, settings.stale_seconds, settings.reaper_interval,
                                sender(make_celery(settings), store.job_queue))

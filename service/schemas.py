@@ -23,9 +23,12 @@ class JobCreated(BaseModel):
 class JobView(BaseModel):
     """A job as ``GET /v1/jobs/{id}`` shows it (documentation of the response; the handler
     serialises :func:`service.routers.jobs.job_view`'s dict with orjson on the polling path).
-    ``progress`` carries iteration/total, objective, validation error and elapsed seconds;
-    ``error`` the problem document of a failed job; ``verdict`` the held-out comparison of a
-    finished bilevel job; ``conditions`` why a queued job waits."""
+    ``progress`` carries iteration/total, objective, validation error, elapsed seconds and
+    ``labels_used`` (oracle labels asked for so far; 0 for a new job), and a budgeted job's
+    ``budget``, ``round`` and ``labels_failed`` from the start; ``error`` the problem document of
+    a failed job; ``verdict`` the held-out comparison of a finished bilevel job, its candidates
+    and baselines named in words in ``verdict.names``; ``conditions`` why a queued job waits;
+    ``links`` the job's resources (``training_set`` only for a budgeted job)."""
     id: str
     status: JobStatus
     created_at: float
@@ -91,8 +94,10 @@ class Health(BaseModel):
 
 class Ready(BaseModel):
     status: str
-    checks: dict[str, str]
-    workers: dict[str, int] = Field(description="live workers per device (cpu, cuda): reported, not required")
+    checks: dict[str, str] = Field(description="store and broker; with embedded workers (lwl serve without "
+                                               "--no-worker) also workers: ready once one is live")
+    workers: dict[str, int] = Field(description="live workers per device (cpu, cuda): reported; required only "
+                                                "of embedded workers (checks.workers)")
 
 
 class Catalog(BaseModel):
@@ -141,6 +146,8 @@ class JobResult(OpenDocument):
         default=None, description="a budgeted job's labelled points: inputs (n, d) and labels (n,)")
     timings: dict[str, Any] | None = Field(default=None, description="design, last slice and evaluation seconds")
     views: dict[str, Any] | None = Field(default=None, description="the numbers of the dashboard's pictures")
+    names: dict[str, str] | None = Field(default=None, description="every candidate and baseline id the result "
+                                                                   "names (broadened_4, q_mixture, nipv, ...), in words")
     spec: dict[str, Any] | None = Field(default=None, description="the spec run, with the values derived "
                                                                    "from the data")
     worker: str | None = Field(default=None, description="the worker that finished the job")

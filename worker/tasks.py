@@ -95,11 +95,11 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
     def progress(p: dict) -> None:
         steps[0] += 1
         doc = {"iteration": p["iteration"], "total": p["total"], "objective": p["objective"],
-               "validation_err": p["validation_err"], "elapsed_seconds": time.time() - started}
+               "validation_err": p["validation_err"], "labels_used": p.get("labels_used"),
+               "elapsed_seconds": time.time() - started}
         if spec.budget is not None:  # a budgeted job: labels used of its budget (one iteration = one round)
             record = p.get("record") or {}
-            doc.update(budget=spec.budget, labels_used=record.get("labels_used"),
-                       labels_failed=record.get("labels_failed", 0), round=p["iteration"])
+            doc.update(budget=spec.budget, labels_failed=record.get("labels_failed", 0), round=p["iteration"])
         if not store.save_step(job_id, lease, pending["blob"], doc, p["record"]):
             raise LeaseLost(job_id)
 

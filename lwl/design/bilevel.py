@@ -387,15 +387,14 @@ class BilevelDesign(StepperDefaults):
         return starts
 
     def start_label(self, name: str | None) -> str:
-        """A start point's name as a person reads it ("Q's fit broadened x1.5")."""
-        if name is None:
-            return "an iterate"
+        """A start point's name as a person reads it ("Q's fit broadened ×1.5"): a plugin family's
+        own ``start_label``, else :func:`lwl.names.words`."""
+        from lwl.names import words
+
         label = getattr(self.family, "start_label", None)
-        if label is not None:
+        if label is not None and name is not None:
             return label(name)
-        if name.startswith("broadened_"):
-            return f"Q's fit broadened x{name.removeprefix('broadened_')}"
-        return {"given": "the initial distribution", "moment_matched": "Q's moment-matched Gaussian"}.get(name, name)
+        return words(name, self.spec.family.name)
 
     def done(self, state: BilevelState) -> bool:
         return state.phase == Phase.DONE
@@ -439,6 +438,13 @@ class BilevelDesign(StepperDefaults):
             return self._check(state, labels)
         return self._iterate(state, labels)
 
+    def labels_spent(self, state: BilevelState) -> int:
+        """Oracle labels asked for up to ``state``: Q's validation points, every iteration's
+        samples and every check's."""
+        # failed ones included: a failed measurement costs the lab as much
+        return (sum(len(x) for x in self.q.validation) + len(state.history) * self.algo.samples_per_iteration
+                + len(state.checks) * self.check_samples)
+
     def result(self, state: BilevelState) -> dict[str, Any]:
         """The kept distribution (best checked iterate, or the last with ``keep: "last"``), the
         last iterate, the history, the checks and which iterate was selected and why."""
@@ -458,9 +464,7 @@ class BilevelDesign(StepperDefaults):
             if note:
                 warnings.append(note)
         events = [h.get("event") for h in history] + [c.get("action") for c in checks]
-        # every label asked for, failed ones included: a failed measurement costs the lab as much
-        labels_used = (sum(len(x) for x in self.q.validation) + len(history) * self.algo.samples_per_iteration
-                       + len(checks) * self.check_samples)
+        labels_used = self.labels_spent(state)
         best = self.family.measure(state.best.params)
         out = {"distribution": self.family.measure(kept).to_spec(), "last_distribution": last.to_spec(),
                "best_distribution": best.to_spec(), "history": history,

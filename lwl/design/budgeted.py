@@ -64,6 +64,7 @@ from lwl.design.state import Flat, Kept, KeptLayout, StepperState
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import Measure
 from lwl.models import KernelRidge
+from lwl.names import words
 from lwl.outcomes import failed_rows
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
 from lwl.spec import JobSpec
@@ -663,11 +664,13 @@ class BudgetedBilevel(StepperDefaults):
                        points_each=last["points_each"] if last else None)
             out["baselines"] = {"mixture": out["best_baseline_err"]}
             if overtaken:
-                out["basis"] += (f"; Q's mixture overtook {last['overtook']} in round {overtaken['round']} "
+                overtook = words(last["overtook"], self.spec.family.name)
+                out["basis"] += (f"; Q's mixture overtook {overtook} in round {overtaken['round']} "
                                  f"(z = {last['z']:.2f} at {last['points_each']} points each)")
             return out
         race = self.versus(state, self._q_mixture_index()) if state.incumbent is not None else None
-        if race is None or race["z"] is None:  # nothing to compare: no verdict
+        if race is None or race["z"] is None:  # nothing to compare: no verdict, and the job says why
+            out["warnings"].append(self._no_verdict_reason(state, race))
             return {**out, "err": None, "best_baseline_err": None, "baselines": {}, "ratio": None, "outcome": None,
                     "beats_best_baseline": None, "z": None, "points_each": None}
         z = race["z"]
@@ -686,6 +689,23 @@ class BudgetedBilevel(StepperDefaults):
                 f"(Table 1's g4 at budget 2,000: ahead on validation, 17% behind Q's mixture on held-out data; "
                 f"docs/method.md, 'The full study')")
         return out
+
+    def _no_verdict_reason(self, state: BudgetedState, race: dict | None) -> str:
+        """Why :meth:`validation_verdict` has no verdict, in words: the budget ended while
+        candidates were still being selected, or the returned distribution and Q's mixture have
+        no points to compare."""
+        used = int(len(state.points.y)) - len(self.y0) + state.labels_failed
+        if state.incumbent is None:
+            alive = ", ".join(words(self.candidates[c][0], self.spec.family.name) for c in state.alive)
+            return (f"no verdict: the budget ({used} labels: {self.plan.validation} for Q's validation points, "
+                    f"{used - self.plan.validation} in {state.iteration - 1} selection round(s)) ended before "
+                    f"selection settled on one distribution ({len(state.alive)} still in the running: {alive}), so "
+                    f"no round compared its points with Q's own mixture's; a larger budget, or an evaluation with "
+                    f"held-out labels, gives a verdict")
+        what = "has no points of its own" if race is None else "could not be compared on validation (no spread)"
+        return (f"no verdict: the returned distribution, {words(self.incumbent_name(state), self.spec.family.name)}, "
+                f"and Q's own mixture were never compared at equal numbers of points (one side {what}); an "
+                f"evaluation with held-out labels gives a verdict")
 
     def _refine(self, old: BudgetedState, new: BudgetedState, record: dict) -> BudgetedState:
         """After a round with a challenger: score incumbent and challenger points, each added to

@@ -30,6 +30,7 @@ import numpy as np
 
 from lwl.evaluation.comparison import compare, error_interval
 from lwl.evaluation.metrics import krr_error
+from lwl.names import words
 from lwl.oracles import as_numpy
 from lwl.streams import STREAM_AUDIT
 
@@ -155,7 +156,7 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
            "best_baseline": None, "ratio": None, "beats_best_baseline": None, "beats_initial": None,
            "audit_labels": evaluation["audit_labels"], "warnings": list(warnings)}
     for name, why in evaluation.get("failed", {}).items():
-        out["warnings"].append(f"baseline {name} could not be evaluated: {why}")
+        out["warnings"].append(f"baseline {name} ({words(name)}) could not be evaluated: {why}")
     if baselines:
         best = min(baselines, key=baselines.get)
         out.update(best_baseline=best, best_baseline_err=baselines[best],
@@ -163,7 +164,7 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
                    beats_best_baseline=comps[best]["outcome"] == "better")
     for name, c in comps.items():
         if c["outcome"] == "worse":
-            what = "the active-learning anchor (NIPV)" if name == "nipv" else f"{name}"
+            what = words(name)
             out["warnings"].append(f"at equal labels ({evaluation['labels']}) {what} trains a better model on "
                                    f"held-out data (Err {c['other_err']:.4g}) than the job's training set "
                                    f"(Err {design:.4g}), beyond noise")

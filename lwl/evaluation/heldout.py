@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from lwl.evaluation.metrics import krr_error, sq_errors
+from lwl.names import words
 
 
 def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray | None = None,
@@ -221,7 +222,7 @@ def verdict(evaluation: dict, warnings: list[str] = (), *, returned_initial: boo
            "beats_initial": None, "draws": evaluation.get("draws", 1), "returned_initial": returned_initial,
            "initial_label": initial_label, "warnings": list(warnings)}
     for name, why in evaluation.get("failed", {}).items():
-        out["warnings"].append(f"baseline {name} could not be evaluated: {why}")
+        out["warnings"].append(f"baseline {name} ({words(name)}) could not be evaluated: {why}")
     if own:
         out["baselines_own_lengthscale"] = own
     if baselines:
@@ -233,11 +234,13 @@ def verdict(evaluation: dict, warnings: list[str] = (), *, returned_initial: boo
                    beats_best_baseline=comp["outcome"] == "better")
         if at_own and _outcome(evaluation, best, design, baselines[best])["outcome"] == "better" \
                 and comp["outcome"] != "better":
-            out["warnings"].append(f"the design beats baseline {best} trained with the design's lengthscale "
-                                   f"(Err {baselines[best]:.4g}) but not {best} with the lengthscale selected for it "
+            out["warnings"].append(f"the design beats baseline {best} ({words(best)}) trained with the design's "
+                                   f"lengthscale (Err {baselines[best]:.4g}) but not {best} with the lengthscale selected "
+                                   f"for it "
                                    f"(Err {own[best]:.4g})")
         if comp["outcome"] == "worse" and comp.get("ratio_interval") is not None:  # over the draws
             out["warnings"].append(f"on held-out data the design (Err {design:.4g}) is worse than baseline {best} "
+                                   f"({words(best)}) "
                                    f"(Err {strongest[best]:.4g}) beyond noise over {out['draws']} training draws")
     # "initial" for families other than the Gaussian, judged at the design's lengthscale (the
     # paper's comparison: one model); at its own lengthscale it only warns, because theta0 was a

@@ -3,10 +3,18 @@
 Two kinds of verdict read differently: an unbudgeted job's against the best baseline
 (:func:`lwl.evaluation.heldout.verdict`) and a budgeted job's at equal labels or on validation
 (:mod:`lwl.evaluation.equal_labels`). The text lives here, apart from both computations, so neither
-module imports the other for it.
+module imports the other for it. Candidates and baselines are named in words (:mod:`lwl.names`):
+the ``names`` a verdict carries, else :func:`lwl.names.words` of the id.
 """
 
 from __future__ import annotations
+
+from lwl.names import words
+
+
+def said(v: dict, name: str | None) -> str:
+    """The verdict's candidate or baseline ``name`` in words."""
+    return (v.get("names") or {}).get(name) or words(name)
 
 
 def verdict_sentence(v: dict) -> str | None:
@@ -36,7 +44,7 @@ def design_sentence(v: dict) -> str | None:
     head = "verdict: the design"
     if v.get("returned_initial"):
         head = f"verdict: nothing beat {v.get('initial_label', 'the initial distribution')} on validation and it was returned; it"
-    return (f"{head} (Err {v['err']:.4f}) is {OUTCOME_WORDS[outcome]} the best baseline, {best} "
+    return (f"{head} (Err {v['err']:.4f}) is {OUTCOME_WORDS[outcome]} the best baseline, {said(v, best)} "
             f"(Err {err:.4f}{where}; {ratio}{over})")
 
 
@@ -48,14 +56,14 @@ def budget_sentence(v: dict) -> str | None:
         if v.get("outcome") is None:
             return None
         if v.get("returned_initial"):
-            return (f"verdict on validation (no held-out labels): Q's mixture was returned "
+            return (f"verdict on validation (no held-out labels): Q's own mixture was returned "
                     f"(validation Err {v['err']:.4f}); {v['basis']}")
-        words = {"better": "better than", "tie": "within noise of", "worse": "worse than"}[v["outcome"]]
-        return (f"verdict on validation (no held-out labels): {v['selected']}'s points validate {words} Q's "
-                f"mixture's at {v['points_each']} points each (Err {v['err']:.4f} vs {v['best_baseline_err']:.4f}, "
-                f"ratio {v['ratio']:.3f}, z {v['z']:.2f}); {v['basis']}")
+        how = {"better": "better than", "tie": "within noise of", "worse": "worse than"}[v["outcome"]]
+        return (f"verdict on validation (no held-out labels): {said(v, v['selected'])}'s points validate {how} "
+                f"{said(v, v['best_baseline'])}'s at {v['points_each']} points each (Err {v['err']:.4f} vs "
+                f"{v['best_baseline_err']:.4f}, ratio {v['ratio']:.3f}, z {v['z']:.2f}); {v['basis']}")
     if v.get("kind") != "equal_labels":
         return None
-    parts = [f"{name} {v['baselines'][name]:.4f} ({v['outcomes'][name]})" for name in v["outcomes"]]
+    parts = [f"{said(v, name)} {v['baselines'][name]:.4f} ({v['outcomes'][name]})" for name in v["outcomes"]]
     return (f"verdict at equal labels ({v['labels']}): the training set trains to Err {v['err']:.4f}; "
             f"against {', '.join(parts)}")

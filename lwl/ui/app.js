@@ -103,16 +103,35 @@ function badge(status) { return el("span", { class: `badge ${status}` }, status)
 
 function progressBar(p) {
   const it = (p && p.iteration) || 0, total = (p && p.total) || 0;
-  // a budgeted job counts rounds, and shows the labels it used of its budget
-  const labels = p && p.budget ? ` · round ${it} · labels ${p.labels_used || 0} / ${p.budget}` : "";
+  // a budgeted job counts rounds
+  const rounds = p && p.budget ? ` rounds` : "";
   return el("span", { class: "progress" },
-    el("progress", { max: total || 1, value: Math.min(it, total || 1) }), ` ${it} / ${total}${labels}`);
+    el("progress", { max: total || 1, value: Math.min(it, total || 1) }), ` ${it} / ${total}${rounds}`);
+}
+
+function count(n) { return Number(n).toLocaleString("en-US"); }
+
+// The oracle labels a job asked for, of its budget where it has one ("" before anything is known).
+function labelsText(p) {
+  if (!p || typeof p.labels_used !== "number") return p && p.budget ? `– / ${count(p.budget)}` : "";
+  return p.budget ? `${count(p.labels_used)} / ${count(p.budget)}` : count(p.labels_used);
+}
+
+// An id of a candidate or a baseline in words: the names the API sends beside it (lwl.names).
+function said(names, id) { return (names && names[id]) || id; }
+
+function verdictOutcome(v) {  // held-out, equal-labels or validation verdicts name it differently
+  if (v.outcome) return v.outcome;
+  if (v.outcomes && v.outcomes[v.best_baseline]) return v.outcomes[v.best_baseline];
+  return v.beats_best_baseline === true ? "better" : v.beats_best_baseline === false ? "worse" : null;
 }
 
 function verdictText(v) {
   if (!v || !v.best_baseline) return "";
-  const mark = { better: "✓", tie: "=", worse: "✗" }[v.outcome || (v.beats_best_baseline ? "better" : "worse")];
-  return `${mark} ${v.outcome || ""} ${Plots.fmt(v.ratio)}× ${v.best_baseline}`;
+  const outcome = verdictOutcome(v);
+  if (!outcome || !num(v.ratio)) return "no verdict";  // the job's warnings say why
+  const mark = { better: "✓", tie: "=", worse: "✗" }[outcome];
+  return `${mark} ${outcome} ${Plots.fmt(v.ratio)}× ${said(v.names, v.best_baseline)}`;
 }
 
 // -- the header: API key once per browser session --------------------------------------------
@@ -143,6 +162,7 @@ function jobRow(job) {
     el("td", {}, el("a", { href: `#/jobs/${job.id}`, class: "job-link" }, job.id.slice(0, 12))),
     el("td", {}, badge(job.status)),
     el("td", {}, progressBar(job.progress)),
+    el("td", { class: "num labels" }, labelsText(job.progress)),
     el("td", { class: "num" }, seconds(elapsed(job))),
     el("td", {}, k.algorithm || ""), el("td", {}, k.family || ""), el("td", {}, k.oracle || ""),
     el("td", { class: "verdict" }, verdictText(job.verdict)),
@@ -162,7 +182,7 @@ async function jobsPage(params) {
   const count = el("span", { id: "job-count" });
   main.replaceChildren(el("h1", {}, "Jobs"),
     el("div", { class: "toolbar" }, el("label", {}, "Status ", filter), count),
-    el("table", { id: "jobs" }, el("thead", {}, el("tr", {}, ["job", "status", "progress", "elapsed", "algorithm",
+    el("table", { id: "jobs" }, el("thead", {}, el("tr", {}, ["job", "status", "progress", "labels", "elapsed", "algorithm",
       "family", "oracle", "verdict", "created"].map((t) => el("th", {}, t)))), tbody),
     empty, more);
   const rows = new Map();
@@ -244,14 +264,6 @@ function runningMin(ys) {
   return ys.map((y) => { if (num(y)) m = Math.min(m, y); return isFinite(m) ? m : NaN; });
 }
 
-function startName(start) {
-  if (!start) return "";
-  if (start === "given") return "the initial distribution";
-  if (start === "moment_matched") return "Q's moment-matched fit";
-  const b = String(start).match(/^broadened_(.+)$/);
-  return b ? `Q's fit broadened ×${b[1]}` : String(start);
-}
-
 // The validation checks of a bilevel design (each on the full validation set, the numbers
 // the kept iterate is chosen by): each check, the best so far, the initial distribution's
 // check as a reference line and the kept check circled.
@@ -277,6 +289,10 @@ function convergence(history, result = null, done = false) {
   const box = el("div", { class: "charts", id: "convergence" });
   if (history === null) {
     box.append(el("p", { class: "muted loading", id: "convergence-loading" }, "Loading the iterations…"));
+    return box;
+  }
+  if (history.some((r) => "round" in r && num(r.labels_used))) {  // a budgeted job: rounds of labels
+    box.append(...budgetCharts(history, result));
     return box;
   }
   const sel = result && result.selected && num(result.selected.iteration) ? result.selected : null;
@@ -309,6 +325,30 @@ function convergence(history, result = null, done = false) {
     box.append(el("p", { class: "muted", id: "no-iterations" }, done ? "No iterations were recorded." : "No iterations recorded yet."));
   }
   return box;
+}
+
+// A budgeted job buys its labels in rounds (lwl.design.budgeted): its validation Err against the
+// labels spent so far and the labels each round bought; once audited, the held-out Err of its
+// training set and of the baselines at the same number of labels beside them.
+function budgetCharts(history, result) {
+  const rounds = history.filter((r) => num(r.labels_used));
+  const err = (r) => (num(r.validation_err) ? r.validation_err : r.race && num(r.race.incumbent_score) ? r.race.incumbent_score : NaN);
+  const scored = rounds.filter((r) => num(err(r)));
+  const ev = (result && result.evaluation) || {};
+  const audited = ev.kind === "equal_labels" && ev.err && num(ev.err.optimized);
+  const rings = audited ? [{ x: ev.labels, y: ev.err.optimized, color: KEPT,
+    name: `training set, held-out (${Plots.fmt(ev.err.optimized)})`, data: { heldout: ev.err.optimized } }] : [];
+  const refs = audited ? Object.keys(ev.err).filter((k) => k !== "optimized" && num(ev.err[k])).map((k, i) => ({
+    y: ev.err[k], name: `${said(result.names, k)}, held-out`, color: Plots.COLORS[(i + 1) % Plots.COLORS.length],
+    data: { ref: k, err: ev.err[k] } })) : [];
+  const errChart = el("div", { class: "chart-box", "data-series": "err-vs-labels", html: Plots.lines({
+    title: "Err against labels spent", xlabel: "labels spent", ylabel: "Err",
+    series: [{ name: "validation Err of the leading candidate", x: scored.map((r) => r.labels_used), y: scored.map(err), dots: true }],
+    rings, refs }) });
+  const perRound = el("div", { class: "chart-box", "data-series": "labels-per-round", html: Plots.bars({
+    title: "labels per round", labels: rounds.map((r) => `${r.round} · ${r.kind || "round"}`),
+    values: rounds.map((r) => r.labels) }) });
+  return [errChart, perRound];
 }
 
 // Which iterate the design kept and how its validation check compares with the initial
@@ -368,7 +408,10 @@ function evaluationPanel(result) {
     if (summary) box.append(summary);
     const names = Object.keys(ev.err);
     const initialKey = "initial" in ev.err ? "initial" : "normal";
-    const label = (n) => (n === "optimized" ? "design" : n === initialKey ? `${n} (initial)` : n);
+    const label = (n) => {
+      const words = n === "optimized" ? "design" : said(result.names, n);
+      return n === initialKey && !words.includes("initial") ? `${words} (initial)` : words;
+    };
     box.append(el("div", { class: "chart-box", html: Plots.bars({ title: `held-out Err at N = ${ev.train_size}`,
       labels: names.map(label), values: names.map((n) => ev.err[n]), highlight: "design" }) }));
     if (ev.sizes && ev.sizes.length > 1) {
@@ -377,13 +420,13 @@ function evaluationPanel(result) {
     }
     const v = result.verdict;
     if (v && v.best_baseline) {
-      const outcome = v.outcome || (v.beats_best_baseline ? "better" : "worse");
+      const outcome = verdictOutcome(v);
       const words = { better: "better than", tie: "within noise of", worse: "WORSE than" }[outcome];
       const ci = v.ratio_interval_95 ? `, 95% ${Plots.fmt(v.ratio_interval_95[0])}–${Plots.fmt(v.ratio_interval_95[1])}` : "";
       const head = v.returned_initial ? `Nothing beat ${v.initial_label} on validation, so it was returned; its` : "The design's";
       box.append(el("p", { class: { better: "verdict good", tie: "verdict tie", worse: "verdict bad" }[outcome], id: "verdict" },
         `${head} held-out Err ${Plots.fmt(v.err)} is ${words} the best baseline, `,
-        `${v.best_baseline} (${Plots.fmt(v.best_baseline_err ?? v.baselines[v.best_baseline])}; ratio ${Plots.fmt(v.ratio)}${ci}; `,
+        `${said(v.names, v.best_baseline)} (${Plots.fmt(v.best_baseline_err ?? v.baselines[v.best_baseline])}; ratio ${Plots.fmt(v.ratio)}${ci}; `,
         `${v.draws || 1} training draw(s)).`));
       if (v.initial_err !== undefined && !v.returned_initial) {
         box.append(el("p", { class: "muted", id: "verdict-initial" },
@@ -394,13 +437,18 @@ function evaluationPanel(result) {
     // a budgeted job with no audit (ask/tell): its verdict from its own validation labels
     const v = result.verdict;
     const text = v.returned_initial
-      ? `Q's mixture was returned (validation Err ${Plots.fmt(v.err)}).`
-      : `${v.selected}'s points validate ${{ better: "better than", tie: "within noise of", worse: "WORSE than" }[v.outcome]} ` +
-        `Q's mixture's at ${v.points_each} points each (Err ${Plots.fmt(v.err)} vs ${Plots.fmt(v.best_baseline_err)}; ` +
+      ? `${said(v.names, "q_mixture")} was returned (validation Err ${Plots.fmt(v.err)}).`
+      : `${said(v.names, v.selected)}'s points validate ${{ better: "better than", tie: "within noise of", worse: "WORSE than" }[v.outcome]} ` +
+        `${said(v.names, v.best_baseline)}'s at ${v.points_each} points each (Err ${Plots.fmt(v.err)} vs ${Plots.fmt(v.best_baseline_err)}; ` +
         `ratio ${Plots.fmt(v.ratio)}; z ${Plots.fmt(v.z)}).`;
     box.append(el("p", { class: { better: "verdict good", tie: "verdict tie", worse: "verdict bad" }[v.outcome], id: "verdict" },
       `Verdict on validation, no held-out labels: ${text}`));
     box.append(el("p", { class: "muted", id: "verdict-basis" }, `Basis: ${v.basis}.`));
+  } else if (result.verdict && result.verdict.kind === "validation") {
+    // a budgeted job that could not afford a verdict: why, in the words of its warning
+    const why = (result.verdict.warnings || []).find((w) => w.startsWith("no verdict"));
+    box.append(el("p", { class: "verdict none", id: "verdict" },
+      why ? `No verdict${why.slice("no verdict".length)}.` : "No verdict: nothing was compared on validation."));
   } else if (typeof ev.relative_ood_error === "number") {
     box.append(el("p", { id: "verdict" }, `Relative OOD error of the final model: ${Plots.fmt(ev.relative_ood_error)}`));
   } else {
@@ -433,14 +481,49 @@ function errSummary(result) {
   if (v.best_baseline) {
     const be = v.best_baseline_err ?? v.baselines[v.best_baseline];
     const ci = Array.isArray(v.ratio_interval_95) ? ` (95% ${Plots.fmt(v.ratio_interval_95[0])}–${Plots.fmt(v.ratio_interval_95[1])})` : "";
-    rows.push(el("tr", { "data-row": "best-baseline" }, el("th", {}, `best baseline: ${v.best_baseline}`),
+    const outcome = verdictOutcome(v);
+    rows.push(el("tr", { "data-row": "best-baseline" }, el("th", {}, `best baseline: ${said(v.names, v.best_baseline)}`),
       el("td", { class: "num" }, Plots.fmt(be)), el("td"),
       el("td", { class: "num" }, `design ÷ baseline ${Plots.fmt(v.ratio)}${ci}`),
-      el("td", { class: `outcome ${v.outcome || ""}` }, OUT[v.outcome] || "")));
+      el("td", { class: `outcome ${outcome || ""}` }, OUT[outcome] || "")));
   }
   return el("div", { class: "row" }, el("table", { id: "err-summary", class: "err-summary" },
     el("caption", {}, `Held-out Err at N = ${ev.train_size} (${v.draws || 1} training draw${(v.draws || 1) === 1 ? "" : "s"})`),
     el("tbody", {}, rows)));
+}
+
+// A budgeted job's product: every labelled point it paid for (Q's validation points included),
+// as the .npz archive GET /training-set serves or as CSV (inputs, then the label), and where the
+// points came from, in words.
+function trainingSetPanel(id, result) {
+  const out = el("div", { id: "training-set-out" });
+  const n = result.training_set.labels.length, d = n ? result.training_set.inputs[0].length : 0;
+  async function fetchSet(asNpz) {
+    out.replaceChildren();
+    try {
+      if (asNpz) {
+        const r = await api(`/v1/jobs/${id}/training-set`, { raw: true, headers: { Accept: "application/x-npz" } });
+        download(await r.blob(), `${id}-training-set.npz`);
+      } else {
+        const doc = await api(`/v1/jobs/${id}/training-set`);
+        const head = [...doc.inputs[0].map((_, j) => `x${j + 1}`), "label"];
+        download(new Blob([csv([head, ...doc.inputs.map((x, i) => [...x, doc.labels[i]])])], { type: "text/csv" }),
+          `${id}-training-set.csv`);
+      }
+      out.append(el("span", { class: "ok" }, `downloaded ${n} labelled points`));
+    } catch (err) { out.append(problemBox(err)); }
+  }
+  const sources = result.labels_by_source || {};
+  const table = el("table", { id: "labels-by-source", class: "err-summary" },
+    el("caption", {}, "where the points came from"),
+    el("tbody", {}, Object.keys(sources).map((k) => el("tr", { "data-source": k },
+      el("th", {}, said(result.names, k)), el("td", { class: "num" }, count(sources[k]))))));
+  const failed = result.labels_failed ? ` (${result.labels_failed} more failed: paid for, not in the set)` : "";
+  return section("Training set", "training-set", el("p", { id: "training-set-summary" },
+    `${count(n)} labelled points of dimension ${d}: ${count(result.labels_used)} labels of a budget of ${count(result.budget)}${failed}. `,
+    "The same arrays as GET /v1/jobs/{id}/training-set (inputs, labels)."),
+  el("button", { id: "training-npz", onclick: () => fetchSet(true) }, "Download .npz"), " ",
+  el("button", { id: "training-csv", onclick: () => fetchSet(false) }, "Download CSV"), out, table);
 }
 
 function section(title, id, ...content) {
@@ -521,6 +604,7 @@ function headerPanel(job, onCancel) {
   const k = job.kind || {};
   const box = el("div", { id: "job-header" },
     el("p", {}, badge(job.status), " ", progressBar(job.progress), " ",
+      " · ", el("span", { id: "job-labels" }, `labels ${labelsText(job.progress) || "–"}`), " · ",
       el("span", { class: "muted" }, `elapsed ${seconds(elapsed(job)) || "–"}`),
       k.algorithm ? el("span", { class: "muted" }, ` · ${k.algorithm} · ${k.family || "–"} family · oracle ${k.oracle}`) : null,
       job.attempts > 1 ? el("span", { class: "muted" }, ` · attempt ${job.attempts}`) : null));
@@ -597,6 +681,7 @@ async function jobPage(id) {
         pending.remove();
         conv.replaceChild(convergence(history, result, true), $("#convergence"));
         renderResult(main, result);
+        if (result.training_set) main.append(trainingSetPanel(id, result));
         main.append(samplesPanel(id), specPanel(result.spec));
       } else {
         main.append(specPanel(await api(`/v1/jobs/${id}/spec`)));
@@ -611,7 +696,8 @@ async function jobPage(id) {
 function offlinePage() {  // lwl report: one finished job from its result document
   const { result, title } = OFFLINE;
   const main = $("#main");
-  const job = { id: title, status: "succeeded", progress: { iteration: result.history.length, total: result.history.length },
+  const job = { id: title, status: "succeeded", progress: { iteration: result.history.length, total: result.history.length,
+    labels_used: result.labels_used, budget: result.budget },
     kind: { algorithm: result.spec.algorithm.name, family: (result.spec.family || {}).name, oracle: result.spec.oracle.name },
     warnings: result.warnings || [] };
   main.replaceChildren(el("h1", {}, "Job report ", el("code", {}, title)), headerPanel(job, null),

@@ -13,7 +13,8 @@ const Plots = (() => {
   }
 
   function fmt(v) {
-    if (!isFinite(v)) return "";
+    // a missing number (null, undefined) shows as nothing: isFinite(null) is true
+    if (typeof v !== "number" || !isFinite(v)) return "";
     const a = Math.abs(v);
     return a !== 0 && (a < 1e-3 || a >= 1e4) ? v.toExponential(1) : String(+v.toPrecision(3));
   }
@@ -214,14 +215,17 @@ const Plots = (() => {
   function bars({ title, labels, values, highlight }) {
     const hi = Math.max(...values.filter(isFinite), 1e-300);
     const bh = Math.min(18, (H - 40) / Math.max(labels.length, 1));
-    let s = `<text x="${W / 2}" y="14" text-anchor="middle" class="title">${esc(title)}</text>`;
+    // the labels' column as wide as the longest label (names in words are long), the chart wider with it
+    const lw = Math.max(92, Math.min(220, 10 + 5 * Math.max(0, ...labels.map((l) => String(l).length))));
+    const w0 = W - 92 + lw;
+    let s = `<text x="${w0 / 2}" y="14" text-anchor="middle" class="title">${esc(title)}</text>`;
     labels.forEach((l, i) => {
       const w = (values[i] / hi) * (W - 170), y = 26 + i * (bh + 3);
-      s += `<text x="92" y="${y + bh * 0.75}" text-anchor="end" class="tick">${esc(l)}</text>`;
-      s += `<rect x="96" y="${y}" width="${Math.max(w, 0.5)}" height="${bh}" fill="${l === highlight ? "#1f77b4" : "#9ab"}"/>`;
-      s += `<text x="${100 + w}" y="${y + bh * 0.75}" class="tick">${fmt(values[i])}</text>`;
+      s += `<text x="${lw}" y="${y + bh * 0.75}" text-anchor="end" class="tick">${esc(l)}</text>`;
+      s += `<rect x="${lw + 4}" y="${y}" width="${Math.max(w, 0.5)}" height="${bh}" fill="${l === highlight ? "#1f77b4" : "#9ab"}"/>`;
+      s += `<text x="${lw + 8 + w}" y="${y + bh * 0.75}" class="tick">${fmt(values[i])}</text>`;
     });
-    return svg(s);
+    return svg(s, "", w0);
   }
 
   // a field on a 1-D grid (a line) or a 2-D grid (a heatmap)

@@ -360,8 +360,10 @@ class Store:
 
     # -- jobs: API side -----------------------------------------------------------------------
     def create_job(self, owner: str, spec: dict, total: int, idempotency_key: str | None = None,
-                   request_hash: str | None = None, queue: str | None = None) -> tuple[JobRecord, bool]:
-        """Insert a queued job; with an idempotency key, return the existing job instead."""
+                   request_hash: str | None = None, queue: str | None = None,
+                   progress: dict | None = None) -> tuple[JobRecord, bool]:
+        """Insert a queued job (its progress ``{"iteration": 0, "total": total}`` unless given);
+        with an idempotency key, return the existing job instead."""
         now = time.time()
         with self.engine.begin() as c:
             if idempotency_key is not None:
@@ -375,7 +377,7 @@ class Store:
             c.execute(insert(jobs).values(
                 id=job_id, owner=owner, status=JobStatus.QUEUED, spec=_json(spec), idempotency_key=idempotency_key,
                 request_hash=request_hash, created_at=now, updated_at=now, total=total, attempts=0,
-                cancel_requested=False, generation=0, ask_step=0, progress=_json({"iteration": 0, "total": total}),
+                cancel_requested=False, generation=0, ask_step=0, progress=_json(progress or {"iteration": 0, "total": total}),
                 kind=_json(job_kind(spec)), queue=queue))
         return self.get_job(job_id), True
 
@@ -535,7 +537,7 @@ class Store:
         that ``GET /v1/jobs/{id}`` shows them without reading the whole result."""
         job = self.get_job(job_id)
         progress = {**((job and job.progress) or {}),
-                    **{k: result[k] for k in ("verdict", "warnings", "selected") if k in result}}
+                    **{k: result[k] for k in ("verdict", "warnings", "selected", "labels_used") if k in result}}
         return self._finish(job_id, lease, status=JobStatus.SUCCEEDED, result=_json(result), progress=_json(progress),
                             finished_at=time.time())
 

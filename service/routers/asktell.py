@@ -112,7 +112,7 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
     (positions told as failed) in JSON; or the inputs as ``.npy`` (``Accept: application/x-npy``)
     with the id in the ``LWL-Batch-Id`` header and the number of pending points in
     ``LWL-Pending-Points``."""
-    job = own_job(store, job_id, owner)
+    job = require_asktell(store, own_job(store, job_id, owner))
     pending = store.pending_batches(job_id) if job.status == JobStatus.AWAITING_LABELS else []
     if not pending:
         raise Problem(409, "No pending queries", f"the job is {job.status}", job_status=job.status)
@@ -156,6 +156,7 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     job = own_job(store, job_id, owner)
     raw = await read_body(request, settings.max_body_bytes)
     if request.headers.get("content-type", "").startswith(NPY):
+        require_asktell(store, job)
         if batch_id is None:
             batch_id = only_pending_batch(store, job)
         try:
@@ -174,6 +175,7 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
         except ValidationError as exc:
             errs = [(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"]) for e in exc.errors()]
             raise problems.spec_problem(errs, "Invalid labels") from None
+        require_asktell(store, job)  # after the body: malformed JSON is a 400 on every JSON route
         batch_id, indices, failed = body.batch_id, body.indices, body.failed
         labels = np.asarray([np.nan if v is None else v for v in body.labels], dtype=np.float64)
     labels = np.asarray(labels, dtype=np.float64)
@@ -197,6 +199,17 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
             "pending_points": int(np.sum(outcomes == PointOutcome.PENDING)),
             "failed_points": int(np.sum(outcomes == PointOutcome.FAILED)),
             "pending_batches": len(store.pending_batches(job_id)), "status": store.get_job(job_id).status}
+
+
+def require_asktell(store, job: JobRecord) -> JobRecord:
+    """``job``, when its oracle is external (ask/tell); 409 naming ``oracle`` for a job whose
+    oracle labels its inputs itself: it never asks and is never told."""
+    oracle = (job.kind or {}).get("oracle") or (store.spec(job.id).get("oracle") or {}).get("name")  # older rows
+    if oracle != "external":
+        raise Problem(409, "Not an ask/tell job", f"job {job.id} labels its inputs with the oracle {oracle!r}; only a "
+                      f"job whose oracle is \"external\" asks for labels (GET /queries) and takes them (POST /labels)",
+                      field="oracle", job_status=job.status)
+    return job
 
 
 def only_pending_batch(store, job: JobRecord) -> str:

@@ -95,7 +95,8 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     live = store.list_workers(since=time.time() - settings.stale_seconds)
     queue = queue_for(canonical, gpu_alive=any(w.device == "cuda" for w in live))
     try:
-        job, created = store.create_job(owner, canonical, total_steps(spec), idempotency_key, digest, queue=queue)
+        job, created = store.create_job(owner, canonical, total_steps(spec), idempotency_key, digest, queue=queue,
+                                        progress=initial_progress(spec))
     except IdempotencyConflict:
         raise Problem(409, "Idempotency key reused", "this Idempotency-Key was used with another body",
                       field="Idempotency-Key") from None
@@ -266,6 +267,15 @@ def total_steps(spec) -> int:
     return plan_budget(spec).total_rounds
 
 
+def initial_progress(spec) -> dict:
+    """A new job's progress: nothing done, no label used; a budgeted job's budget and round from
+    the start, as its later progress carries them."""
+    out = {"iteration": 0, "total": total_steps(spec), "labels_used": 0}
+    if spec.budget is not None:
+        out.update(budget=spec.budget, labels_failed=0, round=0)
+    return out
+
+
 def live_workers(store: Store, settings) -> list[WorkerRecord]:
     return store.list_workers(since=time.time() - settings.stale_seconds)
 
@@ -303,10 +313,11 @@ def job_view(job: JobRecord, live: list[WorkerRecord] | None = None, settings=No
     # a finished bilevel job: held-out Err against the baselines, and anything the user must know
     out["verdict"] = progress.get("verdict")
     out["warnings"] = progress.get("warnings", [])
-    out["links"] = {rel: f"/v1/jobs/{job.id}{suffix}" for rel, suffix in
-                    (("self", ""), ("history", "/history"), ("spec", "/spec"), ("distribution", "/distribution"),
-                     ("result", "/result"), ("samples", "/samples"), ("cancel", "/cancel"),
-                     ("training_set", "/training-set"))}
+    links = [("self", ""), ("history", "/history"), ("spec", "/spec"), ("distribution", "/distribution"),
+             ("result", "/result"), ("samples", "/samples"), ("cancel", "/cancel")]
+    if "budget" in progress:  # only a budgeted job has a training set to link to
+        links.append(("training_set", "/training-set"))
+    out["links"] = {rel: f"/v1/jobs/{job.id}{suffix}" for rel, suffix in links}
     return out
 
 

@@ -24,7 +24,8 @@ def healthz() -> dict:
 
 @router.get("/readyz", tags=["ops"], response_model=Ready, responses=problems.responses(503))
 def readyz(request: Request):
-    """The job store and the broker are reachable."""
+    """The job store and the broker are reachable; and, when ``lwl serve`` runs embedded
+    workers, one of them is live (``checks.workers``): until then a job would only queue."""
     state = request.app.state
     checks = {}
     for name, check in (("store", state.store.ping), ("broker", state.broker_check)):
@@ -34,10 +35,14 @@ def readyz(request: Request):
             checks[name] = "ok"
         except Exception as exc:
             checks[name] = f"unreachable: {type(exc).__name__}"
+    live = state.store.list_workers(since=time.time() - state.settings.stale_seconds) if checks["store"] == "ok" else []
+    embedded = getattr(state, "embedded_workers", 0)
+    if embedded:  # the server started its own workers: ready once one has registered
+        checks["workers"] = "ok" if live else f"no live worker yet ({embedded} embedded worker(s) starting)"
+    # without embedded workers (lwl serve --no-worker) workers are reported, not required: the
+    # API accepts jobs while none runs (they queue, and a job's conditions say why)
     if any(v != "ok" for v in checks.values()):
         raise Problem(503, "Not ready", json.dumps(checks), checks=checks)
-    # workers are reported, not required: the API accepts jobs while none runs (they queue)
-    live = state.store.list_workers(since=time.time() - state.settings.stale_seconds)
     return {"status": "ready", "checks": checks,
             "workers": {"cpu": sum(w.device == "cpu" for w in live), "cuda": sum(w.device == "cuda" for w in live)}}
 

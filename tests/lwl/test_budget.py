@@ -356,3 +356,18 @@ def test_a_state_with_a_challenger_and_failed_validation_labels_round_trips(budg
     np.testing.assert_array_equal(back.challenger["chol"], state.challenger["chol"])
     np.testing.assert_array_equal(back.val_ok, ok)
     np.testing.assert_array_equal(stepper._draws(back)[0], stepper._draws(state)[0])
+
+
+def test_a_budget_too_small_for_a_verdict_says_why_in_words(budget_spec):
+    """The smallest budget (32 labels) ends in the selection rounds: no candidate was raced against
+    Q's mixture, so the verdict is empty and the warnings say why, naming the candidates in words."""
+    budget_spec["budget"] = 32
+    budget_spec["evaluation"] = {"enabled": False}
+    res = run_job(budget_spec)
+    v = res["verdict"]
+    assert v["kind"] == "validation" and v["outcome"] is None and v["ratio"] is None
+    (why,) = [w for w in res["warnings"] if w.startswith("no verdict")]
+    assert why in v["warnings"] and "ended before selection settled on one distribution" in why
+    alive = res["history"][-1]["alive"]
+    assert all(res["names"][a] in why for a in alive) and "broadened_" not in why
+    assert v["names"][v["selected"]] == res["names"][v["selected"]] != v["selected"]

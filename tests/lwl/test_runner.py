@@ -147,3 +147,14 @@ def test_checkpoints_without_history_cost_o_state_and_resume_with_the_records(sm
     blobs2 = []
     run_job(small_spec, checkpoint=blobs2.append, evaluate=False)
     assert len(blobs2[-1]) > len(blobs2[5]) and "history" in unpack(blobs2[-1])
+
+
+def test_progress_counts_the_labels_asked_for_so_far(small_spec, ama_spec):
+    """Every step's progress says how many oracle labels the job has used: rising, and at the end
+    what the result says (a bilevel design and AMA count them differently)."""
+    for spec in (small_spec, ama_spec):
+        seen = []
+        res = run_job(spec, progress=seen.append, evaluate=False)
+        used = [p["labels_used"] for p in seen]
+        assert all(isinstance(u, int) for u in used) and used == sorted(used) and used[0] > 0
+        assert used[-1] == res["labels_used"]

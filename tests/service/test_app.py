@@ -138,3 +138,55 @@ def test_malformed_json_is_400_on_every_json_route(api, route, body):
     job = _submit(client)
     doc = _problem(client.post(route.format(job=job), content=body, headers=JSON), 400)
     assert doc["title"] in ("Malformed JSON", "JSON nested too deeply"), doc
+
+
+# --- issue #45: what the job view and the ops routes say ---------------------------------------
+
+def test_a_new_budgeted_job_shows_its_budget_and_no_label_used_and_only_it_links_a_training_set(api):
+    client, store = api
+    spec = small_job()
+    spec.update(budget=300, algorithm={"name": "bilevel"})
+    r = client.post("/v1/jobs", content=json.dumps(spec), headers=JSON)
+    budgeted = client.get(r.headers["location"], headers=HOST).json()
+    assert budgeted["progress"] == {"iteration": 0, "total": 5, "labels_used": 0, "budget": 300,
+                                    "labels_failed": 0, "round": 0}
+    assert budgeted["links"]["training_set"] == f"/v1/jobs/{budgeted['id']}/training-set"
+    plain = client.get(f"/v1/jobs/{_submit(client)}", headers=HOST).json()
+    assert plain["progress"] == {"iteration": 0, "total": 2, "labels_used": 0}
+    assert "training_set" not in plain["links"] and "budget" not in plain["progress"]
+    listed = {j["id"]: j for j in client.get("/v1/jobs", headers=HOST).json()["items"]}
+    assert listed[budgeted["id"]]["progress"]["budget"] == 300 and listed[plain["id"]]["progress"]["labels_used"] == 0
+
+
+def test_a_finished_job_shows_the_labels_it_used(api):
+    client, store = api
+    job = _submit(client)
+    store.succeed(job, _run(store, job), {"distribution": Gaussian(np.zeros(5), cov=np.eye(5)).to_spec(),
+                                          "labels_used": 459_752})
+    assert client.get(f"/v1/jobs/{job}", headers=HOST).json()["progress"]["labels_used"] == 459_752
+
+
+def test_queries_and_labels_of_a_job_that_is_not_ask_tell_say_so(api):
+    client, store = api
+    job = _submit(client)  # friedman1 labels its own inputs
+    for r in (client.get(f"/v1/jobs/{job}/queries", headers=HOST),
+              client.post(f"/v1/jobs/{job}/labels", json={"batch_id": "1.0", "labels": [1.0]}, headers=HOST)):
+        doc = _problem(r, 409)
+        assert doc["title"] == "Not an ask/tell job" and doc["field"] == "oracle", doc
+        assert "'friedman1'" in doc["detail"] and "external" in doc["detail"]
+
+
+def test_readyz_waits_for_an_embedded_worker(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/x.db")
+    app = create_app(Settings(data_dir=tmp_path), store=store, enqueue=lambda *_: None, embedded_workers=1)
+    with TestClient(app) as client:
+        doc = _problem(client.get("/readyz", headers=HOST), 503)
+        assert doc["checks"]["workers"].startswith("no live worker yet") and doc["checks"]["store"] == "ok"
+        store.register_worker("w1", "cpu", ["lwl.cpu"], {})
+        r = client.get("/readyz", headers=HOST)
+        assert r.status_code == 200 and r.json()["checks"]["workers"] == "ok" and r.json()["workers"]["cpu"] == 1
+    api_only = create_app(Settings(data_dir=tmp_path), store=Store(f"sqlite:///{tmp_path}/y.db"),
+                          enqueue=lambda *_: None)  # lwl serve --no-worker: workers are reported, not required
+    with TestClient(api_only) as client:
+        r = client.get("/readyz", headers=HOST)
+        assert r.status_code == 200 and r.json()["workers"] == {"cpu": 0, "cuda": 0} and "workers" not in r.json()["checks"]

@@ -292,7 +292,7 @@ def test_catalog_health_metrics(server, alice):
     assert {f["name"] for f in cat["families"]} == {"auto", "gaussian", "mixture", "pool", "kle", "particles", "interval"}
     assert "eit" in {o["name"] for o in cat["oracles"]} and "amino" in {m["name"] for m in cat["models"]}
     assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
-    assert httpx.get(f"{server.url}/readyz").json()["checks"] == {"store": "ok", "broker": "ok"}
+    assert httpx.get(f"{server.url}/readyz").json()["checks"] == {"store": "ok", "broker": "ok", "workers": "ok"}
     text = httpx.get(f"{server.url}/metrics").text
     assert 'lwl_jobs{status="succeeded"}' in text
     assert "lwl_http_requests_total" in text and "lwl_iteration_seconds_total" in text

@@ -170,11 +170,81 @@ def test_a_budgeted_job_without_an_audit_shows_its_validation_verdict(tab, alice
     text = page.inner_text("#verdict")
     assert text.startswith("Verdict on validation, no held-out labels")
     if v["returned_initial"]:
-        assert "Q's mixture was returned" in text
-    else:
+        assert "Q's own mixture was returned" in text
+    else:  # the candidates in words, not by their ids
         words = {"better": "better than", "tie": "within noise of", "worse": "WORSE than"}[v["outcome"]]
-        assert f"validate {words} Q's mixture's at {v['points_each']} points each" in text
+        assert text.startswith(f"Verdict on validation, no held-out labels: {v['names'][v['selected']]}'s points")
+        assert f"validate {words} Q's own mixture's at {v['points_each']} points each" in text
     assert "which also chose the distribution" in page.inner_text("#verdict-basis")
+    assert tab.errors == []
+
+
+def test_the_job_list_keeps_a_job_whose_verdict_has_no_ratio(tab, alice):
+    """The smallest budget ends before any comparison: its verdict names a best baseline with
+    ratio null. The list shows the job ("no verdict"; Plots.fmt(null) threw and dropped it) and
+    the job's page says why it has no verdict."""
+    spec = small_job()
+    spec.update(budget=32, algorithm={"name": "bilevel"}, evaluation={"enabled": False})
+    job = alice.submit(spec)
+    wait_status(alice, job, "succeeded")
+    view = alice.job(job)
+    assert view["verdict"]["best_baseline"] == "mixture" and view["verdict"]["ratio"] is None  # the case
+    (why,) = [w for w in view["warnings"] if w.startswith("no verdict")]
+    page = tab.go("#/jobs")
+    row = page.wait_for_selector(f"tr[data-id='{job}']", timeout=15_000)
+    assert row.query_selector(".verdict").inner_text() == "no verdict"
+    assert row.query_selector(".labels").inner_text() == "32 / 32"
+    assert page.locator("#main .problem").count() == 0  # no "TypeError" box in the list
+    tab.shot("jobs-no-verdict")
+    page = tab.go(f"#/jobs/{job}")
+    page.wait_for_selector("#evaluation-section #verdict")
+    assert page.inner_text("#verdict") == f"No verdict{why.removeprefix('no verdict')}."
+    assert "broadened_" not in page.inner_text("#verdict")  # the candidates still in the running, in words
+    assert why in page.inner_text("#job-header")
+    tab.shot("job-no-verdict")
+    assert tab.errors == []
+
+
+def test_a_budgeted_job_page_shows_its_labels_and_serves_its_training_set(tab, alice):
+    """What the lab paid for: labels of the budget in the header and the list, Err against labels
+    spent, labels per round, where the points came from in words, and the training set as .npz
+    and CSV, equal to the API's."""
+    spec = small_job()
+    spec.update(budget=300, algorithm={"name": "bilevel"})
+    job = alice.submit(spec)
+    wait_status(alice, job, "succeeded")
+    result = alice.result(job)
+    page = tab.go(f"#/jobs/{job}")
+    page.wait_for_selector("#training-set")
+    assert page.inner_text("#job-labels") == f"labels {result['labels_used']} / 300"
+    rounds = result["history"]
+    scored = [r for r in rounds if r.get("validation_err") is not None or "race" in r]
+    chart = page.locator("[data-series=err-vs-labels] svg")
+    assert chart.locator("circle").count() >= len(scored)  # one dot per scored round, and the held-out ring
+    assert chart.locator("[data-heldout]").count() == 1  # the training set's held-out Err at equal labels
+    assert chart.locator("line.ref").count() == len(result["evaluation"]["err"]) - 1  # each baseline's
+    bars = page.locator("[data-series=labels-per-round] svg rect")
+    assert bars.count() == len(rounds)
+    labels_text = page.inner_text("[data-series=labels-per-round]")
+    assert all(str(r["labels"]) in labels_text for r in rounds)
+    sources = page.inner_text("#labels-by-source")
+    assert "Q's validation points" in sources and "q_mixture" not in sources and "broadened_" not in sources
+    assert "broadened_" not in page.inner_text("#evaluation-section")
+    X, y = alice.training_set(job)
+    with page.expect_download() as d:
+        page.click("#training-npz")
+    with np.load(d.value.path(), allow_pickle=False) as z:
+        assert np.array_equal(z["inputs"], X) and np.array_equal(z["labels"], y)
+    with page.expect_download() as d:
+        page.click("#training-csv")
+    rows = Path(d.value.path()).read_text().splitlines()
+    assert rows[0] == ",".join([f"x{j + 1}" for j in range(X.shape[1])] + ["label"])
+    got = np.loadtxt(d.value.path(), delimiter=",", skiprows=1)
+    assert np.array_equal(got[:, :-1], X) and np.array_equal(got[:, -1], y)  # shortest round-trip decimals
+    tab.shot("job-budgeted")
+    page = tab.go("#/jobs")
+    row = page.wait_for_selector(f"tr[data-id='{job}']")
+    assert row.query_selector(".labels").inner_text() == f"{result['labels_used']} / 300"
     assert tab.errors == []
 
 
@@ -214,7 +284,8 @@ def test_bilevel_page_shows_the_initial_err_beside_the_designs(tab, finished, al
     shown = [float(t) for t in re.findall(r"[0-9.]+", ratio.split("95%")[1])]
     assert shown == pytest.approx(comparison["ratio_interval"], rel=5e-3, abs=1e-3)  # over the training draws
     assert initial.nth(3).inner_text() == {"better": "better", "tie": "within noise", "worse": "worse"}[v["initial_outcome"]]
-    assert v["best_baseline"] in page.inner_text("#err-summary tr[data-row=best-baseline]")
+    # the best baseline in words (lwl.names), not by its id
+    assert f"best baseline: {v['names'][v['best_baseline']]}" in page.inner_text("#err-summary tr[data-row=best-baseline]")
 
 
 def test_covariance_heatmaps_share_one_scale_and_name_their_axes(tab, finished):
@@ -449,7 +520,8 @@ def test_malformed_spec_shows_the_field_error(tab, alice):
 
 def test_report_is_one_offline_file(browser, finished, alice, tmp_path):
     result = tmp_path / "result.json"
-    result.write_text(json.dumps(alice.result(finished["bilevel"])))
+    doc = alice.result(finished["bilevel"])
+    result.write_text(json.dumps(doc))
     out = tmp_path / "report.html"
     proc = subprocess.run(["lwl", "report", str(result), "--out", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -463,5 +535,6 @@ def test_report_is_one_offline_file(browser, finished, alice, tmp_path):
     page.goto(out.as_uri())
     page.wait_for_selector("[data-view=projection] svg")
     assert page.locator("#convergence svg").count() >= 1 and "best baseline" in page.inner_text("#verdict")
+    assert page.inner_text("#job-labels") == f"labels {doc['labels_used']:,}"  # what the job paid for
     ctx.close()
     assert errors == []

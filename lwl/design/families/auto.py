@@ -65,13 +65,6 @@ class AutoFamily(MixtureFamily):
             return "q_mixture"
         return "gaussian" if self.collapsed(params) else "mixture"
 
-    def start_label(self, name: str) -> str:
-        base, _, factor = name.partition("_broadened_")
-        if name.startswith("broadened_"):
-            base, factor = "given", name.removeprefix("broadened_")
-        what = {"given": "Q's mixture", "gaussian": "Q's moment-matched Gaussian"}.get(base, base)
-        return f"{what} broadened x{factor}" if factor else what
-
     def diagnostics(self, params: Params) -> dict:
         if self.collapsed(params):
             return {"family": "gaussian"}

@@ -80,7 +80,7 @@ def test_verdict_points_a_gaussian_design_that_loses_to_q_mixture_at_the_mixture
 
 def test_verdict_reports_a_failed_baseline():
     v = verdict({"err": {"optimized": 0.2, "normal": 0.5}, "failed": {"barycenter": "boom"}})
-    assert v["best_baseline"] == "normal" and any("barycenter could not be evaluated: boom" in w
+    assert v["best_baseline"] == "normal" and any("baseline barycenter (the W2 barycenter of Q's members) could not be evaluated: boom" in w
                                                    for w in v["warnings"])
 
 
@@ -166,11 +166,11 @@ def test_verdict_sentence_says_when_the_best_baseline_used_its_own_lengthscale()
     from lwl.evaluation.verdict_text import verdict_sentence
 
     plain = verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25}})
-    assert verdict_sentence(plain) == ("verdict: the design (Err 0.2000) is better than the best baseline, mixture "
+    assert verdict_sentence(plain) == ("verdict: the design (Err 0.2000) is better than the best baseline, Q's own mixture "
                                        "(Err 0.2500; ratio 0.800)")
     own = verdict({"err": {"optimized": 0.2, "normal": 0.5, "mixture": 0.25},
                    "err_own_lengthscale": {"mixture": {"err": 0.1, "lengthscale": 1.0}}})
-    assert "WORSE than the best baseline, mixture (Err 0.1000 at its own lengthscale; ratio 2.000)" in \
+    assert "WORSE than the best baseline, Q's own mixture (Err 0.1000 at its own lengthscale; ratio 2.000)" in \
         verdict_sentence(own)
     assert verdict_sentence(verdict({"err": {"optimized": 0.2}})) is None
 

@@ -1,0 +1,43 @@
+"""Candidates and baselines in words (lwl.names): the words themselves, a result's ``names``, and
+the verdict sentences that say them instead of the internal ids."""
+
+from lwl.evaluation.verdict_text import verdict_sentence
+from lwl.names import names_of, words
+
+
+def test_internal_ids_read_as_words():
+    assert words("broadened_4") == "Q's fit broadened ×4"
+    assert words("broadened_1.5", "gaussian") == "Q's fit broadened ×1.5"
+    assert words("q_mixture") == words("mixture") == "Q's own mixture"
+    assert words("given", "gaussian") == "the initial distribution"
+    assert words("given", "auto") == "Q's mixture"  # under auto theta^0 is Q's mixture
+    assert words("gaussian_broadened_2", "auto") == "Q's moment-matched Gaussian broadened ×2"
+    assert words("nipv") == words("anchor") == "active learning (NIPV)"
+    assert words("normal", "gaussian") == "the initial Gaussian"
+    assert words("normal", "mixture") == "Q's moment-matched Gaussian"
+    assert words("moved (round 6)") == "the design moved by bilevel steps (round 6)"
+    assert words("a_plugin_baseline") == "a_plugin_baseline"  # an id it does not know stays as it is
+
+
+def test_a_result_names_every_id_it_holds():
+    result = {"verdict": {"best_baseline": "mixture", "selected": "broadened_3", "baselines": {"mixture": 0.3}},
+              "evaluation": {"err": {"optimized": 0.2, "nipv": 0.4}},
+              "labels_by_source": {"validation": 16, "broadened_3": 8, "initial": 5},
+              "history": [{"scores": {"moment_matched": 0.5}, "incumbent": "broadened_3", "rival": "q_mixture"}]}
+    names = names_of(result, "gaussian")
+    assert names == {"mixture": "Q's own mixture", "broadened_3": "Q's fit broadened ×3", "optimized": "the design",
+                     "nipv": "active learning (NIPV)", "validation": "Q's validation points",
+                     "initial": "the lab's initial data", "moment_matched": "Q's moment-matched Gaussian",
+                     "q_mixture": "Q's own mixture"}
+
+
+def test_verdict_sentences_say_words_not_ids():
+    v = {"kind": "validation", "outcome": "better", "selected": "broadened_4", "best_baseline": "mixture",
+         "points_each": 120, "err": 0.3, "best_baseline_err": 0.5, "ratio": 0.6, "z": 2.0, "basis": "b",
+         "returned_initial": False}
+    text = verdict_sentence(v)
+    assert "Q's fit broadened ×4's points validate better than Q's own mixture's at 120 points each" in text
+    assert "broadened_4" not in text
+    audit = {"kind": "equal_labels", "labels": 300, "err": 0.27, "baselines": {"nipv": 0.4, "mixture": 0.35},
+             "outcomes": {"nipv": "better", "mixture": "tie"}}
+    assert "against active learning (NIPV) 0.4000 (better), Q's own mixture 0.3500 (tie)" in verdict_sentence(audit)
