@@ -132,9 +132,30 @@ def tell(job: str = typer.Argument(..., metavar="JOB", help="job id"),
                   f"job {answer['status']}")
 
 
+def predict(job: str = typer.Argument(..., metavar="JOB", help="job id (a budgeted job)"),
+            inputs: Path = typer.Argument(..., metavar="INPUTS", help=".npy file: an (m, d) array of inputs"),
+            out: Path = typer.Option(Path("predictions.npy"), "--out",
+                                     help="where to write the (m, 2) array: columns mean and std"),
+            url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Predict with a budgeted job's trained model (GET /v1/jobs/{id}/model): mean and standard
+    deviation at each input row."""
+    from lwl.client import ApiError
+
+    x = np.asarray(np.load(inputs, allow_pickle=False), dtype=np.float64)
+    try:
+        with _client(url, api_key) as c:
+            mean, std = c.predict(job, x)
+    except ApiError as exc:
+        console.print(f"[red]{exc}")
+        raise typer.Exit(1)
+    np.save(out, np.stack([mean, std], 1))
+    console.print(f"{len(mean)} predictions (mean, std) written to {out}")
+
+
 def register(app: typer.Typer, cli_console: Console | None = None) -> None:
     """Add the service's commands to ``app`` (the ``lwl.cli`` entry point)."""
     global console
     console = cli_console or console
     for command in (serve, ask, tell):
         app.command()(command)
+    app.command()(predict)
