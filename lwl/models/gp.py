@@ -112,8 +112,8 @@ class GaussianProcess:
 
     def __init__(self, kernel: str = "matern52", lengthscale=None, output_scale: float | None = None,
                  noise: float | None = None, mean=None, optimize: bool = True, restarts: int = 3,
-                 max_fit_points: int = 1000, lengthscale_bounds: tuple[float, float] = (1e-3, 1e3),
-                 output_scale_bounds: tuple[float, float] = (1e-4, 1e4),
+                 max_fit_points: int = 1000, lengthscale_bounds: tuple[float, float] = (1e-3, 1e4),
+                 output_scale_bounds: tuple[float, float] = (1e-4, 1e6),
                  noise_bounds: tuple[float, float] = (1e-8, 1.0), random_state: int = 0, device: str = "cpu"):
         self.kernel = kernel
         self.lengthscale = lengthscale

@@ -111,7 +111,7 @@ def test_model_and_predict_give_the_offline_numbers(api, results, kind):
 
 def test_the_served_gp_document_loads_into_sklearn_with_equal_predictions(api, results):
     pytest.importorskip("sklearn")
-    from tests.lwl.models.test_gp import to_sklearn
+    from tests.lwl.models.test_gp import agreement_rtol, to_sklearn
 
     client, store = api
     job = _job(client, store, results["gp"])
@@ -120,9 +120,10 @@ def test_the_served_gp_document_loads_into_sklearn_with_equal_predictions(api, r
     r = client.post(f"/v1/jobs/{job}/predict", content=json.dumps({"inputs": x.tolist()}), headers=JSON).json()
     reg, c = to_sklearn(doc)
     sk_mean, sk_std = reg.predict(x, return_std=True)
-    np.testing.assert_allclose(r["mean"], sk_mean + c, rtol=1e-8)
+    rtol = agreement_rtol(doc)  # 1e-8, or what K_y's conditioning allows
+    np.testing.assert_allclose(r["mean"], sk_mean + c, rtol=rtol)
     scale = np.sqrt(doc["outputs"][0]["output_scale"])  # the variance's round-off is relative to s^2
-    np.testing.assert_allclose(r["std"], sk_std, rtol=1e-8, atol=1e-8 * scale)
+    np.testing.assert_allclose(r["std"], sk_std, rtol=rtol, atol=rtol * scale)
 
 
 def test_no_model_yet_is_409_and_a_job_without_a_budget_has_none(api, results):

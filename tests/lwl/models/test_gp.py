@@ -35,6 +35,19 @@ def to_sklearn(doc: dict, output: int = 0):
     return reg, o["mean"]
 
 
+def agreement_rtol(doc: dict, output: int = 0) -> float:
+    """The relative agreement asked of lwl's and scikit-learn's predictions for a document's GP:
+    1e-8 when K_y is well conditioned (eps kappa(K_y) < 1e-10), else 1e-6. A fitted GP often sits
+    at a large output scale and a noise at its lower bound (kappa ~ 1e12 on the smooth problems
+    here), where two backward-stable solvers agree to about 1e-7 (measured), not 1e-8; at equal,
+    well-conditioned hyperparameters the test above asks 1e-8."""
+    o = doc["outputs"][output]
+    X = np.asarray(doc["training_set"]["inputs"])
+    kernel = ConstantKernel(o["output_scale"]) * _sklearn_kernel(doc["kernel"], o["lengthscale"])
+    kappa = np.linalg.cond(kernel(X) + o["noise"] * np.eye(len(X)))
+    return 1e-8 if np.finfo(float).eps * kappa < 1e-10 else 1e-6
+
+
 def _problem(name: str, d: int, n: int = 60, seed: int = 0, params=None):
     rng = np.random.default_rng(seed)
     X = rng.uniform(size=(n, d))
@@ -82,21 +95,23 @@ PROBLEMS = [("friedman1", 5, None), ("sobol_g", 2, None), ("friedman2", 4, None)
 @pytest.mark.parametrize("kernel", ["squared_exponential", "matern52"])
 @pytest.mark.parametrize("name, d, params", PROBLEMS, ids=[p[0] for p in PROBLEMS])
 def test_fitted_likelihood_at_least_as_high_as_sklearn(name, d, params, kernel):
-    """scikit-learn fits s^2 * k_ell + white noise from unit values with 3 restarts, on the labels
-    centred at their mean (its prior mean is 0); lwl's maximum over the constant mean and its
-    hyperparameters must reach at least the same log marginal likelihood."""
+    """scikit-learn fits s^2 * k_ell + white noise from unit values with 3 restarts (its bounds
+    1e-5..1e5), once on the labels centred at their mean (its prior mean is 0) and once with
+    ``normalize_y=True`` (its likelihood is then of y / sd(y): minus n log sd(y) gives that of y);
+    lwl's maximum over the constant mean and its hyperparameters must reach at least both."""
     X, y, _ = _problem(name, d, params=params)
     if name == "friedman2":
         X = X * [100, 520 * np.pi, 1, 10] + [0, 40 * np.pi, 0, 1]  # Friedman-2's input box
         y = np.asarray(make_oracle({"name": name}).label(X)).reshape(-1)
-    ours = GaussianProcess(kernel, restarts=3, random_state=0).fit(X, y)
-    kernel_sk = ConstantKernel(1.0) * _sklearn_kernel(kernel, np.ones(d), fixed=False) + WhiteKernel(1e-2)
-    with warnings.catch_warnings():  # scikit-learn warns of lengthscales at its bounds
-        warnings.simplefilter("ignore")
-        reg = sklearn_gp.GaussianProcessRegressor(kernel_sk, alpha=0.0, n_restarts_optimizer=3,
-                                                  random_state=0).fit(X, y - y.mean())
-    theirs = reg.log_marginal_likelihood_value_
-    assert ours.log_marginal_likelihood_[0] >= theirs - 1e-6 * abs(theirs)
+    ours = GaussianProcess(kernel, restarts=3, random_state=0).fit(X, y).log_marginal_likelihood_[0]
+    for normalize in (False, True):
+        kernel_sk = ConstantKernel(1.0) * _sklearn_kernel(kernel, np.ones(d), fixed=False) + WhiteKernel(1e-2)
+        with warnings.catch_warnings():  # scikit-learn warns of hyperparameters at its bounds
+            warnings.simplefilter("ignore")
+            reg = sklearn_gp.GaussianProcessRegressor(kernel_sk, alpha=0.0, n_restarts_optimizer=3, random_state=0,
+                                                      normalize_y=normalize).fit(X, y if normalize else y - y.mean())
+        theirs = reg.log_marginal_likelihood_value_ - (len(y) * np.log(y.std()) if normalize else 0.0)
+        assert ours >= theirs - 1e-6 * abs(theirs), (normalize, ours, theirs)
 
 
 def test_same_random_state_same_fit_and_restarts_never_lower_the_likelihood():
@@ -146,11 +161,12 @@ def test_document_round_trips_and_loads_into_sklearn_with_equal_predictions(kern
     np.testing.assert_array_equal(s1, s2)
     reg, c = to_sklearn(doc)
     sk_mean, sk_std = reg.predict(Xt, return_std=True)
-    np.testing.assert_allclose(m1, sk_mean + c, rtol=1e-8)
+    rtol = agreement_rtol(doc)
+    np.testing.assert_allclose(m1, sk_mean + c, rtol=rtol)
     # the variance s^2 - k^T K_y^{-1} k is a difference of numbers of size s^2: near the data its
     # round-off is relative to s^2, not to the small result
     scale = np.sqrt(doc["outputs"][0]["output_scale"])
-    np.testing.assert_allclose(s1, sk_std, rtol=1e-8, atol=1e-8 * scale)
+    np.testing.assert_allclose(s1, sk_std, rtol=rtol, atol=rtol * scale)
 
 
 def test_from_spec_refuses_what_is_not_a_model_document():
