@@ -41,6 +41,12 @@ and they are part of the returned training set. The selection scores and the rac
 the few dozen points a candidate has in the first rounds change nothing, and selection went by noise
 (docs/method.md, "Initial data").
 
+**The model** is the job's: the paper's KRR when the spec names ``krr``, else (a budgeted job's
+default) a Gaussian process whose hyperparameters are refitted by maximum marginal likelihood
+after every round on every label so far and fixed within the round (:meth:`_hyperparameters`;
+"KRR" below then reads "the GP at the round's hyperparameters"); the bilevel steps on a surrogate
+(``inner_steps``) run for ``krr`` only. The trained model is part of the result (``model``).
+
 The returned distribution is the final incumbent (for drawing more inputs later); the product
 is the training set. A state is a :class:`BudgetedState` (its labelled points a
 :class:`LabelledPoints` record, the incumbent's parameters a :class:`~lwl.design.state.Kept`

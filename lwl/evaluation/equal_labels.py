@@ -85,8 +85,9 @@ def anchor_training_set(q, n: int, *, kernel, lengthscale: float, ridge: float, 
 def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = DRAWS,
                  baselines: list[str] | None = None, anchor: bool | None = None, anchor_draws: int = 1,
                  progress=None) -> dict:
-    """Held-out Err of KRR on the training set (X, y) against the baselines and the anchor at
-    the same number of labels (module docstring). ``spec`` is the resolved spec (its
+    """Held-out Err of the job's model (KRR, or the gp fitted to each training set) on the
+    training set (X, y) against the baselines and the anchor at the same number of labels
+    (module docstring). ``spec`` is the resolved spec (its
     lengthscale is the one the job chose). Returns the evaluation document with the per-point
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
