@@ -283,7 +283,7 @@ def _robustness_study(preset: str, out: Path | None, workers: int = 1, columns: 
 
 
 def _budget_study(preset: str, out: Path | None, problems: str | None, workers: int = 1,
-                  resume: bool = False) -> Path:
+                  resume: bool = False, model: str = "krr") -> Path:
     """Budgeted designs at equal labels (lwl.experiments.budget): one tick per problem, seed and budget;
     ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...). OUT is rewritten after
     every problem, and ``resume`` reuses the rows of OUT/results.json made with the same settings."""
@@ -292,9 +292,12 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     if preset not in budget.PRESETS:
         console.print(f"[red]unknown preset {preset!r}; known: {', '.join(budget.PRESETS)}")
         raise typer.Exit(2)
+    if model not in budget.MODELS:
+        console.print(f"[red]--model: {model!r} is not one of {', '.join(budget.MODELS)}")
+        raise typer.Exit(2)
     cfg = budget.PRESETS[preset]
     keys = problems.split(",") if problems else None
-    out = out or Path("runs") / f"budget-{preset}"
+    out = out or Path("runs") / (f"budget-{preset}" + ("" if model == "krr" else f"-{model}"))
     previous = None
     if resume and (out / "results.json").is_file():
         previous = json.loads((out / "results.json").read_text())
@@ -302,7 +305,7 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     with _progress() as bar:
         task = bar.add_task(f"budget ({preset})", total=total, info="")
         doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys,
-                         workers=workers, previous=previous,
+                         workers=workers, previous=previous, model=model,
                          checkpoint=lambda partial: budget.write_outputs(partial, out))
     if previous is not None:
         console.print(f"reused {doc['reused_rows']} problem rows of {out / 'results.json'}"
@@ -449,6 +452,7 @@ class StudyOptions:
     models: str
     precision: str
     q: str
+    model: str = "krr"
 
 
 # the studies ``lwl experiment NAME`` runs: name -> runner(StudyOptions) -> output folder
@@ -462,7 +466,7 @@ STUDIES.register("rte", None, lambda o: _rte_study(o.preset, o.out, o.runs, o.kn
                                                    [int(n) for n in o.sizes.split(",")] if o.sizes else None,
                                                    o.resume, o.select))
 STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.models, o.precision))
-STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume))
+STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume, o.model))
 
 
 @app.command()
@@ -497,6 +501,9 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                models: str = typer.Option("all", "--models", help="eit: all (the interval search and Q's own law "
                                                                   "beside the paper's models) or paper (the four "
                                                                   "paper models only)"),
+               model: str = typer.Option("krr", "--model", help="budget: krr (the committed studies: the paper's "
+                                                                "KRR) or gp (budgeted jobs designed for and judged "
+                                                                "with the fitted GP, beside lwl's KRR pipeline)"),
                precision: str = typer.Option("float32", "--precision", help="eit: AMINO's float32 or tf32 "
                                                                           "(NVIDIA GPUs) matrix products"),
                compare: Optional[Path] = typer.Option(None, "--compare", help="a committed result (its folder or "
@@ -514,7 +521,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
         console.print(f"[red]--compare: {compare} does not exist")
         raise typer.Exit(2)
     options = StudyOptions(preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
-                           cache, q_law, models, precision, q)
+                           cache, q_law, models, precision, q, model)
     written = STUDIES.get(name).build(options)
     if compare is not None:
         _compare(written, compare, compare_rtol)

@@ -152,9 +152,13 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         out = stepper.result(state)
         spec = stepper.resolved_spec(state)  # e.g. with the lengthscale the run selected
         t1 = time.perf_counter()
-        hook = entry.resolve("budgeted_evaluate" if spec.budget is not None else "evaluate")
+        budgeted = spec.budget is not None
+        hook = entry.resolve("budgeted_evaluate" if budgeted else "evaluate")
         if (spec.evaluation.enabled if evaluate is None else evaluate) and hook is not None:
-            out.update(hook(stepper, state, spec, oracle, out))
+            # a budgeted verdict may run another job (lwl's KRR pipeline beside a gp job): this
+            # loop is handed down, as the evaluation sits below the runner
+            extra = {"run": run_job} if budgeted else {}
+            out.update(hook(stepper, state, spec, oracle, out, **extra))
         out["timings"] = {"design_seconds": design_seconds, "last_slice_seconds": slice_seconds,
                           "evaluation_seconds": time.perf_counter() - t1}
         out["views"] = _views(out["distribution"], stepper)

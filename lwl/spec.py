@@ -54,7 +54,8 @@ class JobSpec(StrictModel):
         default=None, description="the instrument's input domain: box bounds low/high per input and optional "
                                   "linear constraints A x <= b; every input the job hands out lies inside")
     family: _Unregistered = Field(default_factory=lambda: _default("family", "auto"), discriminator="name")
-    model: _Unregistered = Field(default_factory=lambda: _default("model", "krr"), discriminator="name")
+    model: _Unregistered = Field(default_factory=lambda: _default("model", "krr"), discriminator="name",
+                                 description="default: gp for a job with a budget, krr otherwise")
     algorithm: _Unregistered = Field(default_factory=lambda: _default("algorithm", "bilevel"), discriminator="name")
     budget: int | None = Field(
         default=None, ge=1, le=1_000_000_000,
@@ -67,6 +68,16 @@ class JobSpec(StrictModel):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     derived: list[str] = Field(default_factory=list, description="fields lwl filled from the data (output only)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budgeted_model(cls, data):
+        """A budgeted job that names no model designs for the one a lab deploys: a Gaussian
+        process with hyperparameters fitted to its labels (``gp``, :mod:`lwl.models.gp`); the
+        paper's fixed-hyperparameter KRR stays by name (``{"name": "krr"}``)."""
+        if isinstance(data, dict) and data.get("budget") is not None and data.get("model") is None:
+            data = {**data, "model": {"name": "gp"}}
+        return data
 
     @field_validator("domain")
     @classmethod

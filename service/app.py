@@ -22,7 +22,7 @@ from service.core.settings import Settings, get_settings
 from service.core.store import Store
 from service.guard import GuardMiddleware
 from service.metrics import Metrics
-from service.routers import asktell, datasets, jobs, ops, ui, workers
+from service.routers import asktell, datasets, jobs, ops, surrogate, ui, workers
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None,
@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
     # the guard runs inside the metrics (refusals are counted) and before every route
     app.add_middleware(GuardMiddleware, settings=settings, keys=app.state.keys)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for router in (ops.router, ops.metrics_router(settings.metrics_public), jobs.router, asktell.router,
+    for router in (ops.router, ops.metrics_router(settings.metrics_public), jobs.router, surrogate.router, asktell.router,
                    datasets.router, workers.router, ui.router):
         app.include_router(router)
     app.openapi = lambda: openapi_with_job_spec(app)

@@ -281,11 +281,29 @@ def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a
                   f"written to {out}", highlight=False)
 
 
+def predict(job: str = typer.Argument(..., metavar="JOB", help="job id (a budgeted job)"),
+            inputs: Path = typer.Argument(..., metavar="INPUTS", help=".npy file: an (m, d) array of inputs"),
+            out: Path = typer.Option(Path("predictions.npy"), "--out",
+                                     help="where to write the (m, 2) array: columns mean and std"),
+            url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
+    """Predict with a budgeted job's trained model (GET /v1/jobs/{id}/model): mean and standard
+    deviation at each input row."""
+    try:
+        x = np.asarray(np.load(inputs, allow_pickle=False), dtype=np.float64)
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]cannot read the inputs {escape(str(inputs))}: {escape(str(exc))}")
+        raise typer.Exit(2)
+    with _service_errors(url), _client(url, api_key) as c:
+        mean, std = c.predict(job, x)
+    np.save(out, np.stack([mean, std], 1))
+    console.print(f"{len(mean)} predictions (mean, std) written to {escape(str(out))}", highlight=False)
+
+
 def register(app: typer.Typer, cli_console: Console | None = None) -> None:
     """Add the service's commands to ``app`` (the ``lwl.cli`` entry point)."""
     global console
     console = cli_console or console
     for command in (serve, ask, tell):
         app.command()(command)
-    for command in (submit, status, wait, training_set):  # training_set: `lwl training-set`
+    for command in (submit, status, wait, training_set, predict):  # training_set: `lwl training-set`
         app.command()(command)

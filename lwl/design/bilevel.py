@@ -1097,8 +1097,15 @@ def check_bilevel(spec: JobSpec) -> None:
         moved_by = FAMILIES.get(spec.family.name).extra.get("moved_by")
         raise ValueError(f"algorithm.name: a {spec.family.name} family is moved by {moved_by}" if moved_by else
                          f"algorithm.name: bilevel needs a family among {movable} and a krr model")
-    if spec.model.name != "krr":
-        raise ValueError(f"algorithm.name: bilevel needs a family among {movable} and a krr model")
+    if spec.model.name == "gp" and spec.budget is None:
+        raise ValueError("model.name: the unbudgeted bilevel design trains the paper's krr; a gp model is "
+                         "designed for by a job with a budget")
+    if spec.model.name == "gp" and spec.algorithm.inner_steps > 0:
+        raise ValueError("algorithm.inner_steps: the bilevel steps on a surrogate differentiate the krr inner "
+                         "problem; with a gp model set inner_steps to 0 or name model krr")
+    if spec.model.name not in ("krr", "gp"):
+        raise ValueError(f"algorithm.name: bilevel needs a family among {movable} and a krr model "
+                         f"(or gp with a budget)")
     if spec.algorithm.optimizer == "paper" and not FAMILIES.get(spec.family.name).extra.get("paper_optimizer"):
         plain = [e.name for e in FAMILIES.entries() if e.extra.get("paper_optimizer")]
         raise ValueError(f"algorithm.optimizer: the paper's plain step is defined for the {', '.join(plain)} "

@@ -41,6 +41,12 @@ and they are part of the returned training set. The selection scores and the rac
 the few dozen points a candidate has in the first rounds change nothing, and selection went by noise
 (docs/method.md, "Initial data").
 
+**The model** is the job's: the paper's KRR when the spec names ``krr``, else (a budgeted job's
+default) a Gaussian process whose hyperparameters are refitted by maximum marginal likelihood
+after every round on every label so far and fixed within the round (:meth:`_hyperparameters`;
+"KRR" below then reads "the GP at the round's hyperparameters"); the bilevel steps on a surrogate
+(``inner_steps``) run for ``krr`` only. The trained model is part of the result (``model``).
+
 The returned distribution is the final incumbent (for drawing more inputs later); the product
 is the training set. A state is a :class:`BudgetedState` (its labelled points a
 :class:`LabelledPoints` record, the incumbent's parameters a :class:`~lwl.design.state.Kept`
@@ -302,6 +308,7 @@ class BudgetedBilevel(StepperDefaults):
         self._member_all = np.repeat(np.arange(len(q.members)), self.plan.per_member)
         self._cache: tuple = (None, None)
         self._val_cache: tuple = (None, None)
+        self._hyper_cache: tuple = (None, None)
         # initial data (the lab's labelled points): joins the pool after the validation round
         if spec.initial_data is not None:
             self.X0, self.y0 = spec.initial_data.arrays()
@@ -310,6 +317,48 @@ class BudgetedBilevel(StepperDefaults):
                                  f"dimension {q.dim}")
         else:
             self.X0, self.y0 = np.zeros((0, q.dim)), np.zeros(0)
+
+    @property
+    def is_krr(self) -> bool:
+        """The job designs for the paper's fixed-hyperparameter KRR (else a gp, fitted to its labels)."""
+        return self.spec.model.name == "krr"
+
+    def _hyperparameters(self, state: BudgetedState):
+        """The gp's hyperparameters for the scores after a round: maximum marginal likelihood on
+        every point labelled so far (validation, initial data, the rounds'), refitted once per
+        round because the labels grow, and fixed within a round so every candidate, the rival
+        and the challenger are scored by one model (the comparisons are paired). A function of
+        the points and the seed: a resumed job refits the same values."""
+        key = (int(state.iteration), len(state.points.y))
+        if self._hyper_cache[0] != key:
+            from lwl.models import train
+
+            self._hyper_cache = (key, train(self.spec.model, state.points.X, state.points.y,
+                                            ridge=self.spec.evaluation.ridge, seed=self.spec.seed))
+        return self._hyper_cache[1]
+
+    def _scorer(self, state: BudgetedState, ell: float):
+        """(X, y) -> the model a score trains: KRR at lengthscale ``ell``, or the gp at this
+        round's hyperparameters."""
+        from lwl.models import train
+
+        if self.is_krr:
+            return lambda X, Y: KernelRidge(self.spec.model.kernel, ell, self.spec.evaluation.ridge / len(X),
+                                            device="cpu").fit(X, Y)
+        hyper = self._hyperparameters(state)
+        return lambda X, Y: train(self.spec.model, X, Y, ridge=self.spec.evaluation.ridge, seed=self.spec.seed,
+                                  hyperparameters=hyper)
+
+    def final_model(self, state: BudgetedState):
+        """The model the job serves (``GET /v1/jobs/{id}/model``): the job's model trained on its
+        whole training set; a gp's hyperparameters fitted to all of it."""
+        from lwl.models import train
+
+        X, y = self.training_set(state)
+        if self.is_krr:
+            spec_model = self.spec.model.model_copy(update={"lengthscale": float(state.lengthscale)})
+            return train(spec_model, X, y, ridge=self.spec.evaluation.ridge, seed=self.spec.seed)
+        return train(self.spec.model, X, y, ridge=self.spec.evaluation.ridge, seed=self.spec.seed)
 
     def _in_domain(self, measure: Measure) -> Measure:
         """``measure`` restricted to the job's input domain, if it has one (the family already is)."""
@@ -336,8 +385,11 @@ class BudgetedBilevel(StepperDefaults):
 
     # -- stepper protocol -------------------------------------------------------------------
     def init(self) -> BudgetedState:
+        # a gp has no single lengthscale (its hyperparameters are fitted each round: _hyperparameters);
+        # 0 stands for none (a NaN would make equal histories compare unequal)
+        ell = self.spec.model.lengthscale if self.is_krr else 0.0
         return BudgetedState(points=LabelledPoints.empty(self.q.dim), alive=list(range(len(self.candidates))),
-                             lengthscale=self.spec.model.lengthscale)
+                             lengthscale=ell)
 
     def done(self, state: BudgetedState) -> bool:
         return state.phase is Phase.DONE
@@ -426,7 +478,9 @@ class BudgetedBilevel(StepperDefaults):
             if new.rival is not None:
                 new = self._race(new, record)
         if new.iteration >= self.plan.total_rounds:
-            record["final_lengthscale"] = ell = self._final_lengthscale(new)
+            ell = self._final_lengthscale(new)
+            if self.is_krr:
+                record["final_lengthscale"] = ell
             new = new.replace(phase=Phase.DONE, has_challenger=False, lengthscale=ell)
         elif self.algo.inner_steps > 0 and self._movable(new):
             new = self._move(new, record)
@@ -464,7 +518,9 @@ class BudgetedBilevel(StepperDefaults):
                 "budget": self.plan.budget,
                 "rounds": int(state.iteration),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
-                "selected": {"candidate": name, "lengthscale": float(state.lengthscale),
+                "model": (self.final_model(state).to_spec(training_set=False)
+                          if state.phase is Phase.DONE and len(y) >= 2 else None),
+                "selected": {"candidate": name, "lengthscale": float(state.lengthscale) if self.is_krr else None,
                              "rule": "successive halving on two-fold validation, then bilevel steps on a surrogate "
                                      "with a challenger round",
                              "scores": dict(state.scores)},
@@ -474,7 +530,7 @@ class BudgetedBilevel(StepperDefaults):
 
     def resolved_spec(self, state: BudgetedState) -> JobSpec:
         ell = float(state.lengthscale)
-        if ell == self.spec.model.lengthscale:
+        if not self.is_krr or ell == self.spec.model.lengthscale:
             return self.spec
         return self.spec.model_copy(update={"model": self.spec.model.model_copy(update={"lengthscale": ell})})
 
@@ -511,6 +567,8 @@ class BudgetedBilevel(StepperDefaults):
     def _grid(self, around: float | None = None) -> list[float]:
         """Lengthscales a score tries: the spec's, or (lwl chooses it) the median distance times
         LENGTHSCALE_FACTORS, only ``around``'s neighbours on that grid when given."""
+        if not self.is_krr:  # the gp's hyperparameters are fitted, not chosen from a grid
+            return [0.0]
         if "model.lengthscale" not in self.spec.derived:
             return [float(self.spec.model.lengthscale)]
         from lwl.defaults import LENGTHSCALE_FACTORS
@@ -536,13 +594,13 @@ class BudgetedBilevel(StepperDefaults):
         best = (float("inf"), grid[0], None)
         for ell in grid:
             sq = np.full(nv, np.inf)
+            fit = self._scorer(state, ell)
             for f in (0, 1):
                 train, test = val.fold != f, val.fold == f
                 X = np.concatenate([Xv[train], Xe])
                 Y = np.concatenate([yv[train], ye])
                 try:
-                    model = KernelRidge(self.spec.model.kernel, ell, self.spec.evaluation.ridge / len(X),
-                                        device="cpu").fit(X, Y)
+                    model = fit(X, Y)
                 except np.linalg.LinAlgError:
                     break
                 sq[test] = (model.predict(Xv[test]) - yv[test]) ** 2
@@ -797,6 +855,8 @@ class BudgetedBilevel(StepperDefaults):
         """The final model's lengthscale: two-fold validation on the whole training set (when lwl
         chooses it), among the incumbent's and its grid neighbours."""
         ell = float(state.lengthscale)
+        if not self.is_krr:
+            return ell
         grid = self._grid(around=ell)
         if len(grid) == 1:
             return ell

@@ -1,15 +1,24 @@
 """The verdict of a budgeted job: its training set against others of the same size (equal labels).
 
 A budgeted job returns a labelled training set of n = ``labels_used`` points. It is judged by the
-held-out Err (:mod:`lwl.evaluation`) of KRR trained on it, with the job's kernel, lengthscale and
-ridge, against KRR trained on n labels from
+held-out Err (:mod:`lwl.evaluation`) of the job's model trained on it (KRR with the job's kernel,
+lengthscale and ridge; a ``gp`` with its hyperparameters fitted to those labels), against the same
+model, trained the same way (a ``gp`` refitted to each training set's own labels), on n labels from
 
 - Q's mixture and the other distribution baselines (``evaluation.baselines``; ``mixture``,
   ``normal`` and ``barycenter`` by default), each over ``draws`` training draws;
 - the active-learning anchor: greedy integrated-variance reduction (:mod:`lwl.evaluation.nipv`) over
   a pool of Q's samples (Q's validation inputs, topped up with draws of Q's mixture to twice n),
   integrated over Q's validation inputs (at most ``INTEGRATION_MAX``), with the job's kernel,
-  its lengthscale and the ridge as noise variance; one selection per pool draw.
+  its lengthscale and the ridge as noise variance (a ``gp``: the kernel and noise of the GP fitted
+  to the job's training set, :func:`lwl.evaluation.nipv.gp_kernel`, the lab's GP at this size);
+  one selection per pool draw.
+
+A ``gp`` job's evaluation also runs **lwl's KRR pipeline** (the same job with ``model: krr``, its
+lengthscale chosen by lwl) on the same oracle and reports, in ``krr_pipeline``, the held-out Err of
+its training set with its KRR and with the fitted GP: with the design's own Err the gains from the
+model (KRR -> GP on the KRR design's data) and from the data (the KRR design's data -> the GP
+design's, both with the GP) are both visible.
 
 Comparisons use :func:`lwl.evaluation.comparison.compare` (better / tie / worse from the interval of the
 difference of Err^2 over training draws and held-out points). The job's training set is one
@@ -25,6 +34,8 @@ ask/tell (``external``) or a lab endpoint (``http``) run no audit unless asked
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
@@ -63,7 +74,7 @@ def integration_points(q, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(parts), q.point_weights(parts, q.weights)
 
 
-def anchor_training_set(q, n: int, *, kernel: str, lengthscale: float, ridge: float, seed: int,
+def anchor_training_set(q, n: int, *, kernel, lengthscale: float, ridge: float, seed: int,
                         draw: int = 0, domain=None) -> np.ndarray:
     """The NIPV anchor's n inputs (to be labelled)."""
     from lwl.evaluation.nipv import nipv_select
@@ -77,17 +88,19 @@ def anchor_training_set(q, n: int, *, kernel: str, lengthscale: float, ridge: fl
 def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = DRAWS,
                  baselines: list[str] | None = None, anchor: bool | None = None, anchor_draws: int = 1,
                  progress=None) -> dict:
-    """Held-out Err of KRR on the training set (X, y) against the baselines and the anchor at
-    the same number of labels (module docstring). ``spec`` is the resolved spec (its
+    """Held-out Err of the job's model (KRR, or the gp fitted to each training set) on the
+    training set (X, y) against the baselines and the anchor at the same number of labels
+    (module docstring). ``spec`` is the resolved spec (its
     lengthscale is the one the job chose). Returns the evaluation document with the per-point
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
     from lwl.measures import constrain
     from lwl.registry import BASELINES as REG
 
+    from lwl.models import train
+
     n = len(y)
-    kw = dict(kernel=spec.model.kernel, lengthscale=spec.model.lengthscale, ridge=spec.evaluation.ridge,
-              device="cpu")
+    ridge = spec.evaluation.ridge
     test_x = np.concatenate(q.heldout)
     test_y = as_numpy(oracle.label(test_x)).reshape(len(test_x), -1)
     audit = len(test_x)
@@ -95,9 +108,9 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     sizes, y2 = [len(h) for h in q.heldout], (test_y**2).sum(1)
 
     def sq_errors(train_x, train_y) -> np.ndarray:
-        keep: dict = {}
-        krr_error(train_x, train_y, test_x, test_y, a, keep=keep, **kw)
-        return ((np.asarray(keep["pred"]).reshape(test_y.shape) - test_y) ** 2).sum(1)
+        """The job's model trained on this set (a gp's hyperparameters fitted to its labels)."""
+        model = train(spec.model, train_x, train_y, ridge=ridge, seed=spec.seed)
+        return ((np.asarray(model.predict(test_x)).reshape(test_y.shape) - test_y) ** 2).sum(1)
 
     design = sq_errors(X, y)
     rows: dict[str, np.ndarray] = {}
@@ -120,9 +133,16 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
             progress(name)
     anchor = n <= ANCHOR_MAX if anchor is None else anchor
     if anchor:
+        if spec.model.name == "gp":  # the lab's GP at n labels: fitted to the job's training set
+            from lwl.evaluation.nipv import gp_kernel
+
+            kernel, noise = gp_kernel(train(spec.model, X, y, ridge=ridge, seed=spec.seed))
+            ell = 0.0  # unused: the kernel is the GP's
+        else:
+            kernel, ell, noise = spec.model.kernel, spec.model.lengthscale, ridge
         out = []
         for r in range(anchor_draws):
-            x = anchor_training_set(q, n, kernel=kw["kernel"], lengthscale=kw["lengthscale"], ridge=kw["ridge"],
+            x = anchor_training_set(q, n, kernel=kernel, lengthscale=ell, ridge=noise,
                                     seed=spec.seed, draw=r, domain=domain)
             out.append(sq_errors(x, as_numpy(oracle.label(x))))
             audit += n
@@ -133,13 +153,44 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
                    for name, sq in rows.items()}
     err = {"optimized": float(np.sqrt(a @ design / (a @ y2)))}
     err.update({name: c.other_err for name, c in comparisons.items()})
-    return {"kind": "equal_labels", "labels": n, "train_size": n, "err": err,
+    return {"kind": "equal_labels", "labels": n, "train_size": n, "model": spec.model.name, "err": err,
             "err_interval": {"level": 0.95, "optimized": list(error_interval(design, y2, sizes, q.weights))},
             "comparisons": {name: c.to_json() for name, c in comparisons.items()},
             "draws": {name: int(len(sq)) for name, sq in rows.items()}, "held_out": int(len(test_x)),
             "audit_labels": int(audit), "failed": failed,
             "anchor": ("nipv: greedy integrated posterior variance over Q's samples" if anchor else
                        f"skipped: the NIPV anchor runs for training sets up to {ANCHOR_MAX} labels")}
+
+
+def krr_pipeline(spec, q, oracle, gp_design_err: float, run: Callable[..., dict]) -> dict:
+    """lwl's KRR pipeline on this job: the same spec with ``model: krr`` (lengthscale chosen by
+    lwl), designed on ``oracle`` under the same budget; the held-out Err of its training set with
+    its own KRR and with the job's GP (hyperparameters fitted to that set), beside the GP design's
+    (module docstring). ``model_gain``: KRR pipeline Err / (KRR design's data + GP) Err;
+    ``data_gain``: (KRR design's data + GP) Err / the GP design's Err (> 1: a gain). ``run`` is
+    :func:`lwl.runner.run_job`, handed down by the runner (the evaluation sits below it)."""
+    from lwl.models import train
+
+    doc = spec.model_dump(mode="json")
+    doc["model"] = {"name": "krr"}
+    doc["derived"] = [d for d in doc["derived"] if not d.startswith("model.")]  # lwl chooses the KRR lengthscale
+    doc["evaluation"] = {**doc["evaluation"], "enabled": False}
+    res = run(doc, oracle=oracle, evaluate=False)
+    Xk, yk = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    test_x = np.concatenate(q.heldout)
+    test_y = as_numpy(oracle.label(test_x)).reshape(len(test_x), -1)
+    a = q.point_weights(q.heldout, q.weights)
+    ell = float(res["spec"]["model"]["lengthscale"])
+    err_krr = krr_error(Xk, yk, test_x, test_y, a, kernel=res["spec"]["model"]["kernel"], lengthscale=ell,
+                        ridge=spec.evaluation.ridge)
+    from lwl.evaluation.metrics import relative_ood_error
+
+    gp = train(spec.model, Xk, yk, ridge=spec.evaluation.ridge, seed=spec.seed)
+    err_gp = relative_ood_error(gp.predict(test_x), test_y, a)
+    return {"err_krr": float(err_krr), "err_gp": float(err_gp), "lengthscale": ell, "labels_used": int(res["labels_used"]),
+            "selected": res["selected"]["candidate"],
+            "model_gain": float(err_krr / err_gp) if err_gp > 0 else None,
+            "data_gain": float(err_gp / gp_design_err) if gp_design_err > 0 else None}
 
 
 def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
@@ -154,7 +205,10 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
            "err_interval_95": evaluation["err_interval"]["optimized"], "baselines": baselines,
            "outcomes": {k: c["outcome"] for k, c in comps.items()}, "comparisons": comps,
            "best_baseline": None, "ratio": None, "beats_best_baseline": None, "beats_initial": None,
-           "audit_labels": evaluation["audit_labels"], "warnings": list(warnings)}
+           "audit_labels": evaluation["audit_labels"], "model": evaluation.get("model"),
+           "warnings": list(warnings)}
+    if evaluation.get("krr_pipeline") is not None:  # a gp job: lwl's KRR pipeline on the same budget, stated
+        out["krr_pipeline"] = evaluation["krr_pipeline"]
     for name, why in evaluation.get("failed", {}).items():
         out["warnings"].append(f"baseline {name} ({words(name)}) could not be evaluated: {why}")
     if baselines:
@@ -171,13 +225,17 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     return out
 
 
-def evaluate(stepper, state, spec, oracle, out: dict) -> dict:
+def evaluate(stepper, state, spec, oracle, out: dict, run: Callable[..., dict]) -> dict:
     """The ``budgeted_evaluate`` hook of the bilevel algorithm (:func:`lwl.runner.run_job`): the
     stepper is a ``lwl.design.budgeted.BudgetedBilevel`` and the state its ``BudgetedState``
-    (named in words: the evaluation sits below the design)."""
+    (named in words: the evaluation sits below the design); ``run`` runs a job spec
+    (:func:`lwl.runner.run_job`, for lwl's KRR pipeline beside a gp job)."""
     X, y = stepper.training_set(state)
     baselines = [b for b in (spec.evaluation.baselines or BASELINES)]
     evaluation = equal_labels(spec, stepper.q, X, y, oracle, baselines=baselines)
+    if spec.model.name == "gp":
+        evaluation["krr_pipeline"] = krr_pipeline(spec, stepper.q, oracle, evaluation["err"]["optimized"], run)
+        evaluation["audit_labels"] += evaluation["krr_pipeline"]["labels_used"] + len(np.concatenate(stepper.q.heldout))
     # the validation verdict's caveats give way to the verdict on held-out data
     own = (out.get("validation_verdict") or {}).get("warnings", [])
     v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own])

@@ -25,11 +25,26 @@ import torch
 from lwl.kernels import get_kernel
 
 
-def _k(kernel: str, x: torch.Tensor, y: torch.Tensor, lengthscale: float) -> torch.Tensor:
+def _k(kernel, x: torch.Tensor, y: torch.Tensor, lengthscale: float) -> torch.Tensor:
+    """k(x, y): a registered kernel by name at ``lengthscale``, or a callable (x, y) -> matrix
+    with unit diagonal (a fitted GP's correlation, :func:`gp_kernel`)."""
+    if callable(kernel):
+        return kernel(x, y)
     return get_kernel(kernel)(x, y, lengthscale)
 
 
-def nipv_select(pool: np.ndarray, points: np.ndarray, weights: np.ndarray, n: int, *, kernel: str,
+def gp_kernel(gp) -> tuple:
+    """(kernel, noise) of NIPV for a fitted :class:`lwl.models.GaussianProcess` (its first
+    output): the correlation k_ell (unit diagonal) and the noise relative to the output scale,
+    sigma_n^2 / s^2. The posterior variance of s^2 k_ell with noise sigma_n^2 is s^2 times that
+    of k_ell with noise sigma_n^2 / s^2, so the greedy choice is the same."""
+    from lwl.models.gp import ard_kernel
+
+    ell = torch.as_tensor(np.asarray(gp.lengthscale_[0], dtype=np.float64))
+    return (lambda x, y: ard_kernel(gp.kernel, x, y, ell)), float(gp.noise_[0] / gp.output_scale_[0])
+
+
+def nipv_select(pool: np.ndarray, points: np.ndarray, weights: np.ndarray, n: int, *, kernel,
                 lengthscale: float, noise: float, chosen: np.ndarray | None = None) -> tuple[np.ndarray, list[float]]:
     """Greedy NIPV: ``n`` indices into ``pool`` in the order picked, and the integrated posterior
     variance sum_j a_j k_S(z_j, z_j) after each pick. ``points``/``weights``: the integration

@@ -17,6 +17,13 @@ it. For every problem, budget B and seed:
 
 Held-out Err on Q's held-out samples of the job's seed, KRR with the spec's kernel,
 lengthscale and ridge 1e-3. Wall time of each design and of the audit.
+
+``model="gp"`` (``lwl experiment budget --model gp``, issue #46): the budgeted job designs for the
+fitted GP (``model: gp``) and Q's mixture and the NIPV anchor are trained with the GP too (its
+hyperparameters fitted to each training set's labels); beside them, **lwl's KRR pipeline** (the
+study's own budgeted job with its KRR, as in the committed ``krr`` studies) is run and its
+training set scored with its KRR and with the fitted GP. The unbudgeted design (a KRR comparison)
+is not run.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import time
 import numpy as np
 
 BASELINE_DRAWS = 5
+MODELS = ("krr", "gp")  # the model the budgeted jobs design for (and are judged with)
 
 PRESETS = {
     # CI-sized: Q with 1,500 samples per member (300 validation), the unbudgeted design at 150 iterations
@@ -87,6 +95,8 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
     from lwl.spec import parse_job_spec
     from lwl.streams import STREAM_AUDIT
 
+    if cfg.get("model", "krr") == "gp":
+        return run_problem_gp(key, spec, cfg, seed, progress)
     row: dict = {"problem": key, "seed": seed, "budgets": {}}
     algo = {"name": "bilevel"}
     if cfg["unbudgeted_iterations"] is not None:
@@ -130,6 +140,58 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
     return row
 
 
+def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> dict:
+    """Every budget of one problem and seed with the fitted GP (module docstring)."""
+    from lwl.evaluation.equal_labels import equal_labels
+    from lwl.evaluation.metrics import krr_error, relative_ood_error
+    from lwl.models import train
+    from lwl.oracles import as_numpy
+    from lwl.q_samples import MetaTestSamples
+    from lwl.runner import run_job
+    from lwl.spec import parse_job_spec
+
+    row: dict = {"problem": key, "seed": seed, "model": "gp", "budgets": {}, "unbudgeted": None}
+    algo = {"name": "bilevel"}
+    q = oracle = test_x = test_y = a = None
+    for B in cfg["budgets"]:
+        t0 = time.perf_counter()
+        res = run_job(_with(spec, seed, algorithm=algo, budget=B, model={"name": "gp"}), evaluate=False)
+        design_seconds = time.perf_counter() - t0
+        rspec = parse_job_spec(res["spec"])
+        if q is None:
+            oracle = rspec.oracle.build()
+            q = MetaTestSamples.from_spec(rspec.test_distributions, seed)
+            test_x = np.concatenate(q.heldout)
+            test_y = as_numpy(oracle.label(test_x))
+            a = q.point_weights(q.heldout, q.weights)
+        X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+        t1 = time.perf_counter()
+        anchor = len(y) <= cfg["anchor_max"] if "anchor_max" in cfg else None
+        ev = equal_labels(rspec, q, X, y, oracle, draws=cfg["draws"], baselines=["mixture"], anchor=anchor)
+        audit_seconds = time.perf_counter() - t1
+        # lwl's KRR pipeline: the study's own budgeted job (its KRR as the committed studies give it)
+        krr = run_job(_with(spec, seed, algorithm=algo, budget=B), evaluate=False)
+        kspec = parse_job_spec(krr["spec"])
+        Xk, yk = np.asarray(krr["training_set"]["inputs"]), np.asarray(krr["training_set"]["labels"])
+        err_krr = krr_error(Xk, yk, test_x, test_y, a, kernel=kspec.model.kernel,
+                            lengthscale=kspec.model.lengthscale, ridge=1e-3)
+        gp = train(rspec.model, Xk, yk, ridge=1e-3, seed=seed)
+        err_krr_data_gp = relative_ood_error(gp.predict(test_x), test_y, a)
+        comps = ev["comparisons"]
+        row["budgets"][str(B)] = {
+            "labels_used": int(res["labels_used"]), "budget": B, "rounds": int(res["rounds"]),
+            "within_budget": bool(res["labels_used"] <= B), "selected": res["selected"]["candidate"],
+            "err": ev["err"]["optimized"], "err_interval": ev["err_interval"]["optimized"],
+            "mixture": comps["mixture"], "nipv": comps.get("nipv"),
+            "krr_pipeline": {"err": float(err_krr), "err_with_gp": float(err_krr_data_gp),
+                             "labels_used": int(krr["labels_used"]), "selected": krr["selected"]["candidate"]},
+            "design_seconds": design_seconds, "audit_seconds": audit_seconds}
+        if progress:
+            progress(f"{key} seed {seed} B={B}: gp design {ev['err']['optimized']:.3f} vs mixture+gp "
+                     f"{comps['mixture']['other_err']:.3f} ({comps['mixture']['outcome']}), krr pipeline {err_krr:.3f}")
+    return row
+
+
 def _settings(cfg: dict) -> dict:
     """A preset as results.json stores it (tuples as lists)."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
@@ -152,13 +214,15 @@ def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int,
 
 
 def run(preset: str = "quick", *, progress=None, problems: list[str] | None = None, workers: int = 1,
-        previous: dict | None = None, checkpoint=None) -> dict:
+        previous: dict | None = None, checkpoint=None, model: str = "krr") -> dict:
     """Every problem and seed of the preset; ``workers`` > 1 runs (problem, seed) pairs in that
     many processes (each job is deterministic from its spec and seed, so the rows are the same).
     Rows of ``previous`` (an earlier results.json, same settings) are reused, and
     ``checkpoint(doc)`` is called with the rows so far after each new row, so an interrupted study
     resumes where it stopped (``lwl experiment budget --resume``). Rows come out in problem order."""
     cfg = dict(PRESETS[preset])
+    if model != "krr":  # a setting of its own: rows of the krr study are never reused for it
+        cfg["model"] = model
     reuse = reusable_rows(previous, cfg)
     t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems
@@ -212,12 +276,71 @@ def summary(rows: list[dict], budgets) -> dict:
                         "lower_err": sum(c["err"] < c["other_err"] for c in comps),
                         "median_ratio": float(np.median([c["ratio"] for c in comps]))}
         s["median_design_seconds"] = float(np.median([c["design_seconds"] for c in cells]))
+        pipes = [(c["err"], c["krr_pipeline"]) for c in cells if c.get("krr_pipeline")]
+        if pipes:  # the gp study: the design (and Q's mixture + GP) against lwl's KRR pipeline
+            mix = [c["mixture"]["other_err"] for c in cells if c.get("krr_pipeline")]
+            s["krr_pipeline"] = {
+                "compared": len(pipes), "design_lower": sum(e < p["err"] for e, p in pipes),
+                "median_ratio": float(np.median([e / p["err"] for e, p in pipes])),
+                "mixture_gp_lower": sum(m < p["err"] for m, (_, p) in zip(mix, pipes)),
+                "max_pipeline_over_mixture_gp": float(max(p["err"] / m for m, (_, p) in zip(mix, pipes))),
+                "lowest": {name: sum(min(cands, key=cands.get) == name for cands in (
+                    {"gp design": e, "mixture + gp": m, "krr pipeline": p["err"], "krr data + gp": p["err_with_gp"]}
+                    for m, (e, p) in zip(mix, pipes))) for name in ("gp design", "mixture + gp", "krr pipeline",
+                                                                     "krr data + gp")}}
         out[str(B)] = s
-    out["unbudgeted_median_design_labels"] = float(np.median([r["unbudgeted"]["design_labels"] for r in rows]))
+    unb = [r["unbudgeted"]["design_labels"] for r in rows if r.get("unbudgeted")]
+    out["unbudgeted_median_design_labels"] = float(np.median(unb)) if unb else None
     return out
 
 
+def markdown_gp(doc: dict) -> str:
+    """The gp study's tables: the GP design, Q's mixture and the NIPV anchor with the fitted GP at
+    equal labels, and lwl's KRR pipeline (its data with its KRR and with the GP)."""
+    s, budgets = doc["summary"], doc["settings"]["budgets"]
+    lines = [f"# Designs for a label budget with the fitted GP ({doc['preset']}, {len(doc['rows'])} problems)", "",
+             "Held-out Err of the fitted GP (Matern 5/2 ARD, hyperparameters by maximum marginal likelihood on each "
+             "training set) trained on the gp job's training set, against the same GP trained on the same number of "
+             f"labels of Q's mixture (over {doc['settings']['draws']} draws) and of the NIPV anchor (the fitted "
+             "GP's kernel); better / tie / worse beyond noise (95%). KRR pipeline: the krr job of the committed "
+             "study (its training set with its KRR), and that training set with the fitted GP. Wall time "
+             f"{doc['wall_seconds'] / 60:.1f} min.", "",
+             "| budget | runs | vs mixture+GP: better / tie / worse (lower Err) | median ratio | vs NIPV+GP | "
+             "median ratio | GP design lower than KRR pipeline | median ratio | mixture+GP lower than KRR pipeline "
+             "(max KRR/mixture+GP) | lowest of the four |",
+             "|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]
+
+    def fmt(d):
+        return f"{d['better']} / {d['tie']} / {d['worse']} ({d['lower_err']}/{d['compared']})" if d else "not run"
+
+    for B in budgets:
+        c = s[str(B)]
+        mix, nipv, pipe = c.get("mixture"), c.get("nipv"), c["krr_pipeline"]
+        lowest = ", ".join(f"{k} {v}" for k, v in pipe["lowest"].items())
+        lines.append(f"| {B} | {c['runs']} | {fmt(mix)} | {mix['median_ratio']:.3f} | {fmt(nipv)} | "
+                     + (f"{nipv['median_ratio']:.3f}" if nipv else "") + f" | {pipe['design_lower']}/{pipe['compared']} | "
+                     f"{pipe['median_ratio']:.3f} | {pipe['mixture_gp_lower']}/{pipe['compared']} "
+                     f"({pipe['max_pipeline_over_mixture_gp']:.2f}x) | {lowest} |")
+    lines.append("")
+    for B in budgets:
+        lines += [f"## Budget {B}", "",
+                  "| problem | labels | selected | GP design Err | mixture+GP Err | vs mixture | NIPV+GP Err | vs NIPV | "
+                  "KRR pipeline Err | KRR data + GP Err |",
+                  "|---|---:|---|---:|---:|---|---:|---|---:|---:|"]
+        for r in doc["rows"]:
+            c = r["budgets"][str(B)]
+            nipv, p = c.get("nipv"), c["krr_pipeline"]
+            lines.append(f"| {r['problem']} | {c['labels_used']} | {c['selected']} | {c['err']:.4f} | "
+                         f"{c['mixture']['other_err']:.4f} | {c['mixture']['outcome']} | "
+                         + (f"{nipv['other_err']:.4f} | {nipv['outcome']} | " if nipv else "- | - | ")
+                         + f"{p['err']:.4f} | {p['err_with_gp']:.4f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def markdown(doc: dict) -> str:
+    if doc["settings"].get("model") == "gp":
+        return markdown_gp(doc)
     s, budgets = doc["summary"], doc["settings"]["budgets"]
     lines = [f"# Designs for a label budget ({doc['preset']})", "",
              "Held-out Err of KRR trained on the budgeted job's training set (every label counted) against "
@@ -276,8 +399,11 @@ def write_outputs(doc: dict, out_dir) -> list:
             if anchor:
                 ax.plot(*zip(*anchor), "^:", label="NIPV anchor")
             u = r["unbudgeted"]
-            ax.plot([u["design_labels"] + B for B in budgets], [u["err"][str(B)] for B in budgets], "x-",
-                    label="unbudgeted (all labels)")
+            if u is not None:  # the gp study runs no unbudgeted design
+                ax.plot([u["design_labels"] + B for B in budgets], [u["err"][str(B)] for B in budgets], "x-",
+                        label="unbudgeted (all labels)")
+            if cells[0].get("krr_pipeline"):
+                ax.plot(n, [c["krr_pipeline"]["err"] for c in cells], "x-", label="KRR pipeline")
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_title(r["problem"].removeprefix("table1-"), fontsize=9)

@@ -1,6 +1,56 @@
-"""Models: kernel ridge regression (bilevel inner problem) and DeepONet (AMA)."""
+"""Models: kernel ridge regression (bilevel inner problem), Gaussian-process regression with
+fitted hyperparameters (the surrogate a lab deploys), DeepONet (AMA)."""
 
 from lwl.models.krr import KernelRidge  # noqa: I001  (krr registers first: the catalog's order)
+from lwl.models.gp import GaussianProcess
 from lwl.models.deeponet import DeepONetRegressor
 
-__all__ = ["DeepONetRegressor", "KernelRidge"]
+__all__ = ["DeepONetRegressor", "GaussianProcess", "KernelRidge", "from_spec"]
+
+
+def from_spec(doc: dict, device: str = "cpu"):
+    """The trained model of a model document (``GET /v1/jobs/{id}/model``; a model's
+    ``to_spec()``): its registry entry's ``document`` hook rebuilds it at the document's
+    hyperparameters on its training set, so ``from_spec(doc).predict(x, return_std=True)`` gives
+    the service's numbers."""
+    from lwl.models.gp import DOCUMENT_KIND, DOCUMENT_VERSION
+    from lwl.registry import MODELS
+
+    if doc.get("kind") != DOCUMENT_KIND:
+        raise ValueError(f"kind: not a model document (expected {DOCUMENT_KIND!r}, got {doc.get('kind')!r})")
+    if doc.get("version") != DOCUMENT_VERSION:
+        raise ValueError(f"version: model documents of version {DOCUMENT_VERSION} are read, got {doc.get('version')!r}")
+    load = MODELS.get(doc.get("model")).resolve("document")
+    if load is None:
+        raise ValueError(f"model: a {doc.get('model')} model has no document")
+    if "training_set" not in doc:
+        raise ValueError("training_set: the document names no training data")
+    return load(doc, device=device)
+
+
+def train(model, X, y, *, ridge: float, seed: int, hyperparameters=None, device: str = "cpu"):
+    """The job's model (its spec block ``model``) trained on (X, y), as a job's scores and its
+    verdict train it: ``krr`` with its lengthscale and N sigma^2 = ``ridge``; ``gp`` with its
+    hyperparameters fitted to these labels (``random_state=seed``), or, given
+    ``hyperparameters`` (a fitted :class:`GaussianProcess`), at those (its mean refitted)."""
+    if model.name == "krr":
+        return KernelRidge(model.kernel, model.lengthscale, ridge / len(X), device=device).fit(X, y)
+    if model.name == "gp":
+        if hyperparameters is not None:
+            h = hyperparameters
+            return GaussianProcess(model.kernel, lengthscale=h.lengthscale_[0], output_scale=float(h.output_scale_[0]),
+                                   noise=float(h.noise_[0]), optimize=False, device=device).fit(X, y)
+        return GaussianProcess(model.kernel, restarts=model.restarts, max_fit_points=model.max_fit_points,
+                               random_state=seed, device=device).fit(X, y)
+    raise ValueError(f"model.name: {model.name} is not a regression model lwl trains on a training set")
+
+
+def model_document(result: dict) -> dict | None:
+    """The model document of a job's result (``GET /v1/jobs/{id}/model``): the trained model's
+    kernel and hyperparameters (``result["model"]``) with the training set it conditions on
+    (``result["training_set"]``) inline; None for a job that trains no model it serves (one
+    without a budget)."""
+    model, ts = result.get("model"), result.get("training_set")
+    if model is None or ts is None:
+        return None
+    return {**model, "training_set": {"inputs": ts["inputs"], "labels": ts["labels"]}}

@@ -62,7 +62,9 @@ class KernelRidge:
     def fit(self, X, y) -> "KernelRidge":
         self.device_ = resolve_device(self.device)
         self.X_ = self._tensor(X)
-        y_t = self._tensor(y).reshape(-1)
+        self.y_ = np.asarray(y, dtype=np.float64).reshape(-1)
+        self.n_features_in_ = self.X_.shape[1]
+        y_t = self._tensor(self.y_)
         n = self.X_.shape[0]
         gram = get_kernel(self.kernel)(self.X_, self.X_, self.lengthscale)
         gram.diagonal().add_(n * self.sigma2)
@@ -85,13 +87,43 @@ class KernelRidge:
         """Predictions given the (N, m) kernel matrix between training points and x."""
         return k_train_x.T @ self.coef_
 
-    def predict(self, X) -> np.ndarray:
-        """G_hat(X), the kernel formed block by block."""
+    def predict(self, X, return_std: bool = False):
+        """G_hat(X), the kernel formed block by block. ``return_std`` adds the posterior standard
+        deviation of KRR read as a GP with this kernel as prior covariance (unit prior variance,
+        k(x, x) = 1) and the ridge N sigma^2 as noise variance (R&W eq. 2.26):
+        sqrt(1 - k(x, U) (K + N sigma^2 I)^{-1} k(U, x)). It measures where the training points
+        are, not the labels' scale: a fitted GP (:class:`lwl.models.gp.GaussianProcess`) has one."""
         X = self._tensor(X)
         step = block_columns(self.device_, self.X_.shape[0])
         rows = kernel_rows(self.kernel, self.X_, self.lengthscale)
-        out = [self.predict_from_kernel(rows(X[i:i + step])) for i in range(0, X.shape[0], step)]
-        return torch.cat(out).cpu().numpy() if out else np.zeros(0)
+        out, sd = [], []
+        for i in range(0, X.shape[0], step):
+            k = rows(X[i:i + step])
+            out.append(self.predict_from_kernel(k))
+            if return_std:
+                v = torch.linalg.solve_triangular(self.chol_, k, upper=False)
+                sd.append((1.0 - (v * v).sum(0)).clamp_min(0.0).sqrt())
+        mean = torch.cat(out).cpu().numpy() if out else np.zeros(0)
+        if not return_std:
+            return mean
+        return mean, (torch.cat(sd).cpu().numpy() if sd else np.zeros(0))
+
+    def to_spec(self, training_set: bool = True) -> dict:
+        """The versioned model document (:func:`lwl.models.from_spec` reads it back)."""
+        from lwl import __version__
+        from lwl.models.gp import DOCUMENT_KIND, DOCUMENT_VERSION
+
+        doc = {"kind": DOCUMENT_KIND, "version": DOCUMENT_VERSION, "lwl_version": __version__, "model": "krr",
+               "kernel": self.kernel, "lengthscale": float(self.lengthscale), "sigma2": float(self.sigma2),
+               "std": "KRR read as a GP: unit prior variance, noise variance N sigma2 (KernelRidge.predict)"}
+        if training_set:
+            doc["training_set"] = {"inputs": self.X_.cpu().numpy().tolist(), "labels": self.y_.tolist()}
+        return doc
+
+    @classmethod
+    def from_spec(cls, doc: dict, device: str = "cpu") -> "KernelRidge":
+        ts = doc["training_set"]
+        return cls(doc["kernel"], doc["lengthscale"], doc["sigma2"], device=device).fit(ts["inputs"], ts["labels"])
 
     def adjoint_pass(self, V: torch.Tensor, yV: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass over the points V with labels yV and weights a: the residuals
@@ -124,7 +156,7 @@ class KRRSpec(StrictModel):
                                           "validation samples (a bilevel job chooses it with the design)")
 
 
-MODELS.register("krr", KRRSpec)
+MODELS.register("krr", KRRSpec, document="lwl.models.krr:KernelRidge.from_spec")
 
 
 def _accept_registered_kernels() -> None:

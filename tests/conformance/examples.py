@@ -35,6 +35,15 @@ def bilevel(family: str = "gaussian") -> dict:
     return s
 
 
+def budgeted_gp() -> dict:
+    """A budgeted design for the fitted Gaussian process (a budgeted job's default model), tiny."""
+    s = bilevel("gaussian")
+    s["budget"] = 200
+    s["algorithm"] = {"name": "bilevel"}
+    s["model"] = {"name": "gp", "restarts": 0, "max_fit_points": 100}
+    return s
+
+
 def ama() -> dict:
     """examples/darcy_ama.json: a KLE family, DeepONet, the Darcy oracle, tiny."""
     s = _example("darcy_ama.json")
@@ -86,6 +95,7 @@ JOBS = {
     ("family", "particles"): particle_ama,
     ("family", "interval"): interval_search,
     ("model", "krr"): bilevel,
+    ("model", "gp"): budgeted_gp,
     ("model", "deeponet"): ama,
     ("model", "amino"): interval_search,
 }

@@ -371,3 +371,80 @@ def test_a_budget_too_small_for_a_verdict_says_why_in_words(budget_spec):
     alive = res["history"][-1]["alive"]
     assert all(res["names"][a] in why for a in alive) and "broadened_" not in why
     assert v["names"][v["selected"]] == res["names"][v["selected"]] != v["selected"]
+
+
+# -- the model a budgeted job designs for (issue #46) --------------------------------------------
+
+
+def test_a_budgeted_job_naming_no_model_designs_for_a_gp_and_krr_stays_by_name(budget_spec):
+    named = parse_job_spec(budget_spec)
+    assert named.model.name == "krr"  # the example names krr: kept
+    del budget_spec["model"]
+    spec = parse_job_spec(budget_spec)
+    assert spec.model.name == "gp"
+    # the stored spec names it: it parses back to the same job
+    assert parse_job_spec(spec.model_dump(mode="json")).model.name == "gp"
+    del budget_spec["budget"]
+    assert parse_job_spec(budget_spec).model.name == "krr"  # without a budget: the paper's KRR
+
+
+def test_gp_is_refused_where_the_design_differentiates_krr(budget_spec):
+    budget_spec["model"] = {"name": "gp"}
+    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3}
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(budget_spec)
+    assert exc.value.errors[0][0] == "algorithm.inner_steps"
+    budget_spec["algorithm"] = {"name": "bilevel"}
+    del budget_spec["budget"]
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(budget_spec)
+    assert exc.value.errors[0][0] == "model.name"
+
+
+def test_gp_candidates_are_scored_by_the_gp_fitted_to_the_round_labels(budget_spec):
+    """After the first selection round, each candidate's score is two-fold validation of a GP at
+    the hyperparameters fitted (maximum marginal likelihood) to every label bought so far; and
+    the served model is a GP whose hyperparameters are fitted to the whole training set."""
+    from lwl.design.budgeted import VALIDATION
+    from lwl.models import GaussianProcess
+    from lwl.runner import build_stepper
+
+    budget_spec["model"] = {"name": "gp", "restarts": 0, "max_fit_points": 120}
+    spec = parse_job_spec(budget_spec)
+    oracle = spec.oracle.build()
+    stepper = build_stepper(spec)
+    state = stepper.init()
+    for _ in range(2):  # the validation round, then the first selection round
+        state = stepper.step(state, np.asarray(oracle.label(stepper.queries(state))))
+    points = state.points
+    hyper = GaussianProcess("matern52", restarts=0, max_fit_points=120, random_state=spec.seed).fit(points.X, points.y)
+    val = stepper.validation(state)
+    nv = val.n
+    c = state.alive[0]
+    name = stepper.candidates[c][0]
+    given = points.of(c)
+    sq = np.empty(nv)
+    for f in (0, 1):
+        train, test = val.fold != f, val.fold == f
+        X = np.concatenate([points.X[:nv][train], points.X[given]])
+        y = np.concatenate([points.y[:nv][train], points.y[given]])
+        gp = GaussianProcess("matern52", lengthscale=hyper.lengthscale_[0], output_scale=hyper.output_scale_[0],
+                             noise=hyper.noise_[0], optimize=False).fit(X, y)
+        sq[test] = (gp.predict(points.X[:nv][test]) - points.y[:nv][test]) ** 2
+    yv = points.y[:nv]
+    expected = np.sqrt(val.weights @ sq / (val.weights @ yv**2))
+    np.testing.assert_allclose(state.scores[name], expected, rtol=1e-10)
+    assert np.all(points.source[:nv] == VALIDATION)
+
+
+def test_the_served_gp_is_fitted_to_the_whole_training_set(budget_spec):
+    from lwl.models import GaussianProcess, from_spec, model_document
+
+    budget_spec["model"] = {"name": "gp", "restarts": 0, "max_fit_points": 120}
+    res = run_job(budget_spec, evaluate=False)
+    X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    fitted = GaussianProcess("matern52", restarts=0, max_fit_points=120, random_state=0).fit(X, y)
+    served = from_spec(model_document(res))
+    np.testing.assert_allclose(served.lengthscale_, fitted.lengthscale_, rtol=1e-12)
+    np.testing.assert_allclose(served.predict(X[:20]), fitted.predict(X[:20]), rtol=1e-9)
+    assert res["selected"]["lengthscale"] is None

@@ -124,3 +124,23 @@ def test_a_restart_loses_no_paid_label(tmp_path):
             assert result["training_set"] == builtin(spec)["training_set"]
     finally:
         srv.stop()
+
+
+def test_a_budgeted_job_naming_no_model_serves_its_fitted_gp(server):
+    """Through lwl serve and its worker: a budgeted job without a model trains a gp, served at
+    /model and /predict with the numbers of lwl.models.from_spec offline."""
+    from lwl.models import from_spec
+
+    spec = budget_spec(external=False)
+    spec.pop("model")
+    spec["evaluation"] = {"enabled": False}
+    with Client(server.url) as c:
+        job = c.submit(spec)
+        assert c.wait(job, progress=False, timeout=300)["status"] == "succeeded"
+        doc = c.model(job)
+        assert doc["model"] == "gp" and len(doc["training_set"]["labels"]) == BUDGET
+        x = np.random.default_rng(0).normal(size=(6, 5))
+        mean, std = c.predict(job, x)
+    m2, s2 = from_spec(doc).predict(x, return_std=True)
+    np.testing.assert_array_equal(mean, m2)
+    np.testing.assert_array_equal(std, s2)

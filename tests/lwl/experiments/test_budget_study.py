@@ -54,3 +54,22 @@ def test_an_interrupted_study_resumes_from_its_checkpoint_with_the_same_rows():
     # other settings: nothing reused
     other = dict(saved[0], settings=dict(saved[0]["settings"], size=999))
     assert budget.reusable_rows(other, budget.PRESETS["smoke"]) == {}
+
+
+@pytest.mark.slow
+def test_the_gp_study_judges_with_the_gp_and_states_the_krr_pipeline_of_the_krr_study(tmp_path):
+    """``--model gp``: every job within its budget, compared with Q's mixture + GP and NIPV + GP;
+    its KRR pipeline is the krr study's own job (the same Err), and no krr row is reused for it."""
+    gp, krr = budget.run("smoke", model="gp"), budget.run("smoke")
+    assert gp["settings"]["model"] == "gp" and "model" not in krr["settings"]
+    for row, krr_row in zip(gp["rows"], krr["rows"]):
+        cell = row["budgets"]["120"]
+        assert cell["within_budget"] and cell["mixture"]["outcome"] in ("better", "tie", "worse")
+        assert cell["nipv"]["outcome"] in ("better", "tie", "worse")
+        assert cell["krr_pipeline"]["err"] == krr_row["budgets"]["120"]["err"]
+        assert cell["krr_pipeline"]["labels_used"] == krr_row["budgets"]["120"]["labels_used"]
+    assert budget.reusable_rows(krr, {**budget.PRESETS["smoke"], "model": "gp"}) == {}
+    s = gp["summary"]["120"]["krr_pipeline"]
+    assert s["compared"] == 2 and sum(s["lowest"].values()) == 2
+    paths = budget.write_outputs(gp, tmp_path)
+    assert "KRR pipeline Err" in (tmp_path / "results.md").read_text() and len(paths) == 3

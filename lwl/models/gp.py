@@ -1,0 +1,341 @@
+"""Gaussian-process regression with fitted hyperparameters: the surrogate a lab deploys
+(docs/method.md, "The model a lab deploys").
+
+Prior f ~ GP(c, s^2 k_ell), observations y = f(x) + eps, eps ~ N(0, sigma_n^2), with an ARD
+kernel (one lengthscale per input), Rasmussen & Williams (2006) conventions, as scikit-learn's
+``RBF`` and ``Matern(nu=2.5)``:
+
+- ``squared_exponential``: k(x, x') = exp(-r^2 / 2),
+- ``matern52``: k(x, x') = (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r),
+
+with r^2 = sum_d (x_d - x'_d)^2 / ell_d^2. (lwl's KRR kernel of the paper, exp(-||x-x'||^2 / l^2),
+has no 1/2: an isotropic GP lengthscale ell is the KRR l / sqrt(2).)
+
+**Hyperparameters** theta = (log ell_1..ell_d, log s^2, log sigma_n^2) maximise the log marginal
+likelihood (R&W eq. 2.30, with the constant mean c):
+
+    log p(y | X, theta) = -1/2 (y - c)^T K_y^{-1} (y - c) - 1/2 log |K_y| - n/2 log 2 pi,
+    K_y = s^2 K_ell(X, X) + sigma_n^2 I.
+
+The constant mean is profiled out: for each theta, c is its maximum-likelihood value
+c = 1^T K_y^{-1} y / 1^T K_y^{-1} 1 (generalised least squares), so the optimiser sees
+max_c log p. The maximisation is L-BFGS-B (scipy) on log scales with the gradient by torch
+autograd, in float64, from ``restarts`` + 1 starts: the data's own scales (ell_d = the spread of
+input d, s^2 = Var(y), sigma_n^2 = Var(y)/100), then draws log-uniform within the bounds from
+``random_state``. Bounds are relative to the data: ell_d in ``lengthscale_bounds`` x the spread
+of input d, s^2 in ``output_scale_bounds`` x Var(y), sigma_n^2 in ``noise_bounds`` x Var(y) (the
+lower noise bound keeps K_y well conditioned). With more than ``max_fit_points`` points the
+hyperparameters are fitted on a random subset of that size (an O(n^3) evaluation per step);
+the model then conditions on every point.
+
+**Prediction** at fixed hyperparameters (R&W eqs. 2.25-2.26): with alpha = K_y^{-1}(y - c),
+
+    mean(x*) = c + s^2 k(x*, X) alpha,
+    var(x*)  = s^2 - s^2 k(x*, X) K_y^{-1} k(X, x*) s^2,
+
+the variance of the latent f (add sigma_n^2 for that of a new observation). The mean is kernel
+ridge regression with the kernel s^2 k_ell and ridge sigma_n^2 on y - c: for fixed hyperparameters
+the bilevel inner problem of the paper with this kernel.
+
+**Multi-output** labels (n, p): p independent GPs, one set of hyperparameters (and mean) per
+output.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from lwl.device import DTYPE, resolve_device
+from lwl.params import StrictModel
+from lwl.registry import MODELS
+
+GP_KERNELS = ("squared_exponential", "matern52")
+DOCUMENT_KIND = "lwl.model"
+DOCUMENT_VERSION = 1
+PREDICT_BLOCK = 4096  # test points per kernel block in predict
+
+
+def ard_kernel(kind: str, x: torch.Tensor, y: torch.Tensor, lengthscale: torch.Tensor) -> torch.Tensor:
+    """k_ell(x_i, y_j) (unit output scale) as an (n, m) matrix; differentiable in ``lengthscale``."""
+    xs, ys = x / lengthscale, y / lengthscale
+    # |x|^2 + |y|^2 - 2 x.y: one product instead of an (n, m, d) difference (memory); clamped at 0
+    # against round-off (the clamp also passes no gradient at r = 0, where sqrt's would be infinite)
+    r2 = ((xs * xs).sum(1)[:, None] + (ys * ys).sum(1)[None, :] - 2.0 * xs @ ys.T).clamp_min(0.0)
+    if kind == "squared_exponential":
+        return torch.exp(-0.5 * r2)
+    if kind == "matern52":
+        r5 = torch.sqrt(5.0 * r2.clamp_min(1e-300))
+        return (1.0 + r5 + r5 * r5 / 3.0) * torch.exp(-r5)
+    raise ValueError(f"kernel: unknown GP kernel {kind!r}; known: {list(GP_KERNELS)}")
+
+
+def _lml_terms(kind: str, X: torch.Tensor, y: torch.Tensor, log_ell: torch.Tensor, log_s2: torch.Tensor,
+               log_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log marginal likelihood at the profiled mean, that mean c, the Cholesky factor L of K_y,
+    alpha = K_y^{-1}(y - c)) for one output (R&W eq. 2.30, module docstring)."""
+    n = X.shape[0]
+    K = torch.exp(log_s2) * ard_kernel(kind, X, X, torch.exp(log_ell))
+    K = K + torch.exp(log_noise) * torch.eye(n, dtype=X.dtype, device=X.device)
+    L = torch.linalg.cholesky(K)
+    ones = torch.ones(n, 1, dtype=X.dtype, device=X.device)
+    both = torch.cholesky_solve(torch.cat([y[:, None], ones], 1), L)  # K_y^{-1} [y, 1]
+    c = both[:, 0].sum() / both[:, 1].sum()  # 1^T K^-1 y / 1^T K^-1 1
+    alpha = both[:, 0] - c * both[:, 1]  # K_y^{-1} (y - c)
+    lml = -0.5 * (y - c) @ alpha - torch.log(torch.diagonal(L)).sum() - 0.5 * n * math.log(2 * math.pi)
+    return lml, c, L, alpha
+
+
+class GaussianProcess:
+    """GP regression with ARD lengthscales, output scale, noise and a constant mean fitted by
+    maximum marginal likelihood (module docstring). scikit-learn's habits: the constructor
+    stores its arguments, ``fit`` returns self, learned state ends in ``_``.
+
+    Parameters
+    ----------
+    kernel : "matern52" | "squared_exponential"
+    lengthscale, output_scale, noise : starting values (``optimize=True``; the first start) or
+        the hyperparameters used as they are (``optimize=False``); None: the data's scales.
+        ``lengthscale`` is one value or one per input.
+    mean : the constant mean when ``optimize=False`` (None: its maximum-likelihood value)
+    optimize : fit the hyperparameters by maximising the log marginal likelihood
+    restarts : random starts besides the first
+    max_fit_points : the hyperparameters are fitted on at most this many points
+    lengthscale_bounds, output_scale_bounds, noise_bounds : relative bounds (module docstring)
+    random_state : seed of the random starts and of the fitting subset
+    device : "cpu" | "cuda" | "auto"
+    """
+
+    def __init__(self, kernel: str = "matern52", lengthscale=None, output_scale: float | None = None,
+                 noise: float | None = None, mean=None, optimize: bool = True, restarts: int = 3,
+                 max_fit_points: int = 1000, lengthscale_bounds: tuple[float, float] = (1e-3, 1e4),
+                 output_scale_bounds: tuple[float, float] = (1e-4, 1e6),
+                 noise_bounds: tuple[float, float] = (1e-8, 1.0), random_state: int = 0, device: str = "cpu"):
+        self.kernel = kernel
+        self.lengthscale = lengthscale
+        self.output_scale = output_scale
+        self.noise = noise
+        self.mean = mean
+        self.optimize = optimize
+        self.restarts = restarts
+        self.max_fit_points = max_fit_points
+        self.lengthscale_bounds = lengthscale_bounds
+        self.output_scale_bounds = output_scale_bounds
+        self.noise_bounds = noise_bounds
+        self.random_state = random_state
+        self.device = device
+
+    # -- fitting ------------------------------------------------------------------------------
+    def _tensor(self, a) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=DTYPE, device=self.device_)
+
+    def fit(self, X, y) -> "GaussianProcess":
+        if self.kernel not in GP_KERNELS:
+            raise ValueError(f"kernel: unknown GP kernel {self.kernel!r}; known: {list(GP_KERNELS)}")
+        self.device_ = resolve_device(self.device)
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        self.single_output_ = y.ndim == 1
+        Y = y.reshape(len(y), -1)
+        if X.ndim != 2 or len(X) != len(Y) or len(X) < 2:
+            raise ValueError(f"X: expected (n, d) inputs with n >= 2 matching {len(Y)} labels, got shape {X.shape}")
+        self.X_ = self._tensor(X)
+        self.Y_ = Y
+        self.n_features_in_ = X.shape[1]
+        outputs = [self._fit_output(X, Y[:, j], j) for j in range(Y.shape[1])]
+        self.lengthscale_ = np.stack([o[0] for o in outputs])  # (p, d)
+        self.output_scale_ = np.array([o[1] for o in outputs])
+        self.noise_ = np.array([o[2] for o in outputs])
+        self.log_marginal_likelihood_ = np.array([o[3] for o in outputs])
+        self._condition(None if self.mean is None else np.broadcast_to(np.asarray(self.mean, dtype=np.float64),
+                                                                       (Y.shape[1],)))
+        return self
+
+    def _fit_output(self, X: np.ndarray, y: np.ndarray, j: int) -> tuple[np.ndarray, float, float, float]:
+        """(lengthscales, output scale, noise, fitted LML) of output j."""
+        d = X.shape[1]
+        var = float(np.var(y)) or 1.0
+        spread = X.std(0)
+        spread[spread == 0] = 1.0
+        ell0 = np.broadcast_to(np.asarray(self.lengthscale if self.lengthscale is not None else spread,
+                                          dtype=np.float64), (d,))
+        s0 = self.output_scale if self.output_scale is not None else var
+        n0 = self.noise if self.noise is not None else var / 100.0
+        if not self.optimize:
+            lml = self._lml_value(self.X_, self._tensor(y), np.log(ell0), np.log(s0), np.log(n0))
+            return ell0.copy(), float(s0), float(n0), lml
+        lo = np.log(np.concatenate([spread * self.lengthscale_bounds[0], [var * self.output_scale_bounds[0],
+                                                                          var * self.noise_bounds[0]]]))
+        hi = np.log(np.concatenate([spread * self.lengthscale_bounds[1], [var * self.output_scale_bounds[1],
+                                                                          var * self.noise_bounds[1]]]))
+        rng = np.random.default_rng([self.random_state, j])
+        rows = np.arange(len(X))
+        if len(X) > self.max_fit_points:  # an O(n^3) likelihood: fitted on a subset, conditioned on all
+            rows = np.sort(rng.choice(len(X), self.max_fit_points, replace=False))
+        Xf, yf = self._tensor(X[rows]), self._tensor(y[rows])
+        starts = [np.clip(np.log(np.concatenate([ell0, [s0, n0]])), lo, hi)]
+        starts += [rng.uniform(lo, hi) for _ in range(self.restarts)]
+        best = (-np.inf, starts[0])
+        for theta0 in starts:
+            theta, lml = self._maximise(Xf, yf, theta0, lo, hi)
+            if lml > best[0]:
+                best = (lml, theta)
+        theta = best[1]
+        lml_all = self._lml_value(self.X_, self._tensor(y), theta[:d], theta[d], theta[d + 1])
+        return np.exp(theta[:d]), float(np.exp(theta[d])), float(np.exp(theta[d + 1])), lml_all
+
+    def _lml_value(self, X, y, log_ell, log_s2, log_noise) -> float:
+        with torch.no_grad():
+            t = lambda v: torch.as_tensor(np.asarray(v, dtype=np.float64), dtype=DTYPE, device=self.device_)
+            try:
+                return float(_lml_terms(self.kernel, X, y, t(log_ell), t(log_s2), t(log_noise))[0])
+            except torch.linalg.LinAlgError:
+                return -math.inf
+
+    def _maximise(self, X: torch.Tensor, y: torch.Tensor, theta0: np.ndarray, lo: np.ndarray,
+                  hi: np.ndarray) -> tuple[np.ndarray, float]:
+        """L-BFGS-B on -log p from ``theta0`` (log scales) within [lo, hi]: (theta, log p)."""
+        from scipy.optimize import minimize
+
+        d = X.shape[1]
+
+        def negative(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            t = torch.tensor(theta, dtype=DTYPE, device=self.device_, requires_grad=True)
+            try:
+                lml = _lml_terms(self.kernel, X, y, t[:d], t[d], t[d + 1])[0]
+            except torch.linalg.LinAlgError:  # not positive definite here: a wall for the line search
+                return 1e300, np.zeros_like(theta)
+            (grad,) = torch.autograd.grad(-lml, t)
+            return float(-lml.detach()), grad.cpu().numpy()
+
+        res = minimize(negative, theta0, jac=True, method="L-BFGS-B", bounds=list(zip(lo, hi)),
+                       options={"maxiter": 200})
+        return res.x, -float(res.fun)
+
+    def _condition(self, mean) -> None:
+        """Factor K_y and form alpha at the learned hyperparameters; the mean is ``mean`` when
+        given, else its maximum-likelihood value."""
+        self.chol_, self.alpha_, means = [], [], []
+        for j in range(self.Y_.shape[1]):
+            y = self._tensor(self.Y_[:, j])
+            ell = self._tensor(self.lengthscale_[j])
+            with torch.no_grad():
+                K = self.output_scale_[j] * ard_kernel(self.kernel, self.X_, self.X_, ell)
+                K.diagonal().add_(float(self.noise_[j]))
+                L, info = torch.linalg.cholesky_ex(K)
+                if int(info) != 0:
+                    raise np.linalg.LinAlgError("K_y is not positive definite; raise the noise's lower bound")
+                both = torch.cholesky_solve(torch.stack([y, torch.ones_like(y)], 1), L)
+                c = float(mean[j]) if mean is not None else float(both[:, 0].sum() / both[:, 1].sum())
+                self.chol_.append(L)
+                self.alpha_.append(both[:, 0] - c * both[:, 1])
+                means.append(c)
+        self.mean_ = np.array(means)
+
+    # -- prediction ---------------------------------------------------------------------------
+    def predict(self, X, return_std: bool = False):
+        """Posterior mean (and the latent f's standard deviation) at ``X`` (R&W eqs. 2.25-2.26):
+        (m,) for single-output labels, (m, p) otherwise."""
+        X = self._tensor(X).reshape(-1, self.n_features_in_)
+        p = len(self.alpha_)
+        mu = np.empty((X.shape[0], p))
+        sd = np.empty((X.shape[0], p))
+        with torch.no_grad():
+            for j in range(p):
+                ell = self._tensor(self.lengthscale_[j])
+                s2 = float(self.output_scale_[j])
+                for i in range(0, X.shape[0], PREDICT_BLOCK):
+                    k = s2 * ard_kernel(self.kernel, self.X_, X[i:i + PREDICT_BLOCK], ell)  # (n, b)
+                    mu[i:i + PREDICT_BLOCK, j] = (self.mean_[j] + k.T @ self.alpha_[j]).cpu().numpy()
+                    if return_std:
+                        v = torch.linalg.solve_triangular(self.chol_[j], k, upper=False)
+                        var = (s2 - (v * v).sum(0)).clamp_min(0.0)
+                        sd[i:i + PREDICT_BLOCK, j] = var.sqrt().cpu().numpy()
+        if self.single_output_:
+            mu, sd = mu[:, 0], sd[:, 0]
+        return (mu, sd) if return_std else mu
+
+    def log_marginal_likelihood(self, theta=None, output: int = 0, mean=None) -> float:
+        """log p(y | X, theta) of ``output`` (R&W eq. 2.30) at theta = (log ell, log s^2,
+        log sigma_n^2) (default: the fitted ones), at the constant ``mean`` (default: its
+        maximum-likelihood value)."""
+        d = self.n_features_in_
+        if theta is None:
+            theta = np.concatenate([np.log(self.lengthscale_[output]),
+                                    [np.log(self.output_scale_[output]), np.log(self.noise_[output])]])
+        theta = np.asarray(theta, dtype=np.float64)
+        y = self._tensor(self.Y_[:, output])
+        if mean is None:
+            return self._lml_value(self.X_, y, theta[:d], theta[d], theta[d + 1])
+        with torch.no_grad():
+            K = np.exp(theta[d]) * ard_kernel(self.kernel, self.X_, self.X_, self._tensor(np.exp(theta[:d])))
+            K.diagonal().add_(float(np.exp(theta[d + 1])))
+            L = torch.linalg.cholesky(K)
+            r = y - float(mean)
+            a = torch.cholesky_solve(r[:, None], L)[:, 0]
+            return float(-0.5 * r @ a - torch.log(L.diagonal()).sum() - 0.5 * len(r) * math.log(2 * math.pi))
+
+    # -- the document -------------------------------------------------------------------------
+    def to_spec(self, training_set: bool = True) -> dict:
+        """The versioned model document (:func:`lwl.models.from_spec` reads it back)."""
+        from lwl import __version__
+
+        doc = {"kind": DOCUMENT_KIND, "version": DOCUMENT_VERSION, "lwl_version": __version__, "model": "gp",
+               "kernel": self.kernel, "std": "latent: sqrt of the posterior variance of f (R&W eq. 2.26); add "
+                                             "noise for that of a new measurement",
+               "outputs": [{"lengthscale": self.lengthscale_[j].tolist(), "output_scale": float(self.output_scale_[j]),
+                            "noise": float(self.noise_[j]), "mean": float(self.mean_[j]),
+                            "log_marginal_likelihood": float(self.log_marginal_likelihood_[j])}
+                           for j in range(len(self.alpha_))],
+               "single_output": bool(self.single_output_)}
+        if training_set:
+            doc["training_set"] = {"inputs": self.X_.cpu().numpy().tolist(),
+                                   "labels": (self.Y_[:, 0] if self.single_output_ else self.Y_).tolist()}
+        return doc
+
+    @classmethod
+    def from_spec(cls, doc: dict, device: str = "cpu") -> "GaussianProcess":
+        """The GP of a model document, conditioned on its training set at its hyperparameters
+        and mean (no fitting: the same numbers wherever it is loaded)."""
+        outs = doc["outputs"]
+        ts = doc["training_set"]
+        gp = cls(kernel=doc["kernel"], optimize=False, device=device)
+        gp.device_ = resolve_device(device)
+        X = np.asarray(ts["inputs"], dtype=np.float64)
+        y = np.asarray(ts["labels"], dtype=np.float64)
+        gp.single_output_ = y.ndim == 1
+        gp.Y_ = y.reshape(len(y), -1)
+        if gp.Y_.shape[1] != len(outs) or X.ndim != 2 or len(X) != len(gp.Y_):
+            raise ValueError(f"training_set: {X.shape} inputs and {y.shape} labels do not fit {len(outs)} output(s)")
+        gp.X_ = gp._tensor(X)
+        gp.n_features_in_ = X.shape[1]
+        gp.lengthscale_ = np.array([np.broadcast_to(o["lengthscale"], (X.shape[1],)) for o in outs], dtype=np.float64)
+        gp.output_scale_ = np.array([o["output_scale"] for o in outs], dtype=np.float64)
+        gp.noise_ = np.array([o["noise"] for o in outs], dtype=np.float64)
+        gp.log_marginal_likelihood_ = np.array([o.get("log_marginal_likelihood", np.nan) for o in outs])
+        gp._condition(np.array([o["mean"] for o in outs], dtype=np.float64))
+        return gp
+
+
+# -- the job spec's block for this component, and its registration (lwl.registry) --
+
+
+class GPSpec(StrictModel):
+    """Gaussian-process regression with ARD lengthscales, output scale, noise variance and a
+    constant mean fitted by maximum marginal likelihood (the model a lab deploys; a budgeted
+    job designs for it and serves it; its default)."""
+
+    name: Literal["gp"] = "gp"
+    kernel: Literal[GP_KERNELS] = "matern52"
+    restarts: int = Field(default=2, ge=0, le=50, description="random starts of the likelihood maximisation "
+                                                                "besides the data-scaled one")
+    max_fit_points: int = Field(default=300, ge=10, le=20_000,
+                                description="the hyperparameters are fitted on at most this many labelled points "
+                                            "(drawn with the job's seed); the model conditions on all of them")
+
+
+MODELS.register("gp", GPSpec, document="lwl.models.gp:GaussianProcess.from_spec")

@@ -1,0 +1,144 @@
+"""The trained surrogate of a budgeted job, served: its model document and its predictions
+(docs/service.md "The trained model"). The numbers are those of
+``lwl.models.from_spec(GET /v1/jobs/{id}/model).predict(x, return_std=True)``: the route
+rebuilds the model from the same document."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from threading import Lock
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lwl.arrays import ArrayTooLarge, read_npy_bytes
+from lwl.models import from_spec, model_document
+from service import problems
+from service.deps import OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
+from service.jsonresponse import FastJSONResponse
+from service.problems import Problem
+from service.routers.jobs import NPY, finished_result
+from service.schemas import OpenDocument
+
+router = APIRouter()
+BINARY = {"schema": {"type": "string", "format": "binary"}}
+CACHED_MODELS = 8  # models kept factored between requests (a Cholesky factor of n^2 floats each)
+
+
+class ModelDocument(OpenDocument):
+    """A trained model: the document ``lwl.models.from_spec`` turns back into it. A ``gp``
+    carries ``outputs`` (per output: ``lengthscale`` per input, ``output_scale``, ``noise``,
+    ``mean``), a ``krr`` its ``lengthscale`` and ``sigma2``; both the ``training_set`` they
+    condition on."""
+
+    kind: str = Field(description='"lwl.model"')
+    version: int = Field(description="version of the model document format")
+    model: str = Field(description="gp | krr (GET /v1/catalog lists the models)")
+    kernel: str
+    training_set: dict = Field(description='{"inputs": (n, d), "labels": (n,)}')
+
+
+class PredictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inputs: list[list[float]] = Field(min_length=1, description="(m, d) points, d the job's input dimension")
+
+
+class Prediction(BaseModel):
+    """The JSON variant of ``POST /v1/jobs/{id}/predict``."""
+    n: int
+    d: int
+    mean: list[float] = Field(description="(m,) posterior mean")
+    std: list[float] = Field(description="(m,) posterior standard deviation (of the latent function; see the "
+                                         "model document's ``std``)")
+
+
+def job_model_document(job_id: str, store, owner: str) -> dict:
+    """The model document of a succeeded job, or 409 naming why it has none."""
+    doc = model_document(finished_result(job_id, store, owner))
+    if doc is None:
+        raise Problem(409, "No model", "only a job with a budget returns a trained model (its training set and the "
+                      "model trained on it)", field="budget")
+    return doc
+
+
+_cache: OrderedDict[str, object] = OrderedDict()
+_lock = Lock()
+
+
+def _model(job_id: str, doc: dict):
+    """The job's model, factored once and kept for the next requests (a result never changes)."""
+    with _lock:
+        if job_id in _cache:
+            _cache.move_to_end(job_id)
+            return _cache[job_id]
+    model = from_spec(doc)
+    with _lock:
+        _cache[job_id] = model
+        while len(_cache) > CACHED_MODELS:
+            _cache.popitem(last=False)
+    return model
+
+
+@router.get("/v1/jobs/{job_id}/model", tags=["results"], response_class=FastJSONResponse,
+            responses={200: {"model": ModelDocument}, **problems.responses(401, 404, 409)})
+def get_model(job_id: str, store: StoreDep, owner: OwnerDep):
+    """The trained model of a budgeted job as a versioned document: kernel, hyperparameters and
+    the training set it conditions on. ``lwl.models.from_spec(doc).predict(x, return_std=True)``
+    gives ``POST /predict``'s numbers anywhere."""
+    return FastJSONResponse(job_model_document(job_id, store, owner))
+
+
+@router.post("/v1/jobs/{job_id}/predict", tags=["results"],
+             responses={200: {"model": Prediction, "content": {NPY: BINARY}},
+                        **problems.responses(400, 401, 404, 409, 413, 415, 422)},
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"$ref": "#/components/schemas/PredictRequest"}},
+                 NPY: BINARY}}})
+async def post_predict(job_id: str, request: Request, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
+    """Posterior mean and standard deviation of the job's trained model at ``inputs``: JSON
+    ``{"inputs": [[...], ...]}`` or ``.npy`` bytes of an (m, d) array (``Content-Type:
+    application/x-npy``). The answer is JSON ``{"n", "d", "mean", "std"}``, or with ``Accept:
+    application/x-npy`` an (m, 2) ``.npy`` array whose columns are mean and std."""
+    own_job(store, job_id, owner)
+    raw = await read_body(request, settings.max_body_bytes)
+    if request.headers.get("content-type", "").startswith(NPY):
+        try:
+            x = read_npy_bytes(raw, settings.max_body_bytes)
+        except ArrayTooLarge as exc:
+            raise Problem(413, "Inputs too large", str(exc), field="inputs") from None
+        except Exception as exc:
+            raise Problem(400, "Unreadable inputs", f"expected .npy bytes: {exc}", field="inputs") from None
+        if x.dtype.kind not in "fiu":
+            raise Problem(422, "Inputs must be numeric", f"dtype {x.dtype}", field="inputs")
+    else:
+        try:
+            x = PredictRequest.model_validate(parse_json(raw)).inputs
+        except ValidationError as exc:
+            errs = [(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"]) for e in exc.errors()]
+            raise problems.spec_problem(errs, "Invalid inputs") from None
+        if len({len(row) for row in x}) > 1:
+            raise Problem(422, "Ragged inputs", "every row of inputs must have the same length", field="inputs")
+    x = np.asarray(x, dtype=np.float64)
+    doc = job_model_document(job_id, store, owner)
+    d = int(np.asarray(doc["training_set"]["inputs"]).shape[1])
+    if x.ndim == 1 and d == 1:
+        x = x[:, None]
+    if x.ndim != 2 or x.shape[1] != d:
+        raise Problem(422, "Wrong input dimension", f"inputs must be an (m, {d}) array (the job's input dimension "
+                      f"is {d}); got shape {list(x.shape)}", field="inputs")
+    if not np.all(np.isfinite(x)):
+        raise Problem(422, "Non-finite inputs", "inputs must be finite numbers", field="inputs")
+    if x.size > settings.max_samples:
+        raise Problem(422, "Too many inputs", f"m * d must be at most {settings.max_samples}", field="inputs")
+    mean, std = await run_in_threadpool(lambda: _model(job_id, doc).predict(x, return_std=True))
+    mean, std = np.asarray(mean, dtype=np.float64).reshape(len(x)), np.asarray(std, dtype=np.float64).reshape(len(x))
+    if NPY in request.headers.get("accept", ""):
+        from service.routers.jobs import _npy_header
+
+        out = np.ascontiguousarray(np.stack([mean, std], 1))
+        return Response(_npy_header(out) + out.tobytes(), media_type=NPY)
+    return Response(orjson.dumps({"n": int(len(x)), "d": d, "mean": mean, "std": std},
+                                 option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")

@@ -1,0 +1,176 @@
+"""lwl's Gaussian process (lwl.models.gp) against scikit-learn's GaussianProcessRegressor: the same
+log marginal likelihood and predictions at the same hyperparameters, and a fitted likelihood at
+least as high; its document loads into scikit-learn with the same predictions."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from lwl.models import GaussianProcess, from_spec
+from lwl.oracles import make_oracle
+from tests.conftest import devices
+
+sklearn_gp = pytest.importorskip("sklearn.gaussian_process")
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
+
+
+def _sklearn_kernel(kind: str, lengthscale, fixed: bool = True):
+    bounds = "fixed" if fixed else (1e-5, 1e5)
+    if kind == "squared_exponential":
+        return RBF(lengthscale, bounds)
+    return Matern(lengthscale, bounds, nu=2.5)
+
+
+def to_sklearn(doc: dict, output: int = 0):
+    """scikit-learn's GaussianProcessRegressor of a gp model document: kernel s^2 * k_ell (fixed),
+    the noise variance as ``alpha`` (added to K(X, X) only, so ``predict``'s std is the latent
+    f's, as lwl's), fitted to the labels minus the document's constant mean (scikit-learn's
+    prior mean is 0): predictions are ``mean + regressor.predict(x)``."""
+    o = doc["outputs"][output]
+    X = np.asarray(doc["training_set"]["inputs"])
+    y = np.asarray(doc["training_set"]["labels"]).reshape(len(X), -1)[:, output]
+    kernel = ConstantKernel(o["output_scale"], "fixed") * _sklearn_kernel(doc["kernel"], o["lengthscale"])
+    reg = sklearn_gp.GaussianProcessRegressor(kernel, alpha=o["noise"], optimizer=None).fit(X, y - o["mean"])
+    return reg, o["mean"]
+
+
+def agreement_rtol(doc: dict, output: int = 0) -> float:
+    """The relative agreement asked of lwl's and scikit-learn's predictions for a document's GP:
+    1e-8 when K_y is well conditioned (eps kappa(K_y) < 1e-10), else 1e-6. A fitted GP often sits
+    at a large output scale and a noise at its lower bound (kappa ~ 1e12 on the smooth problems
+    here), where two backward-stable solvers agree to about 1e-7 (measured), not 1e-8; at equal,
+    well-conditioned hyperparameters the test above asks 1e-8."""
+    o = doc["outputs"][output]
+    X = np.asarray(doc["training_set"]["inputs"])
+    kernel = ConstantKernel(o["output_scale"]) * _sklearn_kernel(doc["kernel"], o["lengthscale"])
+    kappa = np.linalg.cond(kernel(X) + o["noise"] * np.eye(len(X)))
+    return 1e-8 if np.finfo(float).eps * kappa < 1e-10 else 1e-6
+
+
+def _problem(name: str, d: int, n: int = 60, seed: int = 0, params=None):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, d))
+    oracle = make_oracle({"name": name, **({"params": params} if params else {})})
+    return X, np.asarray(oracle.label(X), dtype=np.float64).reshape(-1), rng.uniform(size=(40, d))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("kernel", ["squared_exponential", "matern52"])
+def test_likelihood_and_predictions_equal_sklearn_at_equal_hyperparameters(kernel, device):
+    X, y, Xt = _problem("friedman1", 5)
+    ell = np.array([0.3, 0.5, 0.9, 1.7, 2.5])
+    gp = GaussianProcess(kernel, lengthscale=ell, output_scale=30.0, noise=0.05, mean=14.0, optimize=False,
+                         device=device).fit(X, y)
+    reg = sklearn_gp.GaussianProcessRegressor(ConstantKernel(30.0, "fixed") * _sklearn_kernel(kernel, ell),
+                                              alpha=0.05, optimizer=None).fit(X, y - 14.0)
+    theta = np.concatenate([np.log(ell), [np.log(30.0), np.log(0.05)]])
+    ours = gp.log_marginal_likelihood(theta, mean=14.0)
+    np.testing.assert_allclose(ours, reg.log_marginal_likelihood_value_, rtol=1e-8)
+    # the same likelihood with the noise as a WhiteKernel (scikit-learn's usual way to fit it)
+    white = sklearn_gp.GaussianProcessRegressor(
+        ConstantKernel(30.0, "fixed") * _sklearn_kernel(kernel, ell) + WhiteKernel(0.05, "fixed"),
+        alpha=0.0, optimizer=None).fit(X, y - 14.0)
+    np.testing.assert_allclose(ours, white.log_marginal_likelihood_value_, rtol=1e-8)
+    mean, std = gp.predict(Xt, return_std=True)
+    sk_mean, sk_std = reg.predict(Xt, return_std=True)
+    np.testing.assert_allclose(mean, sk_mean + 14.0, rtol=1e-8)
+    np.testing.assert_allclose(std, sk_std, rtol=1e-8)
+
+
+def test_the_profiled_mean_maximises_the_likelihood():
+    X, y, _ = _problem("sobol_g", 2)
+    gp = GaussianProcess("matern52", restarts=1).fit(X, y)
+    c = gp.mean_[0]
+    best = gp.log_marginal_likelihood(mean=c)
+    np.testing.assert_allclose(best, gp.log_marginal_likelihood(), rtol=1e-12)
+    for step in (-0.1, 0.1):
+        assert gp.log_marginal_likelihood(mean=c + step) < best
+
+
+PROBLEMS = [("friedman1", 5, None), ("sobol_g", 2, None), ("friedman2", 4, None),
+            ("kernel_expansion", 3, {"dim": 3, "centres": 20, "seed": 1})]
+
+
+@pytest.mark.parametrize("kernel", ["squared_exponential", "matern52"])
+@pytest.mark.parametrize("name, d, params", PROBLEMS, ids=[p[0] for p in PROBLEMS])
+def test_fitted_likelihood_at_least_as_high_as_sklearn(name, d, params, kernel):
+    """scikit-learn fits s^2 * k_ell + white noise from unit values with 3 restarts (its bounds
+    1e-5..1e5), once on the labels centred at their mean (its prior mean is 0) and once with
+    ``normalize_y=True`` (its likelihood is then of y / sd(y): minus n log sd(y) gives that of y);
+    lwl's maximum over the constant mean and its hyperparameters must reach at least both."""
+    X, y, _ = _problem(name, d, params=params)
+    if name == "friedman2":
+        X = X * [100, 520 * np.pi, 1, 10] + [0, 40 * np.pi, 0, 1]  # Friedman-2's input box
+        y = np.asarray(make_oracle({"name": name}).label(X)).reshape(-1)
+    ours = GaussianProcess(kernel, restarts=3, random_state=0).fit(X, y).log_marginal_likelihood_[0]
+    for normalize in (False, True):
+        kernel_sk = ConstantKernel(1.0) * _sklearn_kernel(kernel, np.ones(d), fixed=False) + WhiteKernel(1e-2)
+        with warnings.catch_warnings():  # scikit-learn warns of hyperparameters at its bounds
+            warnings.simplefilter("ignore")
+            reg = sklearn_gp.GaussianProcessRegressor(kernel_sk, alpha=0.0, n_restarts_optimizer=3, random_state=0,
+                                                      normalize_y=normalize).fit(X, y if normalize else y - y.mean())
+        theirs = reg.log_marginal_likelihood_value_ - (len(y) * np.log(y.std()) if normalize else 0.0)
+        assert ours >= theirs - 1e-6 * abs(theirs), (normalize, ours, theirs)
+
+
+def test_same_random_state_same_fit_and_restarts_never_lower_the_likelihood():
+    X, y, _ = _problem("friedman1", 5)
+    a = GaussianProcess(restarts=2, random_state=3).fit(X, y)
+    b = GaussianProcess(restarts=2, random_state=3).fit(X, y)
+    np.testing.assert_array_equal(a.lengthscale_, b.lengthscale_)
+    one = GaussianProcess(restarts=0, random_state=3).fit(X, y)
+    assert a.log_marginal_likelihood_[0] >= one.log_marginal_likelihood_[0] - 1e-9
+
+
+def test_multi_output_is_one_gp_per_output():
+    X, y, Xt = _problem("friedman1", 5)
+    Y = np.stack([y, np.sin(3 * X[:, 0])], 1)
+    both = GaussianProcess(restarts=1).fit(X, Y)
+    mean, std = both.predict(Xt, return_std=True)
+    assert mean.shape == std.shape == (len(Xt), 2)
+    for j in range(2):
+        alone = GaussianProcess(restarts=1, random_state=0).fit(X, Y[:, j])
+        # output j's starts are drawn from (random_state, j): alone it is output 0, so refit
+        # output j alone at the hyperparameters the joint fit found and compare
+        fixed = GaussianProcess(lengthscale=both.lengthscale_[j], output_scale=both.output_scale_[j],
+                                noise=both.noise_[j], optimize=False).fit(X, Y[:, j])
+        np.testing.assert_allclose(fixed.predict(Xt), mean[:, j], rtol=1e-10)
+        assert alone.lengthscale_.shape == (1, 5)
+
+
+def test_hyperparameters_fitted_on_a_subset_condition_on_every_point():
+    X, y, _ = _problem("sobol_g", 2, n=150)
+    gp = GaussianProcess(max_fit_points=40, restarts=0).fit(X, y)
+    assert gp.alpha_[0].shape == (150,)
+    # the posterior mean nearly interpolates a smooth function at its training points
+    assert np.sqrt(np.mean((gp.predict(X) - y) ** 2)) < 0.5 * np.std(y)
+
+
+@pytest.mark.parametrize("kernel", ["squared_exponential", "matern52"])
+def test_document_round_trips_and_loads_into_sklearn_with_equal_predictions(kernel):
+    import json
+
+    X, y, Xt = _problem("friedman1", 5)
+    gp = GaussianProcess(kernel, restarts=1).fit(X, y)
+    doc = json.loads(json.dumps(gp.to_spec()))  # through JSON, as the service sends it
+    again = from_spec(doc)
+    m1, s1 = gp.predict(Xt, return_std=True)
+    m2, s2 = again.predict(Xt, return_std=True)
+    np.testing.assert_array_equal(m1, m2)
+    np.testing.assert_array_equal(s1, s2)
+    reg, c = to_sklearn(doc)
+    sk_mean, sk_std = reg.predict(Xt, return_std=True)
+    rtol = agreement_rtol(doc)
+    np.testing.assert_allclose(m1, sk_mean + c, rtol=rtol)
+    # the variance s^2 - k^T K_y^{-1} k is a difference of numbers of size s^2: near the data its
+    # round-off is relative to s^2, not to the small result
+    scale = np.sqrt(doc["outputs"][0]["output_scale"])
+    np.testing.assert_allclose(s1, sk_std, rtol=rtol, atol=rtol * scale)
+
+
+def test_from_spec_refuses_what_is_not_a_model_document():
+    with pytest.raises(ValueError, match="kind"):
+        from_spec({"kind": "lwl.distribution"})
+    with pytest.raises(ValueError, match="version"):
+        from_spec({"kind": "lwl.model", "version": 99})
