@@ -10,7 +10,8 @@ worker and by the API (:mod:`service.core.reaper`), sends it again when
 
 - it has been queued for ``after_seconds`` since its last message, and
 - its broker queue holds fewer waiting messages than the store has queued jobs for that queue
-  (so a job that merely waits its turn behind others is not sent again and again).
+  (so a job that merely waits its turn behind others is not sent again and again); as many
+  jobs are sent as messages are missing, those sent longest ago first.
 
 A copy is harmless: a slice message carries the job's generation, only a message of the
 current generation can take a queued job (``Store.acquire``), and a job taken or moved on drops
@@ -74,7 +75,9 @@ def redispatch_once(store: Store, enqueue: Enqueue, waiting: Callable[[str], int
         held = waiting(queue)
         if held is None or held >= queued[queue]:
             continue  # broker unreachable (the next round tries), or every queued job can have its message
-        for job_id, generation, sent in candidates:
+        # as many as are missing, oldest first: a message still unconsumed long after it was sent
+        # is the likeliest lost; if another one was, the next round sends that one
+        for job_id, generation, sent in candidates[:queued[queue] - held]:
             if store.mark_dispatched(job_id, generation, was=sent):  # this process re-sends it, no other
                 log.warning("job %s: queued %.0f s without being taken and the broker's %s holds %d of %d "
                             "messages; sending it again", job_id, time.time() - sent, queue, held, queued[queue])

@@ -51,6 +51,16 @@ def test_a_queued_job_is_sent_again_after_the_bound_when_the_broker_is_short(sto
     assert redispatch_once(store, enqueue, lambda q: 0, after_seconds=30) == []
 
 
+def test_as_many_are_sent_as_messages_are_missing_oldest_first(store):
+    first = submit(store, small_job(iterations=2))
+    second = submit(store, small_job(iterations=2, seed=1))
+    sent = []
+    # two queued, one message waiting: one is missing; the one sent longest ago goes again
+    assert redispatch_once(store, lambda j, g: sent.append(j), lambda q: 1, after_seconds=0) == [first]
+    assert redispatch_once(store, lambda j, g: sent.append(j), lambda q: 1, after_seconds=0) == [second]
+    assert sent == [first, second]
+
+
 def test_concurrent_dispatchers_send_one_copy(store):
     job_id = submit(store, small_job(iterations=2))
     ((_, _, _, was),) = store.undispatched(time.time() + 1)
