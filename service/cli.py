@@ -65,14 +65,17 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
     if not no_worker:  # restarted when they die, killed when this process dies
         supervisor = WorkerSupervisor([sys.executable, "-m", "lwl.cli", "worker"], os.environ.copy(), workers).start()
     from service.app import create_app
-    from service.core.queue import make_celery, sender
+    from service.core.queue import make_celery, sender, waiting_messages
     from service.core.store import Store
     from service.core.reaper import start_reaper
 
     app_ = create_app(settings, embedded_workers=0 if no_worker else workers)
     store: Store = app_.state.store
+    celery = make_celery(settings)
+    # resumes dead workers' jobs and re-sends lost messages, also with no worker running
     stop_reaper = start_reaper(store, settings.stale_seconds, settings.reaper_interval,
-                               sender(make_celery(settings), store.job_queue))
+                               sender(celery, store.job_queue), waiting_messages(celery),
+                               settings.redispatch_seconds)
     console.print(f"lwl {settings.resolved_database_url().split(':')[0]} store, broker "
                   f"{settings.resolved_broker_url().split(':')[0]}; API on http://{host}:{port}"
                   + ("" if no_worker else f" with {workers} embedded worker(s)"))

@@ -8,7 +8,10 @@ from fastapi import Request
 from pydantic import BaseModel, Field
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.core.outage import is_store_outage
 
 PROBLEM = "application/problem+json"
 BODY_PARSE_ERROR = "There was an error parsing the body"  # FastAPI's HTTPException(400) detail
@@ -37,6 +40,15 @@ class Problem(Exception):
 def problem_response(p: Problem, request: Request | None = None) -> JSONResponse:
     instance = str(request.url.path) if request is not None else None
     return JSONResponse(p.document(instance), status_code=p.status, media_type=PROBLEM, headers=p.headers)
+
+
+RETRY_AFTER_S = 5  # what a 503 asks a client to wait: about the backoff of a worker's store retries
+
+
+def store_unavailable() -> Problem:
+    """503 while the job store cannot be reached (it restarts, fails over): nothing changed."""
+    return Problem(503, "Store unavailable", "the job store cannot be reached; nothing was changed by this "
+                   f"request: retry after {RETRY_AFTER_S} s", headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 def spec_problem(errors: list[tuple[str, str]], title: str = "Invalid job spec") -> Problem:
@@ -77,6 +89,13 @@ def install(app) -> None:
             headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
         return problem_response(Problem(exc.status_code, titles.get(exc.status_code, "HTTP error"),
                                         str(exc.detail or ""), headers=headers), request)
+
+    @app.exception_handler(DBAPIError)
+    async def _store(request: Request, exc: DBAPIError):
+        # the store restarting or unreachable is no bug of the request: come back shortly
+        if is_store_outage(exc):
+            return problem_response(store_unavailable(), request)
+        return problem_response(Problem(500, "Internal server error", type(exc).__name__), request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):

@@ -103,16 +103,18 @@ def start_worker(data_dir: Path, env: dict, name: str) -> Proc:
     return Proc([sys.executable, "-m", "lwl.cli", "worker", "--device", "cpu"], full, data_dir / f"{name}.log")
 
 
-def start_redis(directory: Path) -> tuple[str, Proc]:
-    """redis-server on a free loopback port, no persistence; returns (url, process)."""
+def start_redis(directory: Path, port: int | None = None, appendonly: bool = False) -> tuple[str, Proc]:
+    """redis-server on a loopback port (a free one unless given: a restart reuses its port),
+    without persistence unless ``appendonly``; returns (url, process)."""
     import shutil
 
     exe = shutil.which("redis-server")
     if exe is None:
         raise RuntimeError("redis-server is not installed (apt-get install redis-server; .ci/run does)")
-    port = free_port()
-    proc = Proc([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(directory)], dict(os.environ), directory / "redis.log")
+    port = port or free_port()
+    proc = Proc([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "yes" if appendonly else "no", "--dir", str(directory)],
+                dict(os.environ), directory / "redis.log")
     import redis
 
     wait_until(lambda: redis.Redis(port=port).ping(), 20, 0.1, "redis")
@@ -128,34 +130,65 @@ def _pg_bin(name: str) -> str:
     raise RuntimeError(f"PostgreSQL's {name} is not installed (apt-get install postgresql; .ci/run does)")
 
 
+class Postgres:
+    """A throwaway PostgreSQL cluster on loopback (run as the postgres user when we are root),
+    with database ``lwl``; it can be stopped the hard way and started again on the same port
+    (the outage tests)."""
+
+    def __init__(self):
+        import shutil
+        import tempfile
+
+        # not under a private tmp dir: the server runs as postgres
+        self.dir = Path(tempfile.mkdtemp(prefix="lwl-pg-"))
+        self.data, self.sock = self.dir / "data", self.dir / "sock"
+        self.sock.mkdir()
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres")
+            shutil.chown(self.sock, "postgres")
+            self.prefix = ["runuser", "-u", "postgres", "--"]
+        subprocess.run([*self.prefix, _pg_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "lwl",
+                        "--no-sync"], check=True, capture_output=True)
+        self.port = free_port()
+        self.proc: Proc | None = None
+        self.start()
+        import psycopg
+
+        with psycopg.connect(f"postgresql://lwl@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
+            conn.execute("CREATE DATABASE lwl")
+        self.url = f"postgresql+psycopg://lwl@127.0.0.1:{self.port}/lwl"
+
+    def start(self) -> None:
+        import psycopg
+
+        self.proc = Proc([*self.prefix, _pg_bin("postgres"), "-D", str(self.data), "-p", str(self.port),
+                          "-k", str(self.sock), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
+                         dict(os.environ), self.dir / "pg.log")
+        url = f"postgresql://lwl@127.0.0.1:{self.port}/postgres"
+        wait_until(lambda: psycopg.connect(url, connect_timeout=2).close() or True, 60, 0.2, "postgres")
+
+    def stop_immediately(self) -> None:
+        """``pg_ctl stop -m immediate``: every connection cut, no checkpoint (a crash, as far as
+        clients can tell); the next start recovers from the WAL."""
+        subprocess.run([*self.prefix, _pg_bin("pg_ctl"), "stop", "-m", "immediate", "-D", str(self.data)],
+                       check=True, capture_output=True)
+        self.proc.p.wait(30)
+        self.proc.stop()
+
+    def stop(self) -> None:
+        import shutil
+
+        if self.proc is not None:
+            self.proc.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def start_postgres() -> tuple[str, Proc, Path]:
-    """A throwaway PostgreSQL cluster on loopback (run as the postgres user when we are root);
-    returns (SQLAlchemy url of database lwl, process, cluster directory)."""
-    import shutil
-    import tempfile
-
-    initdb, postgres = _pg_bin("initdb"), _pg_bin("postgres")
-    # not under a private tmp dir: the server runs as postgres
-    d = Path(tempfile.mkdtemp(prefix="lwl-pg-"))
-    data, sock = d / "data", d / "sock"
-    sock.mkdir()
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(d, "postgres")
-        shutil.chown(sock, "postgres")
-        prefix = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*prefix, initdb, "-D", str(data), "-A", "trust", "-U", "lwl", "--no-sync"],
-                   check=True, capture_output=True)
-    port = free_port()
-    proc = Proc([*prefix, postgres, "-D", str(data), "-p", str(port), "-k", str(sock),
-                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"], dict(os.environ), d / "pg.log")
-    import psycopg
-
-    url = f"postgresql://lwl@127.0.0.1:{port}/postgres"
-    wait_until(lambda: psycopg.connect(url, connect_timeout=2).close() or True, 30, 0.2, "postgres")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE lwl")
-    return f"postgresql+psycopg://lwl@127.0.0.1:{port}/lwl", proc, d
+    """A throwaway PostgreSQL cluster (:class:`Postgres`); returns (SQLAlchemy url of database
+    lwl, process, cluster directory)."""
+    pg = Postgres()
+    return pg.url, pg.proc, pg.dir
 
 
 class Backends:

@@ -69,7 +69,10 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
     settings = get_settings()
     queues = worker_queues(kind)
     start_presence(get_store(), WORKER_NAME, kind, queues, hardware(kind, pretend), settings.heartbeat_seconds)
-    start_reaper(get_store(), settings.stale_seconds, settings.reaper_interval, enqueue)
+    from service.core.queue import waiting_messages
+
+    start_reaper(get_store(), settings.stale_seconds, settings.reaper_interval, enqueue,
+                 waiting_messages(celery_app), settings.redispatch_seconds)
     celery_app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}",
                             "--without-gossip", "--without-mingle", "-Q", ",".join(queues),
                             "-n", f"lwl-{os.getpid()}@%h"])

@@ -6,6 +6,13 @@ history and a checkpoint after every iteration, then either stores the result or
 next slice. A heartbeat thread keeps the lease fresh; a reaper (:mod:`service.core.reaper`)
 re-enqueues jobs whose worker died, and the attempt count in the store fails a job that keeps
 killing its workers.
+
+An unreachable store is waited out, not failed: the slice's store calls retry with backoff
+(:class:`service.core.outage.PatientStore`) and the slice goes on where it was, keeping its
+lease. Only a store gone for longer than ``LWL_STORE_WAIT_SECONDS`` ends the slice, and then its
+message goes back to the broker (``Reject(requeue=True)``) rather than being acknowledged and
+dropped. A broker that cannot take the next slice's message leaves the job queued in the store,
+for the dispatcher (:mod:`service.core.dispatch`).
 """
 
 from __future__ import annotations
@@ -19,10 +26,14 @@ import traceback
 import uuid
 from typing import Callable
 
+from celery.exceptions import Reject
+
 from lwl import outbound
 from lwl.oracles.http import OracleCallError
 from lwl.runner import Interrupted, run_job
 from lwl.spec import SpecError, parse_job_spec
+from service.core.dispatch import send_or_leave
+from service.core.outage import PatientStore, StoreUnavailable
 from service.core.queue import TASK_RUN_SLICE
 from service.core.routing import QUEUE_CPU
 from service.core.settings import Settings, get_settings
@@ -80,7 +91,10 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
 
     def beat():
         while not stop.wait(settings.heartbeat_seconds):
-            store.heartbeat(job_id, lease)
+            try:
+                store.heartbeat(job_id, lease)
+            except Exception as exc:  # the store is away: beat again when it is back
+                log.warning("job %s: heartbeat not written: %s", job_id, type(exc).__name__)
 
     threading.Thread(target=beat, daemon=True, name=f"heartbeat-{job_id}").start()
     started = job.started_at or time.time()
@@ -141,10 +155,12 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
             return JobStatus.CANCELLED
         gen = store.end_slice(job_id, lease)
         if gen is not None:
-            enqueue(job_id, gen)
+            send_or_leave(enqueue, job_id, gen)
         return "sliced"
     except LeaseLost:
         return "lease lost"
+    except StoreUnavailable:  # not the job's fault: the task gives its message back (run_slice)
+        raise
     except Exception as exc:  # the job fails with a problem document; the worker lives on
         log.error("job %s failed: %s", job_id, traceback.format_exc())
         status = 422 if isinstance(exc, (ValueError, KeyError)) else 500
@@ -164,8 +180,14 @@ def enqueue(job_id: str, generation: int) -> None:
 @celery_app.task(name=TASK_RUN_SLICE)
 def run_slice(job_id: str, generation: int) -> str:
     CURRENT["job"] = job_id  # the worker's heartbeat names the job it runs
+    settings = get_settings()
     try:
-        return run_slice_now(get_store(), get_settings(), job_id, generation, enqueue)
+        # every store call of the slice, its heartbeats included, waits out a store outage
+        return run_slice_now(PatientStore(get_store(), settings.store_wait_seconds), settings, job_id,
+                             generation, enqueue)
+    except StoreUnavailable as exc:
+        log.error("job %s: %s; the message goes back to the broker", job_id, exc)
+        raise Reject(str(exc), requeue=True) from None
     finally:
         CURRENT["job"] = None
         CURRENT["slices"] += 1

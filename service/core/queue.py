@@ -46,3 +46,25 @@ def sender(app: Celery, queue_of: Callable[[str], str | None]):
         app.send_task(TASK_RUN_SLICE, args=[job_id, generation], queue=queue_of(job_id) or QUEUE_CPU)
 
     return enqueue
+
+
+def waiting_messages(app: Celery) -> Callable[[str], int | None]:
+    """``waiting(queue)``: how many messages wait in a broker queue (not those a worker holds),
+    or None when the broker cannot be reached (service.core.dispatch compares it with the
+    store's queued jobs). Kombu's virtual transports (Redis, the embedded SQLite broker) count
+    them on a passive declare; a queue the broker does not know (Redis restarted empty) holds
+    none."""
+    from kombu.exceptions import ChannelError
+
+    def waiting(queue: str) -> int | None:
+        try:
+            with app.connection_for_read() as conn:
+                conn.ensure_connection(max_retries=1, timeout=2)
+                try:
+                    return conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+                except ChannelError:  # NOT_FOUND: nothing was ever sent to it since the broker started
+                    return 0
+        except Exception:  # unreachable: the caller tries again next round
+            return None
+
+    return waiting

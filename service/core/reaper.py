@@ -1,17 +1,26 @@
-"""Re-enqueue jobs whose worker died (stale heartbeat), from their last checkpoint.
+"""The recovery loop of every worker and of the API server: jobs whose worker died are resumed
+from their last checkpoint, and queued jobs whose message the broker lost are sent again.
 
 Crash recovery cannot rest on the broker alone: kombu's local transports never redeliver a
-task whose worker was SIGKILLed, and Redis only after its visibility timeout (docs/service.md). Every
-worker and the embedded server run this loop; the store's generation counter makes concurrent
-reapers harmless.
+task whose worker was SIGKILLed, and Redis only after its visibility timeout (docs/service.md);
+and a broker may lose its messages (service.core.dispatch). Every worker and the server run
+this loop; the store's generation counter makes concurrent loops harmless.
+
+A heartbeat cannot be written while the store is unreachable, so every heartbeat looks stale
+just after an outage although its slice is alive and waiting for the store. The loop therefore
+reaps nothing until the store has been reachable again for ``stale_seconds`` (from this loop's
+view): a living slice has written its heartbeat by then, and only dead ones are resumed.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
 
+from service.core.dispatch import redispatch_once, send_or_leave
+from service.core.outage import is_store_outage
 from service.core.store import Store
 
 log = logging.getLogger("lwl.reaper")
@@ -21,21 +30,46 @@ def reap_once(store: Store, stale_seconds: float, enqueue: Callable[[str, int], 
     ids = []
     for job_id, generation in store.requeue_stale(stale_seconds):
         log.warning("job %s: heartbeat older than %.0f s, resuming from its checkpoint", job_id, stale_seconds)
-        enqueue(job_id, generation)
+        send_or_leave(enqueue, job_id, generation)  # queued in the store: the dispatcher resends a lost send
         ids.append(job_id)
     return ids
 
 
-def start_reaper(store: Store, stale_seconds: float, interval: float,
-                 enqueue: Callable[[str, int], None]) -> threading.Event:
+class Recovery:
+    """One round every ``interval`` seconds: reap stale jobs (unless the store was unreachable
+    within ``stale_seconds``), then re-send lost messages (``waiting``: the broker's queue sizes,
+    :func:`service.core.queue.waiting_messages`; None: no re-sending)."""
+
+    def __init__(self, store: Store, stale_seconds: float, enqueue: Callable[[str, int], None],
+                 waiting: Callable[[str], int | None] | None = None, redispatch_seconds: float = 20.0):
+        self.store, self.stale_seconds, self.enqueue = store, stale_seconds, enqueue
+        self.waiting, self.redispatch_seconds = waiting, redispatch_seconds
+        self.store_back_at = float("-inf")  # since when the store has answered without a break
+
+    def round(self) -> None:
+        try:
+            if time.monotonic() - self.store_back_at >= self.stale_seconds:
+                reap_once(self.store, self.stale_seconds, self.enqueue)
+            if self.waiting is not None:
+                redispatch_once(self.store, self.enqueue, self.waiting, self.redispatch_seconds)
+        except Exception as exc:
+            if is_store_outage(exc):  # heartbeats are not being written either: wait before judging them
+                self.store_back_at = time.monotonic()
+            raise
+
+
+def start_reaper(store: Store, stale_seconds: float, interval: float, enqueue: Callable[[str, int], None],
+                 waiting: Callable[[str], int | None] | None = None,
+                 redispatch_seconds: float = 20.0) -> threading.Event:
+    recovery = Recovery(store, stale_seconds, enqueue, waiting, redispatch_seconds)
     stop = threading.Event()
 
     def loop():
         while not stop.wait(interval):
             try:
-                reap_once(store, stale_seconds, enqueue)
-            except Exception:  # the store may be briefly unreachable; try again next round
-                log.exception("reaper round failed")
+                recovery.round()
+            except Exception as exc:  # the store or the broker may be briefly unreachable: next round
+                log.warning("recovery round failed: %s: %s", type(exc).__name__, exc)
 
     threading.Thread(target=loop, daemon=True, name="lwl-reaper").start()
     return stop

@@ -32,6 +32,12 @@ class Settings(BaseSettings):
     # is re-enqueued from its checkpoint; the lease and generation fence a slow-but-alive slice
     stale_seconds: float = 10.0
     reaper_interval: float = 2.0
+    # a queued job not taken this long after its last slice message, while its broker queue holds
+    # fewer messages than there are queued jobs, is sent again (service.core.dispatch)
+    redispatch_seconds: float = Field(default=20.0, gt=0)
+    # how long a worker's slice waits for an unreachable store before giving its message back
+    # to the broker (service.core.outage); below Redis' visibility timeout (1 h)
+    store_wait_seconds: float = Field(default=1800.0, gt=0)
     worker_device: str = Field(default="auto", description="auto|cpu|cuda for jobs whose spec says auto")
     # a worker process exits after this many slices, or when its resident memory passes this
     # many MiB, once its slice has ended (0: never); lwl serve, lwl worker --gpus and compose's

@@ -54,6 +54,9 @@ jobs = Table(
     # {"algorithm", "family", "oracle"} names for job lists (the spec column can be megabytes)
     Column("kind", Text),
     Column("queue", String(40)),  # the Celery queue of its slices (service.core.routing)
+    # when the last slice message of a queued job was sent (or, before that, when it became
+    # queued): service.core.dispatch re-sends one the broker lost, after a bounded time
+    Column("dispatched_at", Float),
     UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency"),
 )
 
@@ -197,6 +200,7 @@ class JobRecord:
     ask_step: int  # latest ask/tell round
     kind: dict | None  # {"algorithm", "family", "oracle"} names; None on rows older than the column
     queue: str | None  # the Celery queue of its slices
+    dispatched_at: float | None  # when its last slice message was sent (queued jobs)
 
     @classmethod
     def from_row(cls, row) -> Self:
@@ -338,7 +342,11 @@ class Store:
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
+            # a dropped connection is found before use (pool_pre_ping) and a server that does not
+            # answer is given up on after 5 s: the caller then waits out the outage (service.core.outage)
             kwargs.update(pool_pre_ping=True, pool_size=5, max_overflow=5)
+            if url.startswith("postgresql"):
+                kwargs["connect_args"] = {"connect_timeout": 5}
         self.engine: Engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             @event.listens_for(self.engine, "connect")
@@ -378,7 +386,7 @@ class Store:
                 id=job_id, owner=owner, status=JobStatus.QUEUED, spec=_json(spec), idempotency_key=idempotency_key,
                 request_hash=request_hash, created_at=now, updated_at=now, total=total, attempts=0,
                 cancel_requested=False, generation=0, ask_step=0, progress=_json(progress or {"iteration": 0, "total": total}),
-                kind=_json(job_kind(spec)), queue=queue))
+                kind=_json(job_kind(spec)), queue=queue, dispatched_at=now))
         return self.get_job(job_id), True
 
     def delete_job(self, job_id: str) -> None:
@@ -488,7 +496,10 @@ class Store:
                             .values(status=JobStatus.RUNNING, lease=lease, worker=worker, heartbeat_at=now, updated_at=now,
                                     attempts=jobs.c.attempts + 1, started_at=func.coalesce(jobs.c.started_at, now)))
             if res.rowcount != 1:
-                return None
+                # a retry after a lost commit acknowledgement (a store outage): the first try took it
+                mine = c.execute(select(jobs.c.lease).where(jobs.c.id == job_id)).scalar() == lease
+                if not mine:
+                    return None
         return self.get_job(job_id, full=True)
 
     def save_step(self, job_id: str, lease: str, checkpoint: bytes, progress: dict, record: dict | None) -> bool:
@@ -529,7 +540,8 @@ class Store:
     def end_slice(self, job_id: str, lease: str) -> int | None:
         """The slice made progress and stops cleanly: requeue under the next generation and
         reset the attempt count. Returns the generation to enqueue, None if the lease was lost."""
-        ok = self._finish(job_id, lease, status=JobStatus.QUEUED, attempts=0, generation=jobs.c.generation + 1)
+        ok = self._finish(job_id, lease, status=JobStatus.QUEUED, attempts=0, generation=jobs.c.generation + 1,
+                          dispatched_at=time.time())
         return self.get_job(job_id).generation if ok else None
 
     def succeed(self, job_id: str, lease: str, result: dict) -> bool:
@@ -558,10 +570,38 @@ class Store:
             for job_id, gen in rows:
                 res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.generation == gen,
                                                    jobs.c.status == JobStatus.RUNNING)
-                                .values(status=JobStatus.QUEUED, lease=None, generation=gen + 1, updated_at=time.time()))
+                                .values(status=JobStatus.QUEUED, lease=None, generation=gen + 1, updated_at=time.time(),
+                                        dispatched_at=time.time()))
                 if res.rowcount == 1:
                     out.append((job_id, gen + 1))
         return out
+
+    def undispatched(self, older_than: float) -> list[tuple[str, int, str | None, float]]:
+        """Queued jobs whose last slice message was sent before ``older_than`` (a time.time()):
+        (id, generation, queue, dispatched_at), oldest first. Their message may be lost."""
+        sent = func.coalesce(jobs.c.dispatched_at, jobs.c.updated_at)
+        with self.engine.connect() as c:
+            rows = c.execute(select(jobs.c.id, jobs.c.generation, jobs.c.queue, sent)
+                             .where(jobs.c.status == JobStatus.QUEUED, sent < older_than).order_by(sent)).all()
+        return [tuple(r) for r in rows]
+
+    def queued_counts(self) -> dict[str | None, int]:
+        """Queued jobs per queue (None: jobs stored before routing)."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(jobs.c.queue, func.count()).where(jobs.c.status == JobStatus.QUEUED)
+                             .group_by(jobs.c.queue)).all()
+        return {q: n for q, n in rows}
+
+    def mark_dispatched(self, job_id: str, generation: int, was: float | None = None) -> bool:
+        """Record that a message for ``generation`` was just sent. With ``was`` (the
+        dispatched_at read before), only if nobody re-sent it in between: concurrent
+        dispatchers (every worker and the API run one) send one copy, not one each."""
+        q = update(jobs).where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED,
+                               jobs.c.generation == generation)
+        if was is not None:
+            q = q.where(func.coalesce(jobs.c.dispatched_at, jobs.c.updated_at) == was)
+        with self.engine.begin() as c:
+            return c.execute(q.values(dispatched_at=time.time())).rowcount == 1
 
     # -- ask/tell -----------------------------------------------------------------------------
     def round_batches(self, job_id: str, step_key: str) -> list[BatchRecord]:
@@ -673,7 +713,8 @@ class Store:
             if missing:
                 return "accepted", None
             res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == JobStatus.AWAITING_LABELS)
-                            .values(status=JobStatus.QUEUED, generation=jobs.c.generation + 1, updated_at=now))
+                            .values(status=JobStatus.QUEUED, generation=jobs.c.generation + 1, updated_at=now,
+                                    dispatched_at=now))
             return "accepted", (job["generation"] + 1 if res.rowcount == 1 else None)
 
     def result(self, job_id: str) -> dict | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
 from typing import Annotated
 
 import numpy as np
@@ -13,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lwl.arrays import ArrayTooLarge, read_npy_bytes
 
 from service import problems
+from service.core.dispatch import redrive, send_or_leave
 from service.deps import EnqueueDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.core.store import JobRecord, JobStatus, PointOutcome, Told
 from service.problems import Problem
@@ -150,7 +153,8 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     or ``.npy`` bytes with ``?batch_id=`` (default: the job's only pending batch; and ``&indices=``, ``&failed=`` repeated; NaN at a
     failed point). A point's label is null exactly when it is listed in ``failed``; the points
     not told stay pending. The job resumes on any worker once every point of its round has an
-    outcome. Telling a point again the same way is harmless; another label for a told point,
+    outcome. Telling a point again the same way is harmless (``duplicate``; a job left queued
+    by a tell whose first answer was lost is sent to the workers again); another label for a told point,
     wrong shapes, infinite values and stale or unknown batch ids are refused and change
     nothing."""
     job = own_job(store, job_id, owner)
@@ -192,8 +196,14 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     if outcome == "conflict":
         raise Problem(409, "Batch already labelled", f"batch {batch_id}: a point told here was told another "
                       "label or outcome before", field="batch_id")
+    # the tell is committed: the job is queued in the store whatever happens to this message
+    # (a broker that is down, this process killed here): the dispatcher sends it in time
+    # (service.core.dispatch); a retried tell that finds it committed sends it again at once
     if generation is not None:
-        enqueue(job_id, generation)
+        _test_kill_point()
+        send_or_leave(enqueue, job_id, generation)
+    elif outcome == "duplicate":
+        redrive(store, enqueue, job_id)
     outcomes, _ = store.batch(job_id, batch_id).point_state()
     return {"batch_id": batch_id, "outcome": outcome,
             "pending_points": int(np.sum(outcomes == PointOutcome.PENDING)),
@@ -210,6 +220,14 @@ def require_asktell(store, job: JobRecord) -> JobRecord:
                       f"job whose oracle is \"external\" asks for labels (GET /queries) and takes them (POST /labels)",
                       field="oracle", job_status=job.status)
     return job
+
+
+def _test_kill_point() -> None:
+    """A fault-injection hook for the outage tests (tests/service/test_outages.py): with
+    ``LWL_TEST_KILL_AFTER_TELL_COMMIT=1`` the API SIGKILLs itself between a tell's commit and
+    its message, the one moment a crash could strand a told job. Never set in production."""
+    if os.environ.get("LWL_TEST_KILL_AFTER_TELL_COMMIT") == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def only_pending_batch(store, job: JobRecord) -> str:

@@ -105,7 +105,9 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
             enqueue(job.id, 0)
         except Exception as exc:  # nothing half-made stays behind
             store.delete_job(job.id)
-            raise Problem(503, "Queue unavailable", f"could not enqueue the job: {type(exc).__name__}") from None
+            raise Problem(503, "Queue unavailable", f"could not enqueue the job: {type(exc).__name__}; nothing was "
+                          f"stored: retry after {problems.RETRY_AFTER_S} s",
+                          headers={"Retry-After": str(problems.RETRY_AFTER_S)}) from None
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return {"id": job.id, "status": job.status}
 

@@ -1,0 +1,125 @@
+"""Dispatch and outages against real stores: a lost slice message is sent again after a bounded
+time and only when the broker is short of messages, concurrent dispatchers send one copy, a
+copy is harmless, a worker's store calls wait out a PostgreSQL outage, and the reaper does not
+take a store outage for dead workers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
+
+from lwl.spec import parse_job_spec
+from service.core.dispatch import redispatch_once, redrive
+from service.core.outage import PatientStore, StoreUnavailable
+from service.core.reaper import Recovery
+from service.core.settings import Settings
+from service.core.store import Store, jobs
+from service.processes import Postgres
+from tests.service.conftest import small_job
+from worker.tasks import run_slice_now
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(f"sqlite:///{tmp_path}/jobs.db")
+
+
+def submit(store, spec, queue="lwl.cpu") -> str:
+    canonical = parse_job_spec(spec).model_dump(mode="json")
+    return store.create_job("o", canonical, canonical["algorithm"]["iterations"], queue=queue)[0].id
+
+
+def test_a_queued_job_is_sent_again_after_the_bound_when_the_broker_is_short(store):
+    job_id = submit(store, small_job(iterations=2))
+    sent = []
+    enqueue = lambda j, g: sent.append((j, g))  # noqa: E731
+    # not yet: its message may just be waiting its turn
+    assert redispatch_once(store, enqueue, lambda q: 0, after_seconds=60) == []
+    # the broker holds a message for every queued job: nothing lost, nothing sent
+    assert redispatch_once(store, enqueue, lambda q: 1, after_seconds=0) == []
+    # the broker cannot be read: try next round
+    assert redispatch_once(store, enqueue, lambda q: None, after_seconds=0) == []
+    assert sent == []
+    # fewer messages than queued jobs, and queued since before the bound: sent again, same generation
+    assert redispatch_once(store, enqueue, lambda q: 0, after_seconds=0) == [job_id]
+    assert sent == [(job_id, 0)]
+    # its dispatch time moved: the next round waits the bound again
+    assert redispatch_once(store, enqueue, lambda q: 0, after_seconds=30) == []
+
+
+def test_as_many_are_sent_as_messages_are_missing_oldest_first(store):
+    first = submit(store, small_job(iterations=2))
+    second = submit(store, small_job(iterations=2, seed=1))
+    sent = []
+    # two queued, one message waiting: one is missing; the one sent longest ago goes again
+    assert redispatch_once(store, lambda j, g: sent.append(j), lambda q: 1, after_seconds=0) == [first]
+    assert redispatch_once(store, lambda j, g: sent.append(j), lambda q: 1, after_seconds=0) == [second]
+    assert sent == [first, second]
+
+
+def test_concurrent_dispatchers_send_one_copy(store):
+    job_id = submit(store, small_job(iterations=2))
+    ((_, _, _, was),) = store.undispatched(time.time() + 1)
+    assert store.mark_dispatched(job_id, 0, was=was)
+    assert not store.mark_dispatched(job_id, 0, was=was)  # the other dispatcher read the same time: it loses
+
+
+def test_copies_of_a_message_are_harmless(store, tmp_path):
+    """A re-sent message of a job whose first message did arrive runs nothing twice."""
+    settings = Settings(data_dir=tmp_path)
+    job_id = submit(store, small_job(iterations=3))
+    sent = []
+    redrive(store, lambda j, g: sent.append((j, g)), job_id)
+    assert sent == [(job_id, 0)]  # now two messages of generation 0
+    assert store.acquire(job_id, 0, "first", "w") is not None
+    assert run_slice_now(store, settings, job_id, 0, lambda *a: None) == "stale"  # while the first runs
+    store.end_slice(job_id, "first")
+    assert run_slice_now(store, settings, job_id, 0, lambda *a: None) == "stale"  # after it moved on
+    assert run_slice_now(store, settings, job_id, 1, lambda *a: None) == "succeeded"
+    job = store.get_job(job_id)
+    assert job.status == "succeeded" and job.attempts == 1
+    assert not redrive(store, lambda j, g: sent.append((j, g)), job_id)  # only a queued job is re-driven
+
+
+@pytest.fixture
+def postgres():
+    pg = Postgres()
+    yield pg
+    pg.stop()
+
+
+@pytest.mark.distributed
+def test_store_calls_wait_out_a_postgres_outage_and_the_reaper_holds_off(postgres):
+    store = Store(postgres.url)
+    job_id = submit(store, small_job(iterations=2))
+    assert store.acquire(job_id, 0, "lease", "w") is not None  # a running slice
+    patient = PatientStore(store, wait_seconds=60)
+    with pytest.raises(KeyError):  # errors of the request, not of the store, are not retried
+        patient.load_dataset("missing")
+    postgres.stop_immediately()
+    recovery = Recovery(store, stale_seconds=5, enqueue=lambda *a: None)
+    with pytest.raises(StoreUnavailable):
+        PatientStore(store, wait_seconds=1).heartbeat(job_id, "lease")
+    answers = []
+    waiting = threading.Thread(target=lambda: answers.append(patient.save_step(job_id, "lease", b"x", {}, None)))
+    waiting.start()
+    time.sleep(2)
+    assert answers == []  # still waiting for the store
+    with pytest.raises(OperationalError):
+        recovery.round()  # the recovery loop's last round of the outage
+    postgres.start()
+    waiting.join(30)
+    assert answers == [True]  # written with its lease, as if nothing happened
+    # the slice's heartbeat is older than stale_seconds now, yet the store was away until just now
+    with store.engine.begin() as c:
+        c.execute(update(jobs).where(jobs.c.id == job_id).values(heartbeat_at=time.time() - 60))
+    recovery.round()
+    assert store.get_job(job_id).status == "running"  # not reaped: its worker may be waiting like us
+    time.sleep(5.2)
+    recovery.round()  # reachable for stale_seconds and still no heartbeat: the worker is dead
+    assert store.get_job(job_id).status == "queued"
+    store.engine.dispose()

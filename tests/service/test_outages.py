@@ -1,0 +1,266 @@
+"""Faults of the distributed stack's infrastructure (issue #48): Redis killed without
+persistence, PostgreSQL stopped the hard way, the API killed between a tell's commit and its
+message, a tell while Redis is down. Real redis-server, PostgreSQL, ``lwl serve --no-worker``
+and ``lwl worker`` processes, each test on its own Redis and PostgreSQL (it breaks them).
+
+Every job must end ``succeeded`` with the result of its undisturbed run, no request may be
+answered with a 5xx other than 503, no attempt of LWL_MAX_ATTEMPTS may be spent on the outage,
+and recovery is bounded: a lost message is sent again within ``REDISPATCH`` seconds (+ one
+recovery round) of the broker being back, and a store outage costs its duration plus a few
+seconds of backoff.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+import redis
+
+from lwl import run_job
+from lwl.client import Client
+from service.core.store import JobStatus, Store
+from service.processes import Postgres, start_redis
+from tests.service.conftest import Server, small_job, start_worker, wait_until
+from tests.service.test_external import FRIEDMAN, builtin_distribution
+
+pytestmark = [pytest.mark.server, pytest.mark.distributed]
+
+REDISPATCH = 3.0  # LWL_REDISPATCH_SECONDS of these tests (20 s by default)
+ENV = {"LWL_STALE_SECONDS": "3", "LWL_REAPER_INTERVAL": "0.5", "LWL_HEARTBEAT_SECONDS": "0.5",
+       "LWL_REDISPATCH_SECONDS": str(REDISPATCH), "LWL_SLICE_SECONDS": "60"}
+
+
+class Stack:
+    """Redis + PostgreSQL of one test, the API and ``workers`` workers, and a poller that reads
+    every job's view every 0.2 s and counts the answers by status."""
+
+    def __init__(self, tmp_path, workers: int = 1, env: dict | None = None):
+        self.tmp = tmp_path
+        self.redis_dir = tmp_path / "redis"
+        self.redis_dir.mkdir()
+        self.redis_url, self.redis = start_redis(self.redis_dir)
+        self.redis_port = int(self.redis_url.rsplit(":", 1)[1].split("/")[0])
+        self.pg = Postgres()
+        self.env = {"LWL_BROKER_URL": self.redis_url, "LWL_DATABASE_URL": self.pg.url, **ENV, **(env or {})}
+        self.api = Server(tmp_path, env=self.env, no_worker=True).start()
+        self.workers = [start_worker(tmp_path, self.env, f"worker{i}") for i in range(workers)]
+        self.store = Store(self.pg.url)
+        self.statuses: dict[int | str, int] = {}
+        self.watched: list[str] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._poll, daemon=True).start()
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=10) as http:
+            while not self._stop.wait(0.2):
+                for job_id in list(self.watched):
+                    try:
+                        r = http.get(f"{self.api.url}/v1/jobs/{job_id}")
+                    except httpx.TransportError:  # the API is down (killed on purpose)
+                        continue
+                    key = r.status_code
+                    if key == 503 and not (r.headers.get("retry-after")
+                                           and r.headers["content-type"] == "application/problem+json"):
+                        key = "503 without Retry-After or problem+json"
+                    self.statuses[key] = self.statuses.get(key, 0) + 1
+
+    def server_errors(self) -> dict[int, int]:
+        """Answers 5xx other than 503 (a 503 says: come back; a 500 is a bug)."""
+        return {s: n for s, n in self.statuses.items() if not isinstance(s, int) or (s >= 500 and s != 503)}
+
+    def kill_redis(self) -> None:
+        os.killpg(self.redis.pid, signal.SIGKILL)
+        self.redis.p.wait()
+        self.redis.stop()
+
+    def restart_redis(self) -> None:
+        _, self.redis = start_redis(self.redis_dir, port=self.redis_port)
+
+    def waiting(self, queue: str = "lwl.cpu") -> int:
+        return redis.Redis(port=self.redis_port).llen(queue)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for w in self.workers:
+            w.stop()
+        self.api.stop()
+        self.redis.stop()
+        self.store.engine.dispose()
+        self.pg.stop()
+
+
+@pytest.fixture
+def stack_factory(tmp_path):
+    made = []
+
+    def make(**kw) -> Stack:
+        made.append(Stack(tmp_path, **kw))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.stop()
+
+
+def assert_undisturbed(c: Client, job_id: str, spec: dict) -> None:
+    """The job's result and history equal an undisturbed run's, no iteration twice."""
+    result, history = c.result(job_id), c.history(job_id)
+    local = run_job(spec)
+    assert result["distribution"] == local["distribution"]
+    assert result["evaluation"] == local["evaluation"]
+    assert [h["iteration"] for h in history] == [h["iteration"] for h in local["history"]]
+    assert [h["objective"] for h in history] == [h["objective"] for h in local["history"]]
+
+
+def test_a_queued_job_whose_message_redis_lost_is_sent_again(stack_factory):
+    """Redis SIGKILLed without persistence while one job runs and one waits in the queue: the
+    waiting job's message is gone with Redis; the dispatcher sends it again."""
+    st = stack_factory(workers=1)
+    specs = [small_job(iterations=80, seed=s) for s in (1, 2)]
+    with Client(st.api.url) as c:
+        running = c.submit(specs[0])
+        wait_until(lambda: c.job(running)["progress"]["iteration"] >= 5, 120, 0.1, "first job running")
+        queued = c.submit(specs[1])
+        st.watched += [running, queued]
+        wait_until(lambda: st.waiting() == 1, 10, 0.1, "the second job's message in Redis")
+        st.kill_redis()
+        refused = httpx.post(f"{st.api.url}/v1/jobs", json=specs[0], timeout=60)  # nothing stored, come back
+        assert refused.status_code == 503 and refused.headers["retry-after"], refused.text
+        assert len(httpx.get(f"{st.api.url}/v1/jobs").json()["items"]) == 2
+        time.sleep(2)
+        st.restart_redis()
+        back = time.monotonic()
+        assert st.waiting() == 0  # the message is lost
+        # sent again within REDISPATCH s of when it was queued (long past) plus a round or two
+        wait_until(lambda: st.waiting() == 1 or c.job(queued)["status"] != "queued", REDISPATCH + 10, 0.1,
+                   "the lost message sent again")
+        resent_after = time.monotonic() - back
+        done = [c.wait(j, progress=False, timeout=300) for j in (running, queued)]
+        assert [d["status"] for d in done] == ["succeeded", "succeeded"], done
+        for job_id, spec in zip((running, queued), specs):
+            assert_undisturbed(c, job_id, spec)
+    assert resent_after < REDISPATCH + 10
+    assert all(d["attempts"] == 1 for d in done), [d["attempts"] for d in done]  # one slice each, none lost
+    assert st.server_errors() == {}, st.statuses
+
+
+def test_a_postgres_outage_is_waited_out_by_running_and_queued_jobs(stack_factory):
+    """PostgreSQL stopped (immediate) for 10 s while two jobs run and a third is queued: the
+    running slices wait for the store and go on with their lease, the queued job runs after,
+    the API answers 503 with Retry-After meanwhile, and no attempt is spent."""
+    st = stack_factory(workers=2, env={"LWL_SLICE_SECONDS": "2"})  # slices end (and start) during the outage
+    specs = [small_job(iterations=100, seed=s) for s in (3, 4, 5)]
+    with Client(st.api.url) as c:
+        ids = [c.submit(s) for s in specs]
+        st.watched += ids
+        wait_until(lambda: sum(c.job(j)["status"] == "running" for j in ids) == 2, 120, 0.1, "two jobs running")
+        wait_until(lambda: all(c.job(j)["progress"]["iteration"] >= 5 for j in ids[:2]), 120, 0.1, "progress")
+        st.pg.stop_immediately()
+        down = time.monotonic()
+        time.sleep(10)
+        during = dict(st.statuses)
+        st.pg.start()
+        back = time.monotonic()
+        # moving again: some job's iteration grows within a few seconds of the store's return
+        before = {j: c.job(j)["progress"]["iteration"] for j in ids}
+        wait_until(lambda: any(c.job(j)["progress"]["iteration"] > before[j] for j in ids), 30, 0.1, "progress")
+        moving_after = time.monotonic() - back
+        done = [c.wait(j, progress=False, timeout=300) for j in ids]
+        assert [d["status"] for d in done] == ["succeeded"] * 3, done
+        for job_id, spec in zip(ids, specs):
+            assert_undisturbed(c, job_id, spec)
+    assert back - down >= 10
+    assert during.get(503, 0) > 0, during  # the API said "come back" while the store was away
+    assert st.server_errors() == {}, st.statuses
+    assert moving_after < 15
+    # no slice was presumed dead: every job's slices ended cleanly, no attempt spent
+    assert all(d["attempts"] <= 1 for d in done), [d["attempts"] for d in done]
+    logs = "".join(w.log() for w in st.workers)
+    assert "lease lost" not in logs and "resuming from its checkpoint" not in logs
+
+
+def asktell_job(c: Client, iterations: int = 3) -> tuple[str, dict]:
+    spec = small_job(iterations=iterations)
+    spec["oracle"] = {"name": "external"}  # one batch per round
+    spec.pop("evaluation")
+    return c.submit(spec), spec
+
+
+def labels_for(url: str, job_id: str) -> dict:
+    q = httpx.get(f"{url}/v1/jobs/{job_id}/queries").json()
+    return {"batch_id": q["batch_id"], "labels": FRIEDMAN.label(np.asarray(q["inputs"])).tolist()}
+
+
+def test_a_tell_committed_by_an_api_killed_before_its_message_still_resumes_the_job(stack_factory, tmp_path):
+    """The API SIGKILLs itself between a tell's commit and its message (a test hook). Round 1:
+    nobody retries, the dispatcher sends the message. Round 2: the client retries, gets
+    ``duplicate`` and the retry sends it. The job ends with the builtin run's distribution."""
+    st = stack_factory(workers=1)
+    st.api.stop()
+    killer = Server(tmp_path, env={**st.env, "LWL_TEST_KILL_AFTER_TELL_COMMIT": "1"}, no_worker=True,
+                    port=st.api.port)
+    with Client(st.api.url) as c:
+        st.api.start()
+        job_id, spec = asktell_job(c, iterations=2)
+        st.watched.append(job_id)
+        for retry in (False, True):
+            wait_until(lambda: c.job(job_id)["status"] == "awaiting_labels", 120, 0.1, "awaiting labels")
+            body = labels_for(st.api.url, job_id)
+            st.api.stop()
+            killer.start()
+            with pytest.raises(httpx.TransportError):  # killed after the commit, before the message
+                httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=body, timeout=30)
+            killer.proc.p.wait(10)
+            killer.stop()
+            assert st.store.get_job(job_id).status == JobStatus.QUEUED  # the tell is committed
+            st.api.start()
+            told = time.monotonic()
+            if retry:
+                again = httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=body, timeout=30)
+                assert again.status_code == 200 and again.json()["outcome"] == "duplicate", again.text
+            wait_until(lambda: c.job(job_id)["status"] != "queued", REDISPATCH + 30, 0.1, "job resumed")
+            resumed_after = time.monotonic() - told
+            assert resumed_after < (5 if retry else REDISPATCH + 30)
+        while (job := c.job(job_id))["status"] not in ("succeeded", "failed"):
+            if job["status"] == "awaiting_labels":
+                r = httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=labels_for(st.api.url, job_id))
+                assert r.status_code == 200, r.text
+            time.sleep(0.1)
+        assert job["status"] == "succeeded", job
+        assert c.result(job_id)["distribution"] == builtin_distribution(spec)
+    assert st.server_errors() == {}, st.statuses
+
+
+def test_a_tell_while_redis_is_down_is_kept_and_resumes_the_job(stack_factory):
+    """Labels told while Redis is down: 200 (the labels are stored), not 500; the job resumes
+    once Redis is back and ends with the builtin run's distribution."""
+    st = stack_factory(workers=1)
+    with Client(st.api.url) as c:
+        job_id, spec = asktell_job(c, iterations=1)
+        st.watched.append(job_id)
+        wait_until(lambda: c.job(job_id)["status"] == "awaiting_labels", 120, 0.1, "awaiting labels")
+        body = labels_for(st.api.url, job_id)
+        st.kill_redis()
+        r = httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=body, timeout=60)
+        assert r.status_code == 200 and r.json()["outcome"] == "accepted", r.text
+        assert r.json()["status"] == "queued"
+        time.sleep(2)
+        st.restart_redis()
+        back = time.monotonic()
+        wait_until(lambda: c.job(job_id)["status"] != "queued", REDISPATCH + 15, 0.1, "job resumed")
+        resumed_after = time.monotonic() - back
+        while (job := c.job(job_id))["status"] not in ("succeeded", "failed"):
+            if job["status"] == "awaiting_labels":
+                r = httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=labels_for(st.api.url, job_id))
+                assert r.status_code == 200, r.text
+            time.sleep(0.1)
+        assert job["status"] == "succeeded", job
+        assert c.result(job_id)["distribution"] == builtin_distribution(spec)
+    assert resumed_after < REDISPATCH + 15
+    assert st.server_errors() == {}, st.statuses
