@@ -388,6 +388,16 @@ def test_a_budgeted_job_naming_no_model_designs_for_a_gp_and_krr_stays_by_name(b
     assert parse_job_spec(budget_spec).model.name == "krr"  # without a budget: the paper's KRR
 
 
+def test_a_budgeted_job_with_surrogate_steps_and_no_model_gets_krr_and_runs(budget_spec):
+    """Leaving the model out never makes a spec invalid: bilevel steps on a surrogate
+    (inner_steps > 0) differentiate the KRR inner problem, so such a job defaults to krr."""
+    del budget_spec["model"]
+    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3}
+    assert parse_job_spec(budget_spec).model.name == "krr"
+    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 0}
+    assert parse_job_spec(budget_spec).model.name == "gp"
+
+
 def test_gp_is_refused_where_the_design_differentiates_krr(budget_spec):
     budget_spec["model"] = {"name": "gp"}
     budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3}
