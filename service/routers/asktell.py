@@ -160,9 +160,6 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     job = own_job(store, job_id, owner)
     raw = await read_body(request, settings.max_body_bytes)
     if request.headers.get("content-type", "").startswith(NPY):
-        require_asktell(store, job)
-        if batch_id is None:
-            batch_id = only_pending_batch(store, job)
         try:
             labels = read_npy_bytes(raw, settings.max_body_bytes)  # .npy only: an .npz is refused here
         except ArrayTooLarge as exc:
@@ -171,6 +168,9 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
             raise Problem(400, "Unreadable labels", f"expected .npy bytes: {exc}", field="labels") from None
         if labels.dtype.kind not in "fiu":
             raise Problem(422, "Labels must be numeric", f"dtype {labels.dtype}", field="labels")
+        require_asktell(store, job)  # after the body, as for JSON: unreadable .npy bytes are a 400
+        if batch_id is None:
+            batch_id = only_pending_batch(store, job)
         failed = failed or []
     else:
         doc = parse_json(raw)
