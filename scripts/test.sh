@@ -5,7 +5,7 @@
 #
 #   ./scripts/test.sh --fast [pytest args]   the quick loop: no server, browser, distributed or
 #                                            slow tests (markers in pyproject.toml), no Debian
-#                                            packages; under 3 minutes on 2 cores
+#                                            packages; about 2.5 minutes on 2 cores (README)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
