@@ -83,8 +83,10 @@ def test_killing_lwl_serve_leaves_no_worker_running(tmp_path):
 def test_workers_recycle_after_their_slice_budget_and_jobs_carry_on(tmp_path):
     server = Server(tmp_path / "data", env={"LWL_WORKER_MAX_SLICES": "2", "LWL_SLICE_SECONDS": "0.25"}).start()
     try:
-        spec = small_job(iterations=2000, seed=5)
-        # no early stop, and enough work for many 0.25 s slices on an idle machine (about 3 s)
+        spec = small_job(iterations=600, seed=5)
+        # no early stop, and work for a few 0.25 s slices on an idle machine (about 1 s: at least
+        # two slices, so the first worker recycles); not more: every recycled worker boots anew,
+        # about 15 s each on a loaded machine, and 2,000 iterations took 26-47 of them there
         spec["algorithm"].update(optimizer="paper", learning_rate=1e-3, samples_per_iteration=200)
         with Client(server.url) as c:
             (first,) = _children(server.proc.pid)
