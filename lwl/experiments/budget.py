@@ -45,7 +45,7 @@ PRESETS = {
     # 5,000 samples per member (500 validation); the unbudgeted design at 150 iterations, as in
     # quick (at lwl's default iterations it alone takes hours on two cores)
     "full": dict(budgets=(500, 2000, 8000), seeds=(0, 1), columns=6, robustness=16, size=5000,
-                 validation=500, unbudgeted_iterations=150, draws=BASELINE_DRAWS),
+                 validation=500, unbudgeted_iterations=150, draws=BASELINE_DRAWS, gp_budgets=(2000, 8000)),
     # the full study's budget 8,000 at seed 0 with the NIPV anchor (its greedy selection of 8,000 from a
     # pool of 16,000 takes ~8-15 min per problem in one single-threaded process; grow it with --resume):
     # the same training sets as ``full``'s (each job is deterministic)
@@ -178,11 +178,15 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
         gp = train(rspec.model, Xk, yk, ridge=1e-3, seed=seed)
         err_krr_data_gp = relative_ood_error(gp.predict(test_x), test_y, a)
         comps = ev["comparisons"]
+        v = res["verdict"] or {}  # no held-out label in the job (evaluate=False): the validation verdict
         row["budgets"][str(B)] = {
             "labels_used": int(res["labels_used"]), "budget": B, "rounds": int(res["rounds"]),
             "within_budget": bool(res["labels_used"] <= B), "selected": res["selected"]["candidate"],
             "err": ev["err"]["optimized"], "err_interval": ev["err_interval"]["optimized"],
             "mixture": comps["mixture"], "nipv": comps.get("nipv"),
+            "validation_verdict": {k: v.get(k) for k in ("outcome", "ratio", "z", "points_each", "err",
+                                                          "best_baseline_err", "returned_initial", "warnings")}
+                                  | {"design_points": int(len(y)) - int(res["plan"]["validation_labels"])},
             "krr_pipeline": {"err": float(err_krr), "err_with_gp": float(err_krr_data_gp),
                              "labels_used": int(krr["labels_used"]), "selected": krr["selected"]["candidate"]},
             "design_seconds": design_seconds, "audit_seconds": audit_seconds}
@@ -223,13 +227,15 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
     cfg = dict(PRESETS[preset])
     if model != "krr":  # a setting of its own: rows of the krr study are never reused for it
         cfg["model"] = model
+        cfg["budgets"] = cfg.get(f"{model}_budgets", cfg["budgets"])  # issue #46: the gp study at 2,000 and 8,000
     reuse = reusable_rows(previous, cfg)
     t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems
             for seed in cfg["seeds"]]
     order = {(key, seed): i for i, (key, _, _, seed) in enumerate(todo)}
     done = {k: r for k, r in reuse.items() if k in order}
-    fresh = [task for task in todo if (task[0], task[3]) not in done]
+    # every problem at the first seed before any at the next: an interrupted study has whole seeds
+    fresh = sorted((task for task in todo if (task[0], task[3]) not in done), key=lambda t: cfg["seeds"].index(t[3]))
 
     def rows() -> list[dict]:
         return sorted(done.values(), key=lambda r: order[(r["problem"], int(r["seed"]))])
@@ -288,6 +294,16 @@ def summary(rows: list[dict], budgets) -> dict:
                     {"gp design": e, "mixture + gp": m, "krr pipeline": p["err"], "krr data + gp": p["err_with_gp"]}
                     for m, (e, p) in zip(mix, pipes))) for name in ("gp design", "mixture + gp", "krr pipeline",
                                                                      "krr data + gp")}}
+        verdicts = [(c["validation_verdict"]["outcome"], c["mixture"]["outcome"]) for c in cells
+                    if c.get("validation_verdict")]
+        if verdicts:  # issue #46: the job's own verdict (no held-out label) against the held-out one
+            s["validation_verdict"] = {
+                "compared": len(verdicts), "agree": sum(v == h for v, h in verdicts),
+                "better_where_heldout_worse": sum(v == "better" and h == "worse" for v, h in verdicts),
+                "worse_where_heldout_better": sum(v == "worse" and h == "better" for v, h in verdicts),
+                "pairs": {f"{v}/{h}": sum((a, b) == (v, h) for a, b in verdicts)
+                          for v in ("better", "tie", "worse", None) for h in ("better", "tie", "worse")
+                          if (v, h) in verdicts}}
         out[str(B)] = s
     unb = [r["unbudgeted"]["design_labels"] for r in rows if r.get("unbudgeted")]
     out["unbudgeted_median_design_labels"] = float(np.median(unb)) if unb else None
@@ -324,16 +340,32 @@ def markdown_gp(doc: dict) -> str:
     lines.append("")
     for B in budgets:
         lines += [f"## Budget {B}", "",
-                  "| problem | labels | selected | GP design Err | mixture+GP Err | vs mixture | NIPV+GP Err | vs NIPV | "
-                  "KRR pipeline Err | KRR data + GP Err |",
-                  "|---|---:|---|---:|---:|---|---:|---|---:|---:|"]
+                  "| problem | seed | labels | selected | GP design Err | mixture+GP Err | vs mixture | validation verdict "
+                  "(z, points each) | NIPV+GP Err | vs NIPV | KRR pipeline Err | KRR data + GP Err | design s | audit s |",
+                  "|---|---:|---:|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|"]
         for r in doc["rows"]:
             c = r["budgets"][str(B)]
-            nipv, p = c.get("nipv"), c["krr_pipeline"]
-            lines.append(f"| {r['problem']} | {c['labels_used']} | {c['selected']} | {c['err']:.4f} | "
+            nipv, p, v = c.get("nipv"), c["krr_pipeline"], c.get("validation_verdict") or {}
+            z = f"{v['z']:.2f}" if v.get("z") is not None else "-"
+            lines.append(f"| {r['problem']} | {r['seed']} | {c['labels_used']} | {c['selected']} | {c['err']:.4f} | "
                          f"{c['mixture']['other_err']:.4f} | {c['mixture']['outcome']} | "
+                         f"{v.get('outcome')} ({z}, {v.get('points_each') or '-'}) | "
                          + (f"{nipv['other_err']:.4f} | {nipv['outcome']} | " if nipv else "- | - | ")
-                         + f"{p['err']:.4f} | {p['err_with_gp']:.4f} |")
+                         + f"{p['err']:.4f} | {p['err_with_gp']:.4f} | {c['design_seconds']:.0f} | "
+                         f"{c['audit_seconds']:.0f} |")
+        lines.append("")
+    agreement = [(B, s[str(B)]["validation_verdict"]) for B in budgets if s[str(B)].get("validation_verdict")]
+    if agreement:
+        lines += ["## The job's own verdict against held-out data", "",
+                  "The validation verdict is what a job without held-out labels (ask/tell) reports: the returned "
+                  "distribution's points against Q's mixture's at equal numbers, on Q's labelled validation points. "
+                  "Held-out: the verdict at equal labels above (vs mixture).", "",
+                  "| budget | runs | agree | validation `better` where held-out `worse` | validation `worse` where "
+                  "held-out `better` | validation / held-out pairs |", "|---:|---:|---:|---:|---:|---|"]
+        for B, a in agreement:
+            pairs = ", ".join(f"{k}: {n}" for k, n in a["pairs"].items())
+            lines.append(f"| {B} | {a['compared']} | {a['agree']}/{a['compared']} ({a['agree'] / a['compared']:.0%}) | "
+                         f"{a['better_where_heldout_worse']} | {a['worse_where_heldout_better']} | {pairs} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -71,5 +71,11 @@ def test_the_gp_study_judges_with_the_gp_and_states_the_krr_pipeline_of_the_krr_
     assert budget.reusable_rows(krr, {**budget.PRESETS["smoke"], "model": "gp"}) == {}
     s = gp["summary"]["120"]["krr_pipeline"]
     assert s["compared"] == 2 and sum(s["lowest"].values()) == 2
+    a = gp["summary"]["120"]["validation_verdict"]  # the job's own verdict against the held-out one
+    heldout = [r["budgets"]["120"]["mixture"]["outcome"] for r in gp["rows"]]
+    own = [r["budgets"]["120"]["validation_verdict"]["outcome"] for r in gp["rows"]]
+    assert a["compared"] == 2 and a["agree"] == sum(v == h for v, h in zip(own, heldout))
+    assert sum(a["pairs"].values()) == 2
     paths = budget.write_outputs(gp, tmp_path)
-    assert "KRR pipeline Err" in (tmp_path / "results.md").read_text() and len(paths) == 3
+    text = (tmp_path / "results.md").read_text()
+    assert "KRR pipeline Err" in text and "against held-out data" in text and len(paths) == 3
