@@ -32,6 +32,7 @@ def friedman_spec() -> dict:
     """examples/friedman1_budget.json with the built-in oracle, made small and fast."""
     s = json.loads((ROOT / "examples" / "friedman1_budget.json").read_text())
     s["oracle"] = {"name": "friedman1"}
+    s["model"] = {"name": "krr", "kernel": "squared_exponential", "lengthscale": 3.0}  # judged with this KRR below
     s["budget"] = 1200
     for m in s["test_distributions"]["members"]:
         m["size"] = 1000
