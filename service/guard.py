@@ -56,6 +56,7 @@ class BodyRule:
 BODY_RULES = (
     BodyRule("POST", re.compile(r"/v1/jobs"), "max_body_bytes", ("application/json",)),
     BodyRule("POST", re.compile(r"/v1/jobs/[^/]+/labels"), "max_body_bytes", ("application/json", NPY)),
+    BodyRule("POST", re.compile(r"/v1/jobs/[^/]+/predict"), "max_body_bytes", ("application/json", NPY)),
     BodyRule("POST", re.compile(r"/v1/jobs/[^/]+/samples"), SMALL_BODY, ("application/json",)),
     BodyRule("POST", re.compile(r"/v1/datasets"), "max_dataset_bytes", None),
 )

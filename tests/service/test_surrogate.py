@@ -109,6 +109,22 @@ def test_model_and_predict_give_the_offline_numbers(api, results, kind):
     assert c.model(job) == doc
 
 
+def test_predict_takes_inputs_beyond_the_small_body_limit(api, results):
+    """A lab predicts at thousands of points: 8,000 inputs of dimension 5 are 320 kB of .npy, past
+    the 64 KiB limit of routes that take a small document (it answered 413 before)."""
+    client, store = api
+    job = _job(client, store, results["gp"])
+    x = np.random.default_rng(2).normal(size=(8000, 5))
+    buf = io.BytesIO()
+    np.save(buf, x)
+    assert len(buf.getvalue()) > 64 * 1024
+    r = client.post(f"/v1/jobs/{job}/predict", content=buf.getvalue(), headers={**HOST, "content-type": NPY, "accept": NPY})
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(np.load(io.BytesIO(r.content))[:, 0], from_spec(results["gp"]["model"] | {
+        "training_set": {"inputs": results["gp"]["training_set"]["inputs"],
+                         "labels": results["gp"]["training_set"]["labels"]}}).predict(x))
+
+
 def test_the_served_gp_document_loads_into_sklearn_with_equal_predictions(api, results):
     pytest.importorskip("sklearn")
     from tests.lwl.models.test_gp import agreement_rtol, to_sklearn
