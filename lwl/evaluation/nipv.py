@@ -41,7 +41,7 @@ def gp_kernel(gp) -> tuple:
     from lwl.models.gp import ard_kernel
 
     ell = torch.as_tensor(np.asarray(gp.lengthscale_[0], dtype=np.float64))
-    return (lambda x, y: ard_kernel(gp.kernel, x, y, ell)), float(gp.noise_[0] / gp.output_scale_[0])
+    return (lambda x, y: ard_kernel(gp.kernel_, x, y, ell)), float(gp.noise_[0] / gp.output_scale_[0])
 
 
 def nipv_select(pool: np.ndarray, points: np.ndarray, weights: np.ndarray, n: int, *, kernel,

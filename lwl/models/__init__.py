@@ -38,7 +38,7 @@ def train(model, X, y, *, ridge: float, seed: int, hyperparameters=None, device:
     if model.name == "gp":
         if hyperparameters is not None:
             h = hyperparameters
-            return GaussianProcess(model.kernel, lengthscale=h.lengthscale_[0], output_scale=float(h.output_scale_[0]),
+            return GaussianProcess(h.kernel_, lengthscale=h.lengthscale_[0], output_scale=float(h.output_scale_[0]),
                                    noise=float(h.noise_[0]), optimize=False, device=device).fit(X, y)
         return GaussianProcess(model.kernel, restarts=model.restarts, max_fit_points=model.max_fit_points,
                                random_state=seed, device=device).fit(X, y)

@@ -427,7 +427,7 @@ def test_gp_candidates_are_scored_by_the_gp_fitted_to_the_round_labels(budget_sp
     for _ in range(2):  # the validation round, then the first selection round
         state = stepper.step(state, np.asarray(oracle.label(stepper.queries(state))))
     points = state.points
-    hyper = GaussianProcess("matern52", restarts=0, max_fit_points=120, random_state=spec.seed).fit(points.X, points.y)
+    hyper = GaussianProcess("auto", restarts=0, max_fit_points=120, random_state=spec.seed).fit(points.X, points.y)
     val = stepper.validation(state)
     nv = val.n
     c = state.alive[0]
@@ -438,7 +438,7 @@ def test_gp_candidates_are_scored_by_the_gp_fitted_to_the_round_labels(budget_sp
         train, test = val.fold != f, val.fold == f
         X = np.concatenate([points.X[:nv][train], points.X[given]])
         y = np.concatenate([points.y[:nv][train], points.y[given]])
-        gp = GaussianProcess("matern52", lengthscale=hyper.lengthscale_[0], output_scale=hyper.output_scale_[0],
+        gp = GaussianProcess(hyper.kernel_, lengthscale=hyper.lengthscale_[0], output_scale=hyper.output_scale_[0],
                              noise=hyper.noise_[0], optimize=False).fit(X, y)
         sq[test] = (gp.predict(points.X[:nv][test]) - points.y[:nv][test]) ** 2
     yv = points.y[:nv]
@@ -453,7 +453,7 @@ def test_the_served_gp_is_fitted_to_the_whole_training_set(budget_spec):
     budget_spec["model"] = {"name": "gp", "restarts": 0, "max_fit_points": 120}
     res = run_job(budget_spec, evaluate=False)
     X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
-    fitted = GaussianProcess("matern52", restarts=0, max_fit_points=120, random_state=0).fit(X, y)
+    fitted = GaussianProcess("auto", restarts=0, max_fit_points=120, random_state=0).fit(X, y)
     served = from_spec(model_document(res))
     np.testing.assert_allclose(served.lengthscale_, fitted.lengthscale_, rtol=1e-12)
     np.testing.assert_allclose(served.predict(X[:20]), fitted.predict(X[:20]), rtol=1e-9)

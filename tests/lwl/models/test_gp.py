@@ -192,3 +192,29 @@ def test_closed_form_likelihood_gradient_equals_autograd(kernel):
     value, grad = _lml_and_gradient(kernel, X, y, theta.detach())
     assert value == pytest.approx(float(lml.detach()), rel=1e-12)
     np.testing.assert_allclose(grad.numpy(), expected.numpy(), rtol=1e-8, atol=1e-10 * float(expected.abs().max()))
+
+
+def test_auto_keeps_the_kernel_of_higher_evidence_and_serves_it():
+    """kernel="auto" fits both kernels and becomes the fit of higher log marginal likelihood: equal
+    to that kernel's own fit, and its document names the kernel chosen."""
+    X, y, Xt = _problem("friedman1", 5, n=80, seed=4)
+    auto = GaussianProcess("auto", restarts=1).fit(X, y)
+    own = {k: GaussianProcess(k, restarts=1).fit(X, y) for k in ("squared_exponential", "matern52")}
+    best = max(own, key=lambda k: own[k].log_marginal_likelihood_[0])
+    assert auto.kernel_ == best and auto.kernel == "auto"
+    assert auto.kernel_evidence_ == {k: pytest.approx(float(g.log_marginal_likelihood_[0]), rel=1e-12)
+                                     for k, g in own.items()}
+    np.testing.assert_array_equal(auto.predict(Xt), own[best].predict(Xt))
+    doc = auto.to_spec()
+    assert doc["kernel"] == best
+    np.testing.assert_allclose(from_spec(doc).predict(Xt), auto.predict(Xt), rtol=1e-10)
+
+
+def test_auto_picks_the_squared_exponential_on_a_smooth_function_and_matern_on_a_kinked_one():
+    """The evidence tells the kernels apart where they differ: sin(3x) in 2-d (smooth) and
+    |x1 - 0.5| + x2 (a kink)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(150, 2))
+    smooth = GaussianProcess("auto", restarts=1).fit(X, np.sin(3 * X[:, 0]) * np.cos(2 * X[:, 1]))
+    kinked = GaussianProcess("auto", restarts=1).fit(X, np.abs(X[:, 0] - 0.5) + X[:, 1])
+    assert smooth.kernel_ == "squared_exponential" and kinked.kernel_ == "matern52"
