@@ -83,6 +83,7 @@ SCORE_POOL_MAX = 2000  # refinement scores add at most this many earlier points 
 INNER_SAMPLES_MAX = 1024  # N of one bilevel step on the surrogate
 ACCEPT_Z = 1.645  # a challenger replaces the incumbent when it validates better by this many standard errors
 RACE_MIN_POINTS = 128  # the race switches only once each side has this many points
+TREND_MIN_POINTS = 32  # the validation verdict's trend needs this many points each at half its size
 RIVAL_Z = 1.0  # Q's mixture takes over when it validates better by this many standard errors (_race; asymmetric: docs/method.md)
 
 # source codes of pool points besides the candidates' indices (and the incumbent's code once it moved)
@@ -678,15 +679,15 @@ class BudgetedBilevel(StepperDefaults):
             record["incumbent"] = name
         return new
 
-    def versus(self, state: BudgetedState, other: int) -> dict | None:
+    def versus(self, state: BudgetedState, other: int, n: int | None = None) -> dict | None:
         """The incumbent's points against candidate ``other``'s at equal numbers n (the first n
-        of each), each added to the same half of the labelled validation points and scored on
-        the other half (two-fold, paired), as the selection scores: ``{"points_each", "incumbent_score", "rival_score",
-        "z"}``, z > 0 when ``other`` validates better (in standard errors); None when either has
-        no point."""
+        of each; ``n`` None: as many as the smaller side has), each added to the same half of the
+        labelled validation points and scored on the other half (two-fold, paired), as the
+        selection scores: ``{"points_each", "incumbent_score", "rival_score", "z"}``, z > 0 when
+        ``other`` validates better (in standard errors); None when either has no point."""
         mine = state.points.of(state.incumbent)
         theirs = state.points.of(other)
-        n = min(len(mine), len(theirs))
+        n = min(len(mine), len(theirs), *([n] if n is not None else []))
         if n == 0:
             return None
         grid = [float(state.lengthscale)]
@@ -703,14 +704,18 @@ class BudgetedBilevel(StepperDefaults):
         ask/tell job gets; the audit's verdict at equal labels replaces it where that runs): the
         returned distribution's points against Q's mixture's at equal numbers, on Q's labelled
         validation points (:meth:`versus`). Those points also chose the distribution, so the
-        comparison leans its way; said in ``basis``. Fields as :func:`lwl.evaluation.heldout.verdict`'s
+        comparison leans its way; said in ``basis``. The same comparison at half the points each
+        gives the trend (``trend``: :func:`extrapolated_ratio` to the training set's size); a
+        ``better`` or ``worse`` whose direction the trend reverses at that size is a ``tie``, with
+        a warning: a ranking at a few hundred points can reverse at a few thousand (Table 1's g4,
+        docs/method.md). Fields as :func:`lwl.evaluation.heldout.verdict`'s
         (``best_baseline`` "mixture", ``ratio`` of validation Errs), ``kind`` "validation"."""
         val_n = self.validation(state).n
         overtaken = next((h for h in state.history if h.get("race", {}).get("outcome") == "rival won"), None)
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         out = {"kind": "validation", "best_baseline": "mixture", "ratio_interval_95": None, "err_interval_95": None,
                "initial_outcome": None, "beats_initial": None, "draws": 1, "returned_initial": False,
-               "initial_label": "Q's mixture", "selected": name, "validation_points": int(val_n),
+               "initial_label": "Q's mixture", "selected": name, "validation_points": int(val_n), "trend": None,
                "basis": f"two-fold validation on the {val_n} labelled validation points of Q, which also chose the "
                         "distribution (so the comparison leans its way); no held-out label was paid for",
                "warnings": []}
@@ -733,12 +738,27 @@ class BudgetedBilevel(StepperDefaults):
                     "beats_best_baseline": None, "z": None, "points_each": None}
         z = race["z"]
         outcome = "better" if z <= -ACCEPT_Z else "worse" if z >= ACCEPT_Z else "tie"
-        out.update(err=race["incumbent_score"], best_baseline_err=race["rival_score"],
-                   baselines={"mixture": race["rival_score"]},
-                   ratio=race["incumbent_score"] / race["rival_score"] if race["rival_score"] > 0 else None,
-                   outcome=outcome, beats_best_baseline=outcome == "better", z=-z, points_each=race["points_each"],
-                   races=sum("race" in h for h in state.history))
+        ratio = race["incumbent_score"] / race["rival_score"] if race["rival_score"] > 0 else None
         design_points = int(len(state.points.y)) - val_n
+        # the trend: the same comparison at half the points each, extrapolated to the training set's size
+        half = (self.versus(state, self._q_mixture_index(), n=race["points_each"] // 2)
+                if race["points_each"] // 2 >= TREND_MIN_POINTS and ratio is not None else None)
+        trend = None
+        if half is not None and half["rival_score"] > 0 and half["incumbent_score"] > 0:
+            ratio_half = half["incumbent_score"] / half["rival_score"]
+            trend = {"ratio_half": ratio_half, "points_half": half["points_each"], "extrapolated_to": design_points,
+                     "extrapolated_ratio": extrapolated_ratio(ratio, ratio_half, race["points_each"], design_points)}
+            if outcome != "tie" and (outcome == "better") != (trend["extrapolated_ratio"] < 1.0):
+                out["warnings"].append(
+                    f"{'ahead of' if outcome == 'better' else 'behind'} Q's mixture at {race['points_each']} points each "
+                    f"(z = {-z:.2f}), but the gap closes with more points (ratio {ratio_half:.3f} at "
+                    f"{half['points_each']}, {ratio:.3f} at {race['points_each']}): extrapolated to the training set's "
+                    f"{design_points} design points the ratio is {trend['extrapolated_ratio']:.3f}, so the verdict is a tie")
+                outcome = "tie"
+        out.update(err=race["incumbent_score"], best_baseline_err=race["rival_score"],
+                   baselines={"mixture": race["rival_score"]}, ratio=ratio,
+                   outcome=outcome, beats_best_baseline=outcome == "better", z=-z, points_each=race["points_each"],
+                   races=sum("race" in h for h in state.history), trend=trend)
         if outcome == "better" and 2 * race["points_each"] < design_points:
             # the comparison's size is not the training set's: rankings can reverse in between
             out["warnings"].append(
@@ -862,6 +882,16 @@ class BudgetedBilevel(StepperDefaults):
             return ell
         rest = np.arange(self.validation(state).n, len(state.points.y))
         return float(self.two_fold(state, rest, grid)[1])
+
+
+def extrapolated_ratio(ratio: float, ratio_half: float, n: int, target: int) -> float:
+    """The validation Err ratio (design / Q's mixture) at ``target`` points each, from its values
+    at n/2 and n points each: learning curves Err ~ c m^-alpha on both sides make their ratio a
+    power law in m, ratio(m) = ratio(n) (m / n)^beta with beta = log2(ratio(n) / ratio(n/2)).
+    Used only to withhold a verdict whose direction the trend reverses
+    (:meth:`BudgetedBilevel.validation_verdict`), never to make one."""
+    beta = math.log(ratio / ratio_half) / math.log(2.0)
+    return float(ratio * (max(target, n) / n) ** beta)
 
 
 @dataclass(frozen=True)

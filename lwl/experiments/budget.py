@@ -185,7 +185,7 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
             "err": ev["err"]["optimized"], "err_interval": ev["err_interval"]["optimized"],
             "mixture": comps["mixture"], "nipv": comps.get("nipv"),
             "validation_verdict": {k: v.get(k) for k in ("outcome", "ratio", "z", "points_each", "err",
-                                                          "best_baseline_err", "returned_initial", "warnings")}
+                                                          "best_baseline_err", "returned_initial", "trend", "warnings")}
                                   | {"design_points": int(len(y)) - int(res["plan"]["validation_labels"])},
             "krr_pipeline": {"err": float(err_krr), "err_with_gp": float(err_krr_data_gp),
                              "labels_used": int(krr["labels_used"]), "selected": krr["selected"]["candidate"]},

@@ -292,7 +292,8 @@ def test_a_validation_win_at_a_few_hundred_points_says_the_training_set_is_large
     design_points = len(state.points.y) - stepper.validation(state).n
 
     def race(points_each: int, z: float):  # the comparison's outcome as given (its statistics are tested above)
-        return lambda st, other: {"points_each": points_each, "incumbent_score": 0.1, "rival_score": 0.2, "z": z}
+        return lambda st, other, n=None: {"points_each": min(points_each, n or points_each), "incumbent_score": 0.1,
+                                          "rival_score": 0.2, "z": z}
 
     stepper.versus = race(100, -3.0)  # ahead by 3 standard errors at 100 points each
     res = stepper.result(state)
@@ -305,6 +306,44 @@ def test_a_validation_win_at_a_few_hundred_points_says_the_training_set_is_large
     assert not stepper.result(state)["verdict"]["warnings"]
     stepper.versus = race(100, 0.5)  # a tie claims nothing to qualify
     assert stepper.result(state)["verdict"]["outcome"] == "tie" and not stepper.result(state)["warnings"]
+
+
+def test_extrapolated_ratio_is_the_power_law_through_the_two_sizes():
+    from lwl.design.budgeted import extrapolated_ratio
+
+    assert extrapolated_ratio(0.8, 0.8, 100, 1000) == pytest.approx(0.8)  # a constant ratio stays
+    assert extrapolated_ratio(0.8, 0.64, 100, 400) == pytest.approx(0.8 * 1.25**2)  # x1.25 per doubling
+    assert extrapolated_ratio(0.8, 1.0, 100, 400) == pytest.approx(0.8 * 0.8**2)
+    assert extrapolated_ratio(0.8, 0.5, 100, 50) == pytest.approx(0.8)  # never extrapolated below n
+
+
+def test_a_validation_verdict_whose_gap_closes_is_a_tie(budget_spec):
+    """Ahead of Q's mixture by 3 standard errors at n points each, but by less than at n/2 so fast
+    that the power law through the two crosses 1 before the training set's size: tie, said why.
+    Where the gap widens or holds, the verdict stands."""
+    budget_spec["budget"] = 2000
+    stepper, oracle, state = _after_selection(budget_spec, "broadened_4")
+    while not stepper.done(state):
+        state = stepper.step(state, oracle.label(stepper.queries(state)))
+    design_points = len(state.points.y) - stepper.validation(state).n
+
+    def race(at_n: float, at_half: float, z: float = -3.0):
+        def versus(st, other, n=None):
+            full = n is None
+            return {"points_each": 200 if full else n, "incumbent_score": at_n if full else at_half,
+                    "rival_score": 1.0, "z": z}
+        return versus
+
+    stepper.versus = race(0.9, 0.5)  # 0.5 at 100 each, 0.9 at 200 each: past 1 long before design_points
+    v = stepper.result(state)["verdict"]
+    assert v["outcome"] == "tie" and v["z"] == 3.0 and v["trend"]["extrapolated_ratio"] > 1
+    assert v["trend"]["points_half"] == 100 and v["trend"]["extrapolated_to"] == design_points
+    assert any("the gap closes with more points" in w for w in v["warnings"])
+    stepper.versus = race(0.8, 0.9)  # the gap widens: better stands
+    v = stepper.result(state)["verdict"]
+    assert v["outcome"] == "better" and v["trend"]["extrapolated_ratio"] < 0.8
+    stepper.versus = race(1.2, 2.0, z=3.0)  # behind, but catching up fast: not called worse either
+    assert stepper.result(state)["verdict"]["outcome"] == "tie"
 
 
 def test_q_mixture_returned_gives_a_tie_on_validation(budget_spec):
