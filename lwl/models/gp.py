@@ -167,7 +167,7 @@ class GaussianProcess:
                  noise: float | None = None, mean=None, optimize: bool = True, restarts: int = 3,
                  max_fit_points: int = 1000, lengthscale_bounds: tuple[float, float] = (1e-3, 1e4),
                  output_scale_bounds: tuple[float, float] = (1e-4, 1e6),
-                 noise_bounds: tuple[float, float] = (1e-8, 1.0), random_state: int = 0, device: str = "cpu"):
+                 noise_bounds: tuple[float, float] = (1e-6, 1.0), random_state: int = 0, device: str = "cpu"):
         self.kernel = kernel
         self.lengthscale = lengthscale
         self.output_scale = output_scale
