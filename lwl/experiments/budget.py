@@ -314,8 +314,13 @@ def markdown_gp(doc: dict) -> str:
     """The gp study's tables: the GP design, Q's mixture and the NIPV anchor with the fitted GP at
     equal labels, and lwl's KRR pipeline (its data with its KRR and with the GP)."""
     s, budgets = doc["summary"], doc["settings"]["budgets"]
-    lines = [f"# Designs for a label budget with the fitted GP ({doc['preset']}, {len(doc['rows'])} problems)", "",
-             "Held-out Err of the fitted GP (Matern 5/2 ARD, hyperparameters by maximum marginal likelihood on each "
+    expected = len(doc["settings"]["seeds"]) * (doc["settings"]["columns"] + doc["settings"]["robustness"])
+    lines = [f"# Designs for a label budget with the fitted GP ({doc['preset']}, {len(doc['rows'])} problems)", ""]
+    if len(doc["rows"]) < expected:  # a study stopped early: its rows are the first ones of the preset
+        lines += [f"**Partial: {len(doc['rows'])} of the preset's {expected} problem runs** (the study was stopped; "
+                  "`--resume` continues it).", ""]
+    lines += ["Held-out Err of the fitted GP (ARD, the kernel of higher marginal likelihood of the squared "
+             "exponential and Matern 5/2, hyperparameters by maximum marginal likelihood on each "
              "training set) trained on the gp job's training set, against the same GP trained on the same number of "
              f"labels of Q's mixture (over {doc['settings']['draws']} draws) and of the NIPV anchor (the fitted "
              "GP's kernel); better / tie / worse beyond noise (95%). KRR pipeline: the krr job of the committed "
