@@ -164,8 +164,11 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
         console.print(f"Err {names.get(name, name)} ({name}): {err:.4f}", highlight=False)
     if result.get("selected") and "training_set" in result:
         cand = result["selected"]["candidate"]
-        console.print(f"selected {names.get(cand, cand)} ({cand}, lengthscale {result['selected']['lengthscale']:.4g})",
-                      highlight=False)
+        ell = result["selected"].get("lengthscale")
+        model = result.get("model") or {}
+        # a gp job has no single lengthscale: its served model names the kernel its evidence chose
+        how = f"lengthscale {ell:.4g}" if ell is not None else f"model {model.get('model', 'gp')}, kernel {model.get('kernel')}"
+        console.print(f"selected {names.get(cand, cand)} ({cand}, {how})", highlight=False)
     elif result.get("selected"):
         sel = result["selected"]
         check = f" (validation check Err {sel['check_err']:.4f})" if sel.get("check_err") is not None else ""

@@ -98,6 +98,8 @@ def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
     assert res["labels_used"] <= 400 and np.array_equal(X, np.asarray(res["training_set"]["inputs"]))
     assert "labels used: 400 of a budget of 400" in proc.stderr
     assert "verdict at equal labels (400)" in proc.stderr and res["verdict"]["kind"] == "equal_labels"
+    # the example's model: a fitted GP (the console wraps long lines: compared with whitespace folded)
+    assert f"model gp, kernel {res['model']['kernel']})" in " ".join(proc.stderr.split())
 
 
 # -- the command line's own surface: version, -h, usage lines, help texts ---------------------
