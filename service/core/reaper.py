@@ -8,8 +8,12 @@ this loop; the store's generation counter makes concurrent loops harmless.
 
 A heartbeat cannot be written while the store is unreachable, so every heartbeat looks stale
 just after an outage although its slice is alive and waiting for the store. The loop therefore
-reaps nothing until the store has been reachable again for ``stale_seconds`` (from this loop's
-view): a living slice has written its heartbeat by then, and only dead ones are resumed.
+reaps nothing until the store has been reachable again for ``stale_seconds`` plus the longest
+pause of a waiting slice's retries (``LONGEST_WAIT``, :mod:`service.core.outage`), from this
+loop's view: a living slice may still be asleep between two tries when the store returns, so
+only after that pause has it surely written its heartbeat, and only dead ones are resumed.
+(With ``stale_seconds`` below that pause, the hold-off of ``stale_seconds`` alone resumed a
+living slice after a 10 s PostgreSQL outage: a flaky test_outages on a loaded machine.)
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import time
 from typing import Callable
 
 from service.core.dispatch import redispatch_once, send_or_leave
-from service.core.outage import is_store_outage
+from service.core.outage import LONGEST_WAIT, is_store_outage
 from service.core.store import Store
 
 log = logging.getLogger("lwl.reaper")
@@ -37,7 +41,7 @@ def reap_once(store: Store, stale_seconds: float, enqueue: Callable[[str, int], 
 
 class Recovery:
     """One round every ``interval`` seconds: reap stale jobs (unless the store was unreachable
-    within ``stale_seconds``), then re-send lost messages (``waiting``: the broker's queue sizes,
+    within ``hold_off`` = ``stale_seconds`` + ``LONGEST_WAIT``), then re-send lost messages (``waiting``: the broker's queue sizes,
     :func:`service.core.queue.waiting_messages`; None: no re-sending)."""
 
     def __init__(self, store: Store, stale_seconds: float, enqueue: Callable[[str, int], None],
@@ -45,10 +49,11 @@ class Recovery:
         self.store, self.stale_seconds, self.enqueue = store, stale_seconds, enqueue
         self.waiting, self.redispatch_seconds = waiting, redispatch_seconds
         self.store_back_at = float("-inf")  # since when the store has answered without a break
+        self.hold_off = stale_seconds + LONGEST_WAIT  # after an outage: see the module's docstring
 
     def round(self) -> None:
         try:
-            if time.monotonic() - self.store_back_at >= self.stale_seconds:
+            if time.monotonic() - self.store_back_at >= self.hold_off:
                 reap_once(self.store, self.stale_seconds, self.enqueue)
             if self.waiting is not None:
                 redispatch_once(self.store, self.enqueue, self.waiting, self.redispatch_seconds)

@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from lwl.spec import parse_job_spec
 from service.core.dispatch import redispatch_once, redrive
-from service.core.outage import PatientStore, StoreUnavailable
+from service.core.outage import LONGEST_WAIT, PatientStore, StoreUnavailable
 from service.core.reaper import Recovery
 from service.core.settings import Settings
 from service.core.store import Store, jobs
@@ -120,6 +120,9 @@ def test_store_calls_wait_out_a_postgres_outage_and_the_reaper_holds_off(postgre
     recovery.round()
     assert store.get_job(job_id).status == "running"  # not reaped: its worker may be waiting like us
     time.sleep(5.2)
-    recovery.round()  # reachable for stale_seconds and still no heartbeat: the worker is dead
+    recovery.round()  # stale_seconds later a living slice may still sleep between two retries
+    assert store.get_job(job_id).status == "running"
+    time.sleep(LONGEST_WAIT)
+    recovery.round()  # reachable for stale_seconds + the longest retry pause, no heartbeat: dead
     assert store.get_job(job_id).status == "queued"
     store.engine.dispose()
