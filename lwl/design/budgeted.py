@@ -332,10 +332,10 @@ class BudgetedBilevel(StepperDefaults):
         the points and the seed: a resumed job refits the same values."""
         key = (int(state.iteration), len(state.points.y))
         if self._hyper_cache[0] != key:
-            from lwl.models import train
+            from lwl.models import fit_hyperparameters
 
-            self._hyper_cache = (key, train(self.spec.model, state.points.X, state.points.y,
-                                            ridge=self.spec.evaluation.ridge, seed=self.spec.seed))
+            self._hyper_cache = (key, fit_hyperparameters(self.spec.model, state.points.X, state.points.y,
+                                                          seed=self.spec.seed))
         return self._hyper_cache[1]
 
     def _scorer(self, state: BudgetedState, ell: float):

@@ -5,7 +5,7 @@ from lwl.models.krr import KernelRidge  # noqa: I001  (krr registers first: the 
 from lwl.models.gp import GaussianProcess
 from lwl.models.deeponet import DeepONetRegressor
 
-__all__ = ["DeepONetRegressor", "GaussianProcess", "KernelRidge", "from_spec"]
+__all__ = ["DeepONetRegressor", "GaussianProcess", "KernelRidge", "fit_hyperparameters", "from_spec", "train"]
 
 
 def from_spec(doc: dict, device: str = "cpu"):
@@ -41,8 +41,18 @@ def train(model, X, y, *, ridge: float, seed: int, hyperparameters=None, device:
             return GaussianProcess(h.kernel_, lengthscale=h.lengthscale_[0], output_scale=float(h.output_scale_[0]),
                                    noise=float(h.noise_[0]), optimize=False, device=device).fit(X, y)
         return GaussianProcess(model.kernel, restarts=model.restarts, max_fit_points=model.max_fit_points,
-                               random_state=seed, device=device).fit(X, y)
+                               refit_points=model.refit_points, random_state=seed, device=device).fit(X, y)
     raise ValueError(f"model.name: {model.name} is not a regression model lwl trains on a training set")
+
+
+def fit_hyperparameters(model, X, y, *, seed: int, device: str = "cpu") -> GaussianProcess:
+    """A ``gp`` spec block's hyperparameters fitted to (X, y) as :func:`train` fits them, without
+    conditioning on all of (X, y): for ``train(..., hyperparameters=...)`` on other training sets
+    (a budgeted design's scores), where the factorisation of every point would go unused."""
+    if model.name != "gp":
+        raise ValueError(f"model.name: a {model.name} model has no fitted hyperparameters")
+    return GaussianProcess(model.kernel, restarts=model.restarts, max_fit_points=model.max_fit_points,
+                           random_state=seed, device=device).fit_hyperparameters(X, y)
 
 
 def model_document(result: dict) -> dict | None:

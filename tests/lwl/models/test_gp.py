@@ -3,6 +3,7 @@ log marginal likelihood and predictions at the same hyperparameters, and a fitte
 least as high; its document loads into scikit-learn with the same predictions."""
 
 import warnings
+import torch
 
 import numpy as np
 import pytest
@@ -200,14 +201,37 @@ def test_auto_keeps_the_kernel_of_higher_evidence_and_serves_it():
     X, y, Xt = _problem("friedman1", 5, n=80, seed=4)
     auto = GaussianProcess("auto", restarts=1).fit(X, y)
     own = {k: GaussianProcess(k, restarts=1).fit(X, y) for k in ("squared_exponential", "matern52")}
-    best = max(own, key=lambda k: own[k].log_marginal_likelihood_[0])
+    best = max(own, key=lambda k: own[k].fit_log_marginal_likelihood_[0])
     assert auto.kernel_ == best and auto.kernel == "auto"
-    assert auto.kernel_evidence_ == {k: pytest.approx(float(g.log_marginal_likelihood_[0]), rel=1e-12)
+    assert auto.kernel_evidence_ == {k: pytest.approx(float(g.fit_log_marginal_likelihood_[0]), rel=1e-12)
                                      for k, g in own.items()}
+    # fitted on all 80 points: the conditioning factor's evidence is the maximised one, up to the
+    # round-off of two computations of an ill-conditioned K_y (Matern's noise is at its lower bound)
+    for g in own.values():
+        assert g.log_marginal_likelihood_[0] == pytest.approx(g.fit_log_marginal_likelihood_[0], rel=1e-5)
     np.testing.assert_array_equal(auto.predict(Xt), own[best].predict(Xt))
     doc = auto.to_spec()
     assert doc["kernel"] == best
     np.testing.assert_allclose(from_spec(doc).predict(Xt), auto.predict(Xt), rtol=1e-10)
+
+
+def test_auto_conditions_only_the_winner_on_every_point_and_compares_on_the_fitting_subset():
+    """Above max_fit_points the kernels are compared by their maximised evidence on the same
+    fitting subset; the winner alone is factored on all n points, and its
+    log_marginal_likelihood_ is the evidence of all of them (equal to _lml_terms')."""
+    from lwl.models.gp import _lml_terms
+
+    X, y, _ = _problem("friedman1", 5, n=150, seed=5)
+    auto = GaussianProcess("auto", restarts=0, max_fit_points=60).fit(X, y)
+    own = {k: GaussianProcess(k, restarts=0, max_fit_points=60).fit(X, y) for k in ("squared_exponential", "matern52")}
+    assert auto.kernel_evidence_ == {k: float(g.fit_log_marginal_likelihood_[0]) for k, g in own.items()}
+    assert auto.kernel_ == max(own, key=lambda k: own[k].fit_log_marginal_likelihood_[0])
+    g = own[auto.kernel_]
+    theta = [torch.as_tensor(v, dtype=torch.float64) for v in
+             (np.log(g.lengthscale_[0]), np.log(g.output_scale_[0]), np.log(g.noise_[0]))]
+    expected = float(_lml_terms(g.kernel_, g.X_, torch.as_tensor(y, dtype=torch.float64), *theta)[0])
+    assert auto.log_marginal_likelihood_[0] == pytest.approx(expected, rel=1e-10)
+    assert auto.log_marginal_likelihood_[0] == pytest.approx(g.log_marginal_likelihood(), rel=1e-10)
 
 
 def test_auto_picks_the_squared_exponential_on_a_smooth_function_and_matern_on_a_kinked_one():
@@ -218,3 +242,40 @@ def test_auto_picks_the_squared_exponential_on_a_smooth_function_and_matern_on_a
     smooth = GaussianProcess("auto", restarts=1).fit(X, np.sin(3 * X[:, 0]) * np.cos(2 * X[:, 1]))
     kinked = GaussianProcess("auto", restarts=1).fit(X, np.abs(X[:, 0] - 0.5) + X[:, 1])
     assert smooth.kernel_ == "squared_exponential" and kinked.kernel_ == "matern52"
+
+
+@pytest.mark.parametrize("kernel", ["auto", "matern52"])
+def test_fit_hyperparameters_learns_what_fit_learns_without_conditioning(kernel):
+    """fit_hyperparameters gives fit's hyperparameters (a budgeted design's scores condition
+    other training sets at them) and factors nothing: no model to predict with."""
+    X, y, _ = _problem("friedman1", 5, n=120, seed=6)
+    full = GaussianProcess(kernel, restarts=1, max_fit_points=50).fit(X, y)
+    only = GaussianProcess(kernel, restarts=1, max_fit_points=50).fit_hyperparameters(X, y)
+    assert only.kernel_ == full.kernel_
+    for name in ("lengthscale_", "output_scale_", "noise_", "fit_log_marginal_likelihood_"):
+        np.testing.assert_array_equal(getattr(only, name), getattr(full, name))
+    assert not hasattr(only, "alpha_") and not hasattr(only, "log_marginal_likelihood_")
+
+
+def test_a_subset_fit_whose_evidence_does_not_carry_over_is_fitted_again_on_more_points():
+    """The evidence check of fit: where the log marginal likelihood per point on all n points
+    falls below the fitting subset's, the hyperparameters are fitted again on 4x the points (up
+    to refit_points). Sobol G in d = 7 on 400 points, fitted on 25: the check must fire and the
+    kept fit pass it; with refit_points at max_fit_points nothing is refitted."""
+    X, y, _ = _problem("sobol_g", 7, n=400, seed=2)
+    never = GaussianProcess("squared_exponential", restarts=1, max_fit_points=25, refit_points=None).fit(X, y)
+    gap = never.fit_log_marginal_likelihood_[0] / 25 - never.log_marginal_likelihood_[0] / 400
+    assert never.fit_points_ == 25 and gap > 0  # the subset's hyperparameters do not carry over
+    checked = GaussianProcess("squared_exponential", restarts=1, max_fit_points=25, refit_points=400).fit(X, y)
+    assert checked.fit_points_ > 25
+    m = checked.fit_points_
+    assert checked.fit_points_ == 400 or (checked.fit_log_marginal_likelihood_[0] / m
+                                          <= checked.log_marginal_likelihood_[0] / 400)
+    assert checked.log_marginal_likelihood_[0] > never.log_marginal_likelihood_[0]
+
+
+def test_a_subset_fit_that_carries_over_is_kept():
+    X, y, _ = _problem("friedman1", 5, n=400, seed=3)
+    g = GaussianProcess("squared_exponential", restarts=1, max_fit_points=100).fit(X, y)
+    assert g.fit_points_ == 100
+    assert g.fit_log_marginal_likelihood_[0] / 100 < g.log_marginal_likelihood_[0] / 400
