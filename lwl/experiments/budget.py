@@ -135,8 +135,8 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
             "mixture": comps["mixture"], "nipv": comps.get("nipv"),
             "design_seconds": design_seconds, "audit_seconds": time.perf_counter() - t1}
         if progress:
-            progress(f"{key} seed {seed} B={B}: {ev['err']['optimized']:.3f} vs mixture "
-                     f"{comps['mixture']['other_err']:.3f} ({comps['mixture']['outcome']})")
+            progress(f"{key} seed {seed} B={B}: {ev['err']['optimized']:.4g} vs mixture "
+                     f"{comps['mixture']['other_err']:.4g} ({comps['mixture']['outcome']})")
     return row
 
 
@@ -191,8 +191,8 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
                              "labels_used": int(krr["labels_used"]), "selected": krr["selected"]["candidate"]},
             "design_seconds": design_seconds, "audit_seconds": audit_seconds}
         if progress:
-            progress(f"{key} seed {seed} B={B}: gp design {ev['err']['optimized']:.3f} vs mixture+gp "
-                     f"{comps['mixture']['other_err']:.3f} ({comps['mixture']['outcome']}), krr pipeline {err_krr:.3f}")
+            progress(f"{key} seed {seed} B={B}: gp design {ev['err']['optimized']:.4g} vs mixture+gp "
+                     f"{comps['mixture']['other_err']:.4g} ({comps['mixture']['outcome']}), krr pipeline {err_krr:.4g}")
     return row
 
 
@@ -256,8 +256,8 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
             finished(row)
             for B, c in row["budgets"].items():
                 if progress:
-                    progress(f"{row['problem']} seed {row['seed']} B={B}: {c['err']:.3f} vs mixture "
-                             f"{c['mixture']['other_err']:.3f} ({c['mixture']['outcome']})")
+                    progress(f"{row['problem']} seed {row['seed']} B={B}: {c['err']:.4g} vs mixture "
+                             f"{c['mixture']['other_err']:.4g} ({c['mixture']['outcome']})")
     else:
         for task in fresh:
             finished(run_problem(*task, progress))
@@ -352,11 +352,11 @@ def markdown_gp(doc: dict) -> str:
             c = r["budgets"][str(B)]
             nipv, p, v = c.get("nipv"), c["krr_pipeline"], c.get("validation_verdict") or {}
             z = f"{v['z']:.2f}" if v.get("z") is not None else "-"
-            lines.append(f"| {r['problem']} | {r['seed']} | {c['labels_used']} | {c['selected']} | {c['err']:.4f} | "
-                         f"{c['mixture']['other_err']:.4f} | {c['mixture']['outcome']} | "
+            lines.append(f"| {r['problem']} | {r['seed']} | {c['labels_used']} | {c['selected']} | {c['err']:.4g} | "
+                         f"{c['mixture']['other_err']:.4g} | {c['mixture']['outcome']} | "
                          f"{v.get('outcome')} ({z}, {v.get('points_each') or '-'}) | "
-                         + (f"{nipv['other_err']:.4f} | {nipv['outcome']} | " if nipv else "- | - | ")
-                         + f"{p['err']:.4f} | {p['err_with_gp']:.4f} | {c['design_seconds']:.0f} | "
+                         + (f"{nipv['other_err']:.4g} | {nipv['outcome']} | " if nipv else "- | - | ")
+                         + f"{p['err']:.4g} | {p['err_with_gp']:.4g} | {c['design_seconds']:.0f} | "
                          f"{c['audit_seconds']:.0f} |")
         lines.append("")
     agreement = [(B, s[str(B)]["validation_verdict"]) for B in budgets if s[str(B)].get("validation_verdict")]
@@ -411,9 +411,9 @@ def markdown(doc: dict) -> str:
             nipv = c.get("nipv")
             u = r["unbudgeted"]
             lines.append(f"| {r['problem']} | {r['seed']} | {c['labels_used']} | {c['rounds']} | {c['selected']} | "
-                         f"{c['err']:.4f} | {c['mixture']['other_err']:.4f} | {c['mixture']['outcome']} | "
-                         + (f"{nipv['other_err']:.4f} | {nipv['outcome']} | " if nipv else "- | - | ")
-                         + f"{u['err'][str(B)]:.4f} ({u['design_labels'] + B:,}) |")
+                         f"{c['err']:.4g} | {c['mixture']['other_err']:.4g} | {c['mixture']['outcome']} | "
+                         + (f"{nipv['other_err']:.4g} | {nipv['outcome']} | " if nipv else "- | - | ")
+                         + f"{u['err'][str(B)]:.4g} ({u['design_labels'] + B:,}) |")
         lines.append("")
     return "\n".join(lines)
 
