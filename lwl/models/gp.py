@@ -229,24 +229,23 @@ class GaussianProcess:
             m = min(4 * m, cap)
         return self
 
-    def _fit_on(self, X, y, m: int) -> None:
-        """``fit`` with the hyperparameters fitted on at most m points."""
+    def _fit_on(self, X, y, m: int, condition: bool = True) -> None:
+        """``fit`` with the hyperparameters fitted on at most m points (``condition=False``:
+        without conditioning on all of them)."""
         self.fit_points_ = min(m, len(X))
         if self.kernel == AUTO:
-            self._fit_auto(X, y, fit_points=m)
+            self._fit_auto(X, y, m, condition)
             return
         self._fit_hyperparameters(X, y, self.kernel, m)
-        self._condition(self._given_mean())
+        if condition:
+            self._condition(self._given_mean())
 
     def fit_hyperparameters(self, X, y) -> "GaussianProcess":
         """``fit`` without conditioning on (X, y): the learned hyperparameters (``kernel_``,
         ``lengthscale_``, ``output_scale_``, ``noise_``, ``fit_log_marginal_likelihood_``)
         and nothing to predict with. For a caller that conditions other training sets at these
         values (a budgeted design's scores), it saves the O(n^3) factorisation of all n points."""
-        self.fit_points_ = min(self.max_fit_points, len(X))
-        if self.kernel == AUTO:
-            return self._fit_auto(X, y, condition=False)
-        self._fit_hyperparameters(X, y, self.kernel, self.max_fit_points)
+        self._fit_on(X, y, self.max_fit_points, condition=False)
         return self
 
     def _given_mean(self):
@@ -277,7 +276,7 @@ class GaussianProcess:
         self.noise_ = np.array([o[2] for o in outputs])
         self.fit_log_marginal_likelihood_ = np.array([o[3] for o in outputs])
 
-    def _fit_auto(self, X, y, condition: bool = True, fit_points: int | None = None) -> "GaussianProcess":
+    def _fit_auto(self, X, y, fit_points: int, condition: bool) -> None:
         """``kernel="auto"``: the hyperparameters fitted with each kernel on the same points
         (the same fitting subset, the same starts); the one of higher maximised log marginal
         likelihood on those points is conditioned on every point and kept (as many
@@ -291,7 +290,7 @@ class GaussianProcess:
         fits = []
         for kind in GP_KERNELS:
             g = GaussianProcess(**{**params, "kernel": kind})
-            g._fit_hyperparameters(X, y, kind, fit_points or self.max_fit_points)
+            g._fit_hyperparameters(X, y, kind, fit_points)
             if not self.optimize:  # nothing maximised: the evidence of the given values on all points
                 g._condition(g._given_mean())
                 g.fit_log_marginal_likelihood_ = g.log_marginal_likelihood_
@@ -301,7 +300,6 @@ class GaussianProcess:
             best._condition(best._given_mean())
         self.__dict__.update({k: v for k, v in vars(best).items() if k.endswith("_") and k != "fit_points_"})
         self.kernel_evidence_ = {g.kernel_: float(np.sum(g.fit_log_marginal_likelihood_)) for g in fits}
-        return self
 
     def _fit_output(self, X: np.ndarray, y: np.ndarray, j: int, fit_points: int) -> tuple[np.ndarray, float, float, float]:
         """(lengthscales, output scale, noise, maximised LML on the fitting points) of output j;
