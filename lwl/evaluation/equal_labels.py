@@ -107,12 +107,14 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     a = q.point_weights(q.heldout, q.weights)
     sizes, y2 = [len(h) for h in q.heldout], (test_y**2).sum(1)
 
-    def sq_errors(train_x, train_y) -> np.ndarray:
+    def sq_errors(train_x, train_y, model=None) -> np.ndarray:
         """The job's model trained on this set (a gp's hyperparameters fitted to its labels)."""
-        model = train(spec.model, train_x, train_y, ridge=ridge, seed=spec.seed)
+        if model is None:
+            model = train(spec.model, train_x, train_y, ridge=ridge, seed=spec.seed)
         return ((np.asarray(model.predict(test_x)).reshape(test_y.shape) - test_y) ** 2).sum(1)
 
-    design = sq_errors(X, y)
+    design_model = train(spec.model, X, y, ridge=ridge, seed=spec.seed)  # also the anchor's GP below
+    design = sq_errors(X, y, design_model)
     rows: dict[str, np.ndarray] = {}
     failed: dict[str, str] = {}
     domain = spec.domain.build() if getattr(spec, "domain", None) is not None else None
@@ -136,7 +138,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
         if spec.model.name == "gp":  # the lab's GP at n labels: fitted to the job's training set
             from lwl.evaluation.nipv import gp_kernel
 
-            kernel, noise = gp_kernel(train(spec.model, X, y, ridge=ridge, seed=spec.seed))
+            kernel, noise = gp_kernel(design_model)
             ell = 0.0  # unused: the kernel is the GP's
         else:
             kernel, ell, noise = spec.model.kernel, spec.model.lengthscale, ridge

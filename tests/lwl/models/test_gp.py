@@ -274,6 +274,18 @@ def test_a_subset_fit_whose_evidence_does_not_carry_over_is_fitted_again_on_more
     assert checked.log_marginal_likelihood_[0] > never.log_marginal_likelihood_[0]
 
 
+def test_the_evidence_check_refits_the_kernel_that_auto_chose_on_the_subset():
+    """kernel auto: the kernels are compared once, on the subset; a refit keeps the winner
+    (started from the data's scales and the subset's optimum) and passes the check."""
+    X, y, _ = _problem("sobol_g", 7, n=400, seed=2)
+    subset = GaussianProcess("auto", restarts=1, max_fit_points=25, refit_points=None).fit(X, y)
+    checked = GaussianProcess("auto", restarts=1, max_fit_points=25, refit_points=400).fit(X, y)
+    assert checked.fit_points_ > 25 and checked.kernel_ == subset.kernel_
+    assert checked.kernel_evidence_ == subset.kernel_evidence_
+    assert checked.log_marginal_likelihood_[0] > subset.log_marginal_likelihood_[0]
+    assert checked.fit_points_ == 400 or checked._evidence_gap(400)[0] <= 0
+
+
 def test_a_subset_fit_that_carries_over_is_kept():
     X, y, _ = _problem("friedman1", 5, n=400, seed=3)
     g = GaussianProcess("squared_exponential", restarts=1, max_fit_points=100).fit(X, y)
