@@ -1,5 +1,5 @@
 """Initial data (``initial_data``): inputs and labels a lab already has. A budgeted job
-(:mod:`lwl.design.budgeted`) counts them toward its budget as paid and keeps them in its training
+(:mod:`lwl.design.budget`) counts them toward its budget as paid and keeps them in its training
 set; this module holds their spec block and the job-level check (:func:`check_initial_data`,
 run by :class:`lwl.spec.JobSpec`)."""
 

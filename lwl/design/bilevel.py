@@ -1123,5 +1123,5 @@ def check_bilevel(spec: JobSpec) -> None:
 ALGORITHMS.register("bilevel", BilevelSpec, build, check_bilevel, evaluate=evaluate, final_steps=0,
                     baselines=DEFAULT_BASELINES, domain=True, full_rank_members=True,
                     budgeted="lwl.design.budgeted:build",
-                    budget_needs="lwl.design.budgeted:check_budget",
+                    budget_needs="lwl.design.budget.plan:check_budget",
                     budgeted_evaluate="lwl.evaluation.equal_labels:evaluate")

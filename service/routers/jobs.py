@@ -264,7 +264,7 @@ def total_steps(spec) -> int:
     """The progress total a new job shows: its iterations, or a budgeted job's rounds."""
     if spec.budget is None:
         return spec.algorithm.iterations
-    from lwl.design.budgeted import plan_budget
+    from lwl.design.budget import plan_budget
 
     return plan_budget(spec).total_rounds
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from lwl import run_job
-from lwl.design.budgeted import MIN_DESIGN, MIN_VALIDATION, RACE_MIN_POINTS, RIVAL_Z, plan_budget
+from lwl.design.budget.design import RACE_MIN_POINTS, RIVAL_Z
+from lwl.design.budget.plan import MIN_DESIGN, MIN_VALIDATION, plan_budget
 from lwl.evaluation.nipv import integrated_variance, nipv_select
 from lwl.design.state import Kept, pack, unpack
 from lwl.oracles import Oracle, make_oracle
@@ -181,7 +182,8 @@ def test_laplace_kernel_nipv_integrated_variance_falls():
 def _after_selection(spec: dict, incumbent: str):
     """The budgeted stepper of ``spec`` and its state once selection is over, ``incumbent``
     forced as the selected candidate (the race's own logic is what is tested)."""
-    from lwl.design.budgeted import BudgetedBilevel, float_params
+    from lwl.design.budget.state import float_params
+    from lwl.design.budgeted import BudgetedBilevel
 
     stepper = BudgetedBilevel.from_spec(parse_job_spec(spec))
     oracle = make_oracle(parse_job_spec(spec).oracle.model_dump())
@@ -211,7 +213,7 @@ def test_q_mixture_races_the_selected_candidate_with_its_hedge_share(budget_spec
 
 
 def test_the_rival_takes_over_when_its_points_validate_better_beyond_noise(budget_spec, monkeypatch):
-    import lwl.design.budgeted as budgeted
+    import lwl.design.budget.design as budgeted
 
     budget_spec["budget"] = 1000
     stepper, oracle, state = _after_selection(budget_spec, "broadened_4")
@@ -309,7 +311,7 @@ def test_a_validation_win_at_a_few_hundred_points_says_the_training_set_is_large
 
 
 def test_extrapolated_ratio_is_the_power_law_through_the_two_sizes():
-    from lwl.design.budgeted import extrapolated_ratio
+    from lwl.design.budget.design import extrapolated_ratio
 
     assert extrapolated_ratio(0.8, 0.8, 100, 1000) == pytest.approx(0.8)  # a constant ratio stays
     assert extrapolated_ratio(0.8, 0.64, 100, 400) == pytest.approx(0.8 * 1.25**2)  # x1.25 per doubling
@@ -383,7 +385,8 @@ def test_a_typed_state_checkpoints_under_the_keys_of_a_legacy_checkpoint(path):
 
 def test_a_state_with_a_challenger_and_failed_validation_labels_round_trips(budget_spec):
     """The keys set only sometimes (chal_*, val_ok, incumbent_name) come back from a checkpoint."""
-    from lwl.design.budgeted import BudgetedBilevel, float_params
+    from lwl.design.budget.state import float_params
+    from lwl.design.budgeted import BudgetedBilevel
 
     stepper, _, state = _after_selection(budget_spec, "broadened_4")
     ok = np.ones(stepper.validation(state).n, dtype=bool)
@@ -454,7 +457,7 @@ def test_gp_candidates_are_scored_by_the_gp_fitted_to_the_round_labels(budget_sp
     """After the first selection round, each candidate's score is two-fold validation of a GP at
     the hyperparameters fitted (maximum marginal likelihood) to every label bought so far; and
     the served model is a GP whose hyperparameters are fitted to the whole training set."""
-    from lwl.design.budgeted import VALIDATION
+    from lwl.design.budget.ledger import VALIDATION
     from lwl.models import GaussianProcess
     from lwl.runner import build_stepper
 

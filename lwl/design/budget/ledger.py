@@ -1,0 +1,84 @@
+"""The ledger of a budgeted job: every label it paid for, in the order it came, with where each
+point came from and which round bought it (:class:`LabelledPoints`), and the labelled validation
+points at its head (:class:`LabelledValidation`). The returned training set is every row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from lwl.design.state import Flat
+
+# source codes of points besides the candidates' indices (and the incumbent's code once it moved)
+VALIDATION, CHALLENGER, MOVED, INITIAL = -1, -2, -3, -4
+SOURCE_NAMES = {VALIDATION: "validation", CHALLENGER: "challenger", MOVED: "moved", INITIAL: "initial"}
+
+
+@dataclass
+class LabelledPoints:
+    """Every label a budgeted job paid for, as rows in the order they came: Q's labelled
+    validation points first (the first ``validation(state).n`` rows), then the initial data, then
+    each design round's points. The returned training set is all of them."""
+
+    X: np.ndarray          # (n, d) inputs
+    y: np.ndarray          # (n,) labels
+    source: np.ndarray     # (n,) int64: the candidate whose draw a point is, or VALIDATION, CHALLENGER, MOVED, INITIAL
+    round_of: np.ndarray   # (n,) int64: the round that bought it (0: the validation round)
+    failed_X: np.ndarray   # (m, d) inputs whose label failed (NaN, lwl.outcomes): paid for, never data
+
+    KEYS: ClassVar[tuple[str, ...]] = ("X", "y", "source", "round_of", "failed_X")  # their flat keys
+
+    @classmethod
+    def empty(cls, dim: int) -> LabelledPoints:
+        return cls(X=np.zeros((0, dim)), y=np.zeros(0), source=np.zeros(0, dtype=np.int64),
+                   round_of=np.zeros(0, dtype=np.int64), failed_X=np.zeros((0, dim)))
+
+    def added(self, X: np.ndarray, y: np.ndarray, source: np.ndarray, round_: int,
+              failed_X: np.ndarray) -> LabelledPoints:
+        """These points with round ``round_``'s labelled rows (X, y, source) and failed inputs appended."""
+        return LabelledPoints(X=np.concatenate([self.X, X]), y=np.concatenate([self.y, y]),
+                              source=np.concatenate([self.source, source]),
+                              round_of=np.concatenate([self.round_of, np.full(len(y), round_)]),
+                              failed_X=np.concatenate([self.failed_X, failed_X]))
+
+    def of(self, source: int) -> np.ndarray:
+        """Indices of the rows drawn from ``source`` (a candidate's index or a source code)."""
+        return np.flatnonzero(self.source == source)
+
+    def to_flat(self) -> Flat:
+        return {k: getattr(self, k) for k in self.KEYS}
+
+    @classmethod
+    def from_flat(cls, flat: Flat) -> LabelledPoints:
+        X = flat["X"]
+        # failed_X: absent from checkpoints that predate failed labels
+        return cls(X=X, y=flat["y"], source=flat["source"], round_of=flat["round_of"],
+                   failed_X=flat.get("failed_X", np.zeros((0, X.shape[1]))))
+
+
+@dataclass(frozen=True)
+class LabelledValidation:
+    """The validation points whose labels came back, as they lie at the head of a state's X, y:
+    ``member`` of each (Q's member index), ``fold`` (two folds alternating within each member),
+    ``weights`` w_k / M'_k (M'_k = ``counts[k]`` labelled points of member k)."""
+
+    member: np.ndarray
+    fold: np.ndarray
+    weights: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.member)
+
+    @classmethod
+    def of(cls, member: np.ndarray, weights: np.ndarray) -> "LabelledValidation":
+        counts = np.bincount(member, minlength=len(weights))
+        for k, c in enumerate(counts):
+            if c < 2:  # two-fold scores need a point of each member in each fold
+                raise ValueError(f"labels: {c} validation label(s) of test_distributions.members.{k} came back; "
+                                 "the budgeted design needs at least 2 per member")
+        position = np.concatenate([np.arange(c) for c in counts])
+        return cls(member=member, fold=position % 2, weights=weights[member] / counts[member], counts=counts)
