@@ -38,8 +38,17 @@ def _round(x) -> Any:
     return out.tolist()
 
 
+def _field_template(measure):
+    """The field measure whose grid a field design has: itself, or the first component of a
+    mixture of field measures (Q's law as a budgeted operator design returns it); else None."""
+    if hasattr(measure, "grid"):
+        return measure
+    parts = getattr(measure, "components", None)
+    return parts[0] if parts and all(hasattr(c, "grid") for c in parts) else None
+
+
 def _field_shape(measure) -> list[int]:
-    grid = int(getattr(measure, "grid"))
+    grid = int(getattr(_field_template(measure), "grid"))
     return [grid, grid] if measure.dim == grid * grid else [measure.dim]
 
 
@@ -100,7 +109,7 @@ def design_views(distribution: dict, q=None) -> dict:
     from lwl.measures import from_spec
 
     measure = from_spec(distribution)
-    if hasattr(measure, "grid"):
+    if _field_template(measure) is not None:
         return fields_view(measure)
     if q is None:
         return {"kind": "none", "why": "Q's samples are not available to this algorithm's result"}

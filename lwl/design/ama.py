@@ -42,6 +42,7 @@ import torch
 from pydantic import Field
 
 from lwl.bound import bound_constant_squared
+from lwl.design.budget.settings import Hedge, MaxRounds, RoundSize, ValidationFraction
 from lwl.measures.kle_family import KLEFamily
 from lwl.design.stepper import StepperDefaults
 from lwl.design.validated import SELECTIONS, AMAStateBase, PairModels, Phase, judge
@@ -446,6 +447,12 @@ class AMASpec(StrictModel):
                                           "AMA (steps accepted when the bound falls, the last iterate returned)")
     backtracks: int = Field(default=2, ge=0, le=50, description="validation: halvings back towards the kept "
                                                                 "distribution before the design stops")
+    # a job with a ``budget`` runs the budgeted AMA design (lwl.design.budgeted_ama, docs/method.md
+    # "Designs for a label budget"); these fields (lwl.design.budget.settings) are read by it only
+    round_size: RoundSize = None
+    max_rounds: MaxRounds = 30
+    validation_fraction: ValidationFraction = 0.25
+    hedge: Hedge = 0.25
 
 
 def operator_parts(spec: JobSpec, family: str, family_what: str, oracle_need: str) -> None:
@@ -482,4 +489,5 @@ def check_ama(spec: JobSpec) -> None:
         raise ValueError(str(exc)) from None
 
 
-ALGORITHMS.register("ama", AMASpec, build, check_ama, evaluate=evaluate, final_steps=1, prefers_gpu=True)
+ALGORITHMS.register("ama", AMASpec, build, check_ama, evaluate=evaluate, final_steps=1, prefers_gpu=True,
+                    budgeted="lwl.design.budgeted_ama:build", budget_needs="lwl.design.budget.plan:check_budget")

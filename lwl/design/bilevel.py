@@ -47,6 +47,7 @@ from lwl.defaults import (
     select_widening,
 )
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient
+from lwl.design.budget.settings import Hedge, MaxRounds, RoundSize, ValidationFraction
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
 from lwl.design.state import Flat, Kept, KeptLayout, StepperState
@@ -1064,21 +1065,11 @@ class BilevelSpec(StrictModel):
     patience: int = Field(default=2, ge=1, le=1000)
     max_halvings: int = Field(default=6, ge=0, le=60)
     # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted, docs/method.md
-    # "Designs for a label budget"); these four fields are read by it only
-    round_size: int | None = Field(
-        default=None, ge=1, le=1_000_000,
-        description="budgeted jobs: labels bought per design round; default budget/16 within [64, 256], raised "
-                    "so that the rounds fit max_rounds")
-    max_rounds: int = Field(default=30, ge=2, le=10_000,
-                            description="budgeted jobs: most labelling rounds, the validation round included")
-    validation_fraction: float = Field(
-        default=0.25, gt=0.0, lt=1.0,
-        description="budgeted jobs: share of the budget spent on labels of Q's validation samples (at most "
-                    "validation_per_member per member; they are also training data)")
-    hedge: float = Field(default=0.25, ge=0.0, lt=1.0,
-                         description="budgeted jobs: share of each round after selection drawn from Q's mixture "
-                                     "while it races the selected candidate at equal numbers of points (0: off; "
-                                     "see docs/method.md)")
+    # "Designs for a label budget"); these fields (lwl.design.budget.settings) are read by it only
+    round_size: RoundSize = None
+    max_rounds: MaxRounds = 30
+    validation_fraction: ValidationFraction = 0.25
+    hedge: Hedge = 0.25
     inner_steps: int = Field(default=0, ge=0, le=100_000,
                              description="budgeted jobs: bilevel steps on a surrogate of G* between two rounds, "
                                          "whose result competes for the next round's labels (0: off; see "

@@ -94,17 +94,18 @@ class BudgetedDesign(StepperDefaults):
     Subclasses supply the hooks below (each says what it is for)."""
 
     state_type = BudgetedState
+    # labels of more than one value per input (an operator's output field): each row's squared error
+    # and squared norm are sums over its values with these quadrature weights; None: one label per input
+    output_weights: np.ndarray | None = None
     selection_rule = "successive halving on two-fold validation, with Q's mixture racing the selected candidate"
 
     def __init__(self, spec: JobSpec, q: MetaTestSamples, family, candidates: list[Candidate]):
-        from lwl.evaluation.baselines import mixture
-
         self.spec, self.q, self.algo = spec, q, spec.algorithm
         self.plan = plan_budget(spec)
         # the labelled validation points: the first per_member of each member's validation samples
         self.qv = MetaTestSamples(q.members, q.weights, self.plan.per_member)
         self.family = family
-        self.candidates: list[Candidate] = [*candidates, Candidate(Q_MIXTURE, self._in_domain(mixture(q)), None)]
+        self.candidates: list[Candidate] = [*candidates, Candidate(Q_MIXTURE, self._in_domain(self.q_law()), None)]
         self.total_steps = self.plan.total_rounds
         self._val_x = np.concatenate(self.qv.validation)
         self._member_all = np.repeat(np.arange(len(q.members)), self.plan.per_member)
@@ -162,6 +163,26 @@ class BudgetedDesign(StepperDefaults):
     def resolved_spec(self, state: BudgetedState) -> JobSpec:
         return self.spec
 
+    def q_law(self) -> Measure:
+        """Q's own law as a candidate (it races the selected one): the mixture of Gaussians fitted
+        to Q's members (:func:`lwl.evaluation.baselines.mixture`)."""
+        from lwl.evaluation.baselines import mixture
+
+        return mixture(self.q)
+
+    def model_document(self, state: BudgetedState) -> dict | None:
+        """The served model's document (``result["model"]``), without its training set."""
+        return self.final_model(state).to_spec(training_set=False)
+
+    # -- squared errors and norms of a row of labels ------------------------------------------
+    def _sq(self, residual: np.ndarray) -> np.ndarray:
+        """Squared error of each row of ``residual`` (prediction - label)."""
+        return residual**2 if self.output_weights is None else (residual**2) @ self.output_weights
+
+    def _y2(self, y: np.ndarray) -> np.ndarray:
+        """Squared norm of each row of labels ``y``."""
+        return y**2 if self.output_weights is None else (y**2) @ self.output_weights
+
     # -- stepper protocol and the rounds --------------------------------------------------------
 
     def _in_domain(self, measure: Measure) -> Measure:
@@ -182,7 +203,8 @@ class BudgetedDesign(StepperDefaults):
 
     def init(self) -> BudgetedState:
         ell = self.initial_lengthscale()
-        return BudgetedState(points=LabelledPoints.empty(self.q.dim), alive=list(range(len(self.candidates))),
+        width = None if self.output_weights is None else len(self.output_weights)
+        return BudgetedState(points=LabelledPoints.empty(self.q.dim, width), alive=list(range(len(self.candidates))),
                              lengthscale=ell)
 
     def done(self, state: BudgetedState) -> bool:
@@ -236,8 +258,15 @@ class BudgetedDesign(StepperDefaults):
         t0 = time.perf_counter()
         if state.phase is Phase.DONE:
             raise ValueError("step: the design is finished")
-        labels = np.asarray(labels, dtype=np.float64).reshape(-1)
+        labels = np.asarray(labels, dtype=np.float64)
         x = self.queries(state)
+        if self.output_weights is None:
+            labels = labels.reshape(-1)
+        elif labels.ndim == 0 or labels.reshape(len(labels), -1).shape[1] != len(self.output_weights):
+            raise ValueError(f"labels: expected {len(x)} rows of {len(self.output_weights)} values (the output "
+                             f"grid), got shape {labels.shape}")
+        else:
+            labels = labels.reshape(len(labels), -1)
         if labels.shape[0] != len(x):
             raise ValueError(f"labels: expected {len(x)} labels, got {labels.shape[0]}")
         r = state.iteration
@@ -312,8 +341,7 @@ class BudgetedDesign(StepperDefaults):
                 "budget": self.plan.budget,
                 "rounds": int(state.iteration),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
-                "model": (self.final_model(state).to_spec(training_set=False)
-                          if state.phase is Phase.DONE and len(y) >= 2 else None),
+                "model": self.model_document(state) if state.phase is Phase.DONE and len(y) >= 2 else None,
                 "selected": {"candidate": name, "lengthscale": float(state.lengthscale) if self.tunes_lengthscale else None,
                              "rule": self.selection_rule,
                              "scores": dict(state.scores)},
@@ -374,8 +402,8 @@ class BudgetedDesign(StepperDefaults):
                     model = fit(X, Y)
                 except np.linalg.LinAlgError:
                     break
-                sq[test] = (model.predict(Xv[test]) - yv[test]) ** 2
-            score = float(np.sqrt(a @ sq / (a @ yv**2)))
+                sq[test] = self._sq(np.asarray(model.predict(Xv[test])).reshape(yv[test].shape) - yv[test])
+            score = float(np.sqrt(a @ sq / (a @ self._y2(yv))))
             if np.isfinite(score) and score < best[0]:
                 best = (score, ell, sq)
         return best if residuals else best[:2]
@@ -386,7 +414,7 @@ class BudgetedDesign(StepperDefaults):
         labelled validation points ``val``, stratified by Q's members; as
         :meth:`BilevelDesign.improvement_z`)."""
         a = val.weights
-        den = float(a @ y**2)
+        den = float(a @ self._y2(y))
         diff = sq_new - sq_old
         var = sum((w / den) ** 2 * float(diff[val.member == k].var(ddof=1)) / val.counts[k]
                   for k, w in enumerate(self.q.weights) if val.counts[k] > 1)

@@ -23,7 +23,7 @@ class LabelledPoints:
     each design round's points. The returned training set is all of them."""
 
     X: np.ndarray          # (n, d) inputs
-    y: np.ndarray          # (n,) labels
+    y: np.ndarray          # (n,) labels, or (n, p) where a label is p values (an output field)
     source: np.ndarray     # (n,) int64: the candidate whose draw a point is, or VALIDATION, CHALLENGER, MOVED, INITIAL
     round_of: np.ndarray   # (n,) int64: the round that bought it (0: the validation round)
     failed_X: np.ndarray   # (m, d) inputs whose label failed (NaN, lwl.outcomes): paid for, never data
@@ -31,8 +31,9 @@ class LabelledPoints:
     KEYS: ClassVar[tuple[str, ...]] = ("X", "y", "source", "round_of", "failed_X")  # their flat keys
 
     @classmethod
-    def empty(cls, dim: int) -> LabelledPoints:
-        return cls(X=np.zeros((0, dim)), y=np.zeros(0), source=np.zeros(0, dtype=np.int64),
+    def empty(cls, dim: int, width: int | None = None) -> LabelledPoints:
+        """No points; labels of ``width`` values per input (None: one, y of shape (n,))."""
+        return cls(X=np.zeros((0, dim)), y=np.zeros(0 if width is None else (0, width)), source=np.zeros(0, dtype=np.int64),
                    round_of=np.zeros(0, dtype=np.int64), failed_X=np.zeros((0, dim)))
 
     def added(self, X: np.ndarray, y: np.ndarray, source: np.ndarray, round_: int,

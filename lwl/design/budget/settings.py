@@ -1,0 +1,23 @@
+"""The spec fields of a budgeted design, declared once for every algorithm that takes a budget
+(each algorithm's spec block carries them: ``algorithm.round_size`` etc.; docs/job-spec.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+RoundSize = Annotated[int | None, Field(
+    ge=1, le=1_000_000,
+    description="budgeted jobs: labels bought per design round; default budget/16 within [64, 256], raised "
+                "so that the rounds fit max_rounds")]
+MaxRounds = Annotated[int, Field(ge=2, le=10_000,
+                                 description="budgeted jobs: most labelling rounds, the validation round included")]
+ValidationFraction = Annotated[float, Field(
+    gt=0.0, lt=1.0,
+    description="budgeted jobs: share of the budget spent on labels of Q's validation samples (at most "
+                "validation_per_member per member; they are also training data)")]
+Hedge = Annotated[float, Field(ge=0.0, lt=1.0,
+                               description="budgeted jobs: share of each round after selection drawn from Q's mixture "
+                                           "while it races the selected candidate at equal numbers of points (0: off; "
+                                           "see docs/method.md)")]

@@ -1,0 +1,125 @@
+"""The AMA design under a label budget (an ``ama`` job with ``budget``; issue #47, docs/method.md
+"Designs for a label budget"): every PDE solve counted, the operator half of the paper on the
+budget layer (:mod:`lwl.design.budget`), which holds the plan, the ledger, the rounds, selection,
+the race against Q's law and the validation verdict.
+
+What the AMA design supplies:
+
+- **Candidates**, members of its KLE family nu_theta fixed in advance (no solve spent on choosing
+  them): the given theta^0; Q's projection onto the family, argmin_theta sum_k w_k W2^2(nu_theta,
+  nu'_k) (the transport part of the AMA bound, paper eqn AMAobjective, in closed form for KLE
+  Gaussians); and, when Q has several members, each member's own projection. The budget layer adds
+  Q's law itself (the mixture of its KLE members).
+- **The model a score trains**: the job's DeepONet, trained on half of the labelled validation
+  fields plus the candidate's points; the squared error of a field is its L2 norm with the oracle's
+  output quadrature weights (the relative OOD error of SM eqn app_ntd_rel_ood_error).
+- **The served model**: the DeepONet trained on the whole training set (``final_model``).
+
+No move between rounds yet (:meth:`BudgetedDesign.propose`): the AMA distribution step evaluates
+its training-error term with fresh oracle labels at every trial theta, which a budget forbids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from lwl.design.budget.design import BudgetedDesign, Candidate
+from lwl.measures import KLEGaussian, Measure, Mixture
+from lwl.measures.kle_family import KLEFamily
+from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
+from lwl.spec import JobSpec
+
+HELDOUT_PER_MEMBER = 500  # samples of a KLE member without ``size`` beyond its validation ones (the audit's)
+SAME_THETA = 1e-6  # candidates closer than this (relative) are one
+
+
+class _ThetaFamily:
+    """The KLE family as the budget layer reads a family: parameters {"theta": theta}."""
+
+    def __init__(self, family: KLEFamily):
+        self.kle = family
+
+    def measure(self, params) -> KLEGaussian:
+        return self.kle.measure(np.asarray(params["theta"], dtype=np.float64))
+
+
+def w2_projection(family: KLEFamily, members: list[KLEGaussian], weights, theta0: np.ndarray) -> np.ndarray:
+    """argmin_theta sum_k w_k W2^2(nu_theta, nu'_k) within the family's bounds (L-BFGS-B from
+    ``theta0``, the closed-form W2 of KLE Gaussians differentiated by autograd)."""
+    from scipy.optimize import minimize
+
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+
+    def value(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        th = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+        v = sum(float(wk) * family.w2_squared(th, m) for wk, m in zip(w, members))
+        v.backward()
+        return float(v.detach()), th.grad.numpy().copy()
+
+    bounds = [tuple(None if not np.isfinite(b) else float(b) for b in family.bounds[p]) for p in family.free]
+    res = minimize(value, np.asarray(theta0, dtype=np.float64), jac=True, method="L-BFGS-B", bounds=bounds)
+    return family.clip(res.x)
+
+
+def start_points(family: KLEFamily, members: list[KLEGaussian], weights) -> list[tuple[str, np.ndarray]]:
+    """(name, theta) of the candidates (module docstring), duplicates dropped."""
+    theta0 = family.theta0()
+    out = [("initial", theta0), ("q_fit", w2_projection(family, members, weights, theta0))]
+    if len(members) > 1:
+        out += [(f"member_{k}_fit", w2_projection(family, [m], [1.0], theta0)) for k, m in enumerate(members)]
+    kept: list[tuple[str, np.ndarray]] = []
+    for name, theta in out:
+        if all(np.max(np.abs(theta - t)) > SAME_THETA * (1.0 + np.max(np.abs(t))) for _, t in kept):
+            kept.append((name, theta))
+    return kept
+
+
+class BudgetedAMA(BudgetedDesign):
+    """The budgeted AMA design as a stepper (module docstring). One step = one round of solves."""
+
+    selection_rule = ("successive halving of KLE family members on two-fold validation of the DeepONet, with Q's "
+                      "law racing the selected candidate")
+
+    def __init__(self, spec: JobSpec, q: MetaTestSamples, members: list[KLEGaussian], z: np.ndarray,
+                 output_weights):
+        from lwl.models.deeponet import deeponet_factory
+
+        fam = spec.family
+        self.kle = KLEFamily(fam.kle_parameters().measure(), list(fam.free), dict(fam.bounds))
+        self.members = members
+        self.z = np.asarray(z, dtype=np.float64)
+        self.output_weights = np.broadcast_to(np.asarray(output_weights, dtype=np.float64), (len(self.z),)).copy()
+        self.factory = deeponet_factory(spec.model, q.dim, self.z.shape[1], spec.device, warm_start=False)
+        candidates = [Candidate(name, self.kle.measure(theta), {"theta": theta})
+                      for name, theta in start_points(self.kle, members, q.weights)]
+        super().__init__(spec, q, _ThetaFamily(self.kle), candidates)
+
+    def q_law(self) -> Measure:
+        """Q's law: the mixture of its KLE members (exact, not a fit to their samples)."""
+        return Mixture(self.members, self.q.weights)
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> "BudgetedAMA":
+        tests = spec.test_distributions
+        members = [m.model_copy(update={"size": m.size or tests.validation_per_member + HELDOUT_PER_MEMBER})
+                   for m in tests.members]
+        q = MetaTestSamples.from_spec(tests.model_copy(update={"members": members}), spec.seed, resolve)
+        z, out_w = oracle.output_grid(q.dim)
+        return cls(spec, q, [m.kle.measure() for m in tests.members], z, out_w)
+
+    def scorer(self, state, ell: float):
+        return lambda X, Y: self.factory(self.spec.seed).fit(X, np.asarray(Y).reshape(len(X), -1), self.z)
+
+    def final_model(self, state):
+        X, y = self.training_set(state)
+        return self.factory(self.spec.seed).fit(X, y.reshape(len(X), -1), self.z)
+
+    def model_document(self, state) -> dict | None:
+        return None  # a DeepONet's weights are not served yet (docs/method.md)
+
+
+def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BudgetedAMA:
+    """The stepper of an ``ama`` job with a ``budget`` (the ``budgeted`` entry of the algorithm)."""
+    return BudgetedAMA.from_spec(spec, oracle, resolve)

@@ -1,0 +1,108 @@
+"""The AMA design under a label budget (lwl.design.budgeted_ama): every PDE solve counted by the
+oracle itself, candidates from the closed-form W2, failed solves paid and never data."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from lwl.design.budgeted_ama import BudgetedAMA, start_points, w2_projection
+from lwl.measures.kle_family import KLEFamily
+from lwl.runner import run_job
+from lwl.spec import SpecError, parse_job_spec
+
+
+class CountingSolver:
+    """The job's PDE solver, counting every solve; ``fail_every`` > 0 makes every such solve fail
+    (a NaN field, as a diverged simulation reports it)."""
+
+    def __init__(self, inner, fail_every: int = 0):
+        self.inner, self.solves, self.fail_every = inner, 0, fail_every
+        self.reports_failures = fail_every > 0  # a lab's solver that says which runs failed
+
+    def label(self, inputs):
+        out = np.array(self.inner.label(inputs), dtype=np.float64)
+        if self.fail_every:
+            idx = np.arange(self.solves, self.solves + len(inputs))
+            out[idx % self.fail_every == 0] = np.nan
+        self.solves += len(inputs)
+        return out
+
+    def output_grid(self, dim):
+        return self.inner.output_grid(dim)
+
+
+@pytest.fixture
+def budgeted_ama(ama_spec) -> dict:
+    s = copy.deepcopy(ama_spec)
+    s["model"].update(iterations=20, branch=[32], trunk=[32], latent=16)
+    s["budget"] = 150
+    return s
+
+
+def solver(spec: dict, fail_every: int = 0) -> CountingSolver:
+    return CountingSolver(parse_job_spec(spec).oracle.build(), fail_every)
+
+
+@pytest.mark.parametrize("budget", [60, 150])
+def test_solves_never_exceed_the_budget_counted_by_the_solver(budgeted_ama, budget):
+    budgeted_ama["budget"] = budget
+    oracle = solver(budgeted_ama)
+    res = run_job(budgeted_ama, oracle=oracle, evaluate=False)
+    assert oracle.solves == res["labels_used"] == budget
+    X, Y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    assert X.shape == (budget, 256) and Y.shape == (budget, 256)  # input fields and solution fields
+    assert res["plan"]["validation_labels"] == 3 * res["plan"]["per_member"]
+    assert res["rounds"] == res["plan"]["total_rounds"]
+
+
+def test_too_small_a_budget_names_budget_and_the_minimum(budgeted_ama):
+    budgeted_ama["budget"] = 20
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(budgeted_ama)
+    field, message = exc.value.errors[0][:2]
+    assert field == "budget" and "the smallest budget it runs with is 40" in message  # 3 x 8 + 16
+
+
+def test_failed_solves_are_paid_for_and_never_training_data(budgeted_ama):
+    oracle = solver(budgeted_ama, fail_every=9)
+    res = run_job(budgeted_ama, oracle=oracle, evaluate=False)
+    failed = len(res["failed_inputs"])
+    assert failed == len(range(0, 150, 9)) and res["labels_failed"] == failed
+    assert oracle.solves == res["labels_used"] == 150
+    Y = np.asarray(res["training_set"]["labels"])
+    assert len(Y) == 150 - failed and np.isfinite(Y).all()
+
+
+def test_the_same_spec_and_seed_give_the_same_training_set(budgeted_ama):
+    a = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
+    b = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
+    assert a["training_set"] == b["training_set"] and a["selected"] == b["selected"]
+
+
+def _family(spec: dict) -> KLEFamily:
+    fam = parse_job_spec(spec).family
+    return KLEFamily(fam.kle_parameters().measure(), list(fam.free), dict(fam.bounds))
+
+
+def test_the_w2_projection_recovers_a_member_of_the_family(budgeted_ama):
+    """A member that is the family's template with another shift projects onto that shift, and
+    Q's projection lies between its members' (the free parameter is the mean's offset)."""
+    family = _family(budgeted_ama)
+    members = [family.measure(np.array([s])) for s in (0.6, -1.0)]
+    assert w2_projection(family, members[:1], [1.0], family.theta0())[0] == pytest.approx(0.6, abs=1e-5)
+    both = w2_projection(family, members, [0.5, 0.5], family.theta0())[0]
+    assert -1.0 < both < 0.6
+    names = [n for n, _ in start_points(family, members, [0.5, 0.5])]
+    assert names == ["initial", "q_fit", "member_0_fit", "member_1_fit"]
+
+
+def test_candidates_are_the_start_q_fit_and_each_member_fit_and_q_law_races(budgeted_ama):
+    oracle = solver(budgeted_ama)
+    spec = parse_job_spec(budgeted_ama)
+    stepper = BudgetedAMA.from_spec(spec, oracle)
+    names = [c.name for c in stepper.candidates]
+    assert names[0] == "initial" and names[-1] == "q_mixture" and "q_fit" in names
+    # Q's law is the mixture of its KLE members themselves
+    law = stepper.candidates[-1].measure
+    assert [type(c).__name__ for c in law.components] == ["KLEGaussian"] * 3
