@@ -55,6 +55,11 @@ def words(name: str | None, family: str | None = None) -> str:
                 None: "the Gaussian baseline"}.get(family, "Q's moment-matched Gaussian")
     if name == "initial":  # an evaluation's initial distribution
         return "the initial distribution"
+    if name == "q_fit":  # a budgeted operator design's candidate (lwl.design.budgeted_ama)
+        return "Q's W2 projection onto the family"
+    member, sep, fit = name.removeprefix("member_").partition("_")
+    if name.startswith("member_") and sep and fit == "fit" and member.isdigit():
+        return f"the family member nearest Q's member {member} (W2)"
     return FIXED.get(name, name)
 
 

@@ -1,0 +1,73 @@
+"""The verdict of a budgeted operator job at equal solves (issue #47): the held-out relative error
+of the job's operator model (its DeepONet, trained as the job trains it) on the job's training set,
+against the same model trained on the same number of solves drawn from Q's law and from the
+initial distribution nu_theta0, each over ``draws`` training draws; better / tie / worse beyond
+noise (:func:`lwl.evaluation.comparison.compare`, the interval over training draws and held-out
+points).
+
+Err^2 = sum_k w_k mean_{i in k} ||G_hat(u_i) - G*(u_i)||^2 / sum_k w_k mean_{i in k} ||G*(u_i)||^2,
+the L2 norms with the oracle's output quadrature weights: the relative OOD error of SM eqn
+app_ntd_rel_ood_error, squared in the paper's weighting of Q's members, on Q's held-out samples.
+
+**What counts.** The audit's solves (held-out labels, the baselines' training sets) are not part of
+the job's ``labels_used``; they are reported as ``audit_labels``. The stepper is read, not
+imported (the evaluation sits below the designs): ``q``, ``q_law()``, ``kle`` (its family),
+``factory``, ``z``, ``output_weights``, ``spec``, ``training_set(state)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lwl.evaluation.comparison import compare, error_interval
+from lwl.evaluation.equal_labels import verdict
+from lwl.oracles import as_numpy
+from lwl.streams import STREAM_AUDIT
+
+DRAWS = 3  # training draws per baseline (each a DeepONet trained from scratch)
+
+
+def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = DRAWS) -> dict:
+    """The evaluation document of a budgeted operator job's training set (X, Y) (module docstring):
+    ``{"labels", "err", "err_interval", "comparisons", "draws", "held_out", "audit_labels", ...}``."""
+    q, seed = stepper.q, stepper.spec.seed
+    w = np.asarray(stepper.output_weights, dtype=np.float64)
+    test_x = np.concatenate(q.heldout)
+    test_y = as_numpy(oracle.label(test_x)).reshape(len(test_x), -1)
+    sizes, y2 = [len(h) for h in q.heldout], (test_y**2) @ w
+    n = len(Y)
+    audit = len(test_x)
+
+    def sq_errors(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        model = stepper.factory(seed).fit(x, np.asarray(y).reshape(len(x), -1), stepper.z)
+        return ((np.asarray(model.predict(test_x)).reshape(test_y.shape) - test_y) ** 2) @ w
+
+    design = sq_errors(X, Y)
+    baselines = {"mixture": stepper.q_law(), "initial": stepper.kle.measure(stepper.kle.theta0())}
+    rows = {}
+    for name, measure in baselines.items():
+        out = []
+        for r in range(draws):  # draw r of every baseline from the same seed (common random numbers)
+            x = measure.sample(n, [seed, STREAM_AUDIT, r])
+            out.append(sq_errors(x, as_numpy(oracle.label(x))))
+            audit += n
+        rows[name] = np.stack(out)
+    comparisons = {name: compare(np.repeat(design[None, :], len(sq), 0), sq, y2, sizes, q.weights)
+                   for name, sq in rows.items()}
+    a = q.point_weights(q.heldout, q.weights)
+    err = {"optimized": float(np.sqrt(a @ design / (a @ y2)))}
+    err.update({name: c.other_err for name, c in comparisons.items()})
+    return {"kind": "equal_solves", "labels": n, "train_size": n, "model": stepper.spec.model.name, "err": err,
+            "err_interval": {"level": 0.95, "optimized": list(error_interval(design, y2, sizes, q.weights))},
+            "comparisons": {name: c.to_json() for name, c in comparisons.items()},
+            "draws": {name: int(len(sq)) for name, sq in rows.items()}, "held_out": int(len(test_x)),
+            "audit_labels": int(audit), "failed": {}}
+
+
+def evaluate(stepper, state, spec, oracle, out: dict, run=None) -> dict:
+    """The ``budgeted_evaluate`` hook of the ama algorithm (:func:`lwl.runner.run_job`)."""
+    X, Y = stepper.training_set(state)
+    evaluation = equal_solves(stepper, X, Y, oracle)
+    own = (out.get("validation_verdict") or {}).get("warnings", [])
+    v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own])
+    return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}
