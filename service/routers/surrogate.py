@@ -57,7 +57,12 @@ class Prediction(BaseModel):
 
 def job_model_document(job_id: str, store, owner: str) -> dict:
     """The model document of a succeeded job, or 409 naming why it has none."""
-    doc = model_document(finished_result(job_id, store, owner))
+    result = finished_result(job_id, store, owner)
+    doc = model_document(result)
+    if doc is None and "training_set" in result:  # budgeted, with a model lwl does not serve yet (a DeepONet)
+        name = ((result.get("spec") or {}).get("model") or {}).get("name")
+        raise Problem(409, "Model not served", f"this budgeted job's {name} model is not served yet; its labelled "
+                      f"training set is (GET /v1/jobs/{job_id}/training-set)", field="model.name")
     if doc is None:
         raise Problem(409, "No model", "only a job with a budget returns a trained model (its training set and the "
                       "model trained on it)", field="budget")

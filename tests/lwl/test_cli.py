@@ -102,6 +102,26 @@ def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
     assert f"model gp, kernel {res['model']['kernel']})" in " ".join(proc.stderr.split())
 
 
+
+def test_run_a_budgeted_ama_job_writes_its_fields_and_every_solve_counted(tmp_path):
+    """examples/darcy_ama.json with a budget of 120 solves (a small DeepONet): the training set is
+    the input fields and their solution fields, and the verdict is at equal solves."""
+    spec = json.loads((ROOT / "examples" / "darcy_ama.json").read_text())
+    spec["model"].update(iterations=30, branch=[32], trunk=[32], latent=16)
+    spec["budget"] = 120
+    for m in spec["test_distributions"]["members"]:
+        m["size"] = 50 + 30
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = lwl("run", str(tmp_path / "spec.json"), "--out", str(tmp_path), "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((tmp_path / "result.json").read_text())
+    with np.load(tmp_path / "training_set.npz") as z:
+        X, Y = z["inputs"], z["labels"]
+    assert X.shape == Y.shape == (120, 256) and res["labels_used"] == 120
+    assert "labels used: 120 of a budget of 120" in proc.stderr
+    assert res["evaluation"]["kind"] == "equal_solves" and set(res["verdict"]["outcomes"]) == {"mixture", "initial"}
+    assert res["model"] is None and "model deeponet" in " ".join(proc.stderr.split())
+
 # -- the command line's own surface: version, -h, usage lines, help texts ---------------------
 
 def _help(*args) -> str:
