@@ -318,6 +318,23 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     return _report(budget.write_outputs(doc, out), out)
 
 
+def _operator_budget_study(preset: str, out: Path | None) -> Path:
+    """Budgeted ama jobs at equal solves (lwl.experiments.operator_budget): one tick per problem,
+    seed and budget."""
+    from lwl.experiments import operator_budget
+
+    if preset not in operator_budget.PRESETS:
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(operator_budget.PRESETS)}")
+        raise typer.Exit(2)
+    cfg = operator_budget.PRESETS[preset]
+    out = out or Path("runs") / f"operator-budget-{preset}"
+    with _progress() as bar:
+        task = bar.add_task(f"operator-budget ({preset})", total=len(cfg["problems"]) * len(cfg["seeds"])
+                            * len(cfg["budgets"]), info="")
+        doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg))
+    return _report(operator_budget.write_outputs(doc, out), out)
+
+
 def _eit_study(preset: str, out: Path | None, cache: Path, models: str = "all", precision: str = "float32") -> Path:
     """AMINO on EIT (lwl.experiments.eit): one tick per trained model; every model's training
     state is kept in OUT/checkpoints each epoch, so a rerun resumes where it stopped."""
@@ -472,6 +489,7 @@ STUDIES.register("rte", None, lambda o: _rte_study(o.preset, o.out, o.runs, o.kn
                                                    o.resume, o.select))
 STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.models, o.precision))
 STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume, o.model))
+STUDIES.register("operator-budget", None, lambda o: _operator_budget_study(o.preset, o.out))
 
 
 @app.command()

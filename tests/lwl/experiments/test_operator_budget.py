@@ -1,0 +1,32 @@
+"""The operator-budget study (lwl.experiments.operator_budget) at its smoke preset."""
+
+import pytest
+
+from lwl.experiments import operator_budget
+
+
+@pytest.mark.slow
+def test_the_smoke_study_counts_every_solve_and_writes_its_tables(tmp_path):
+    doc = operator_budget.run("smoke")
+    (row,) = doc["rows"]
+    cell = row["budgets"]["60"]
+    assert cell["design_solves"] == cell["labels_used"] == 60 and cell["within_budget"]
+    assert cell["audit_solves"] == 3 * 30 + 2 * 3 * 60  # held out, and 3 draws of each comparator
+    assert set(cell["comparisons"]) == {"mixture", "initial"}
+    assert doc["summary"]["60"]["runs"] == 1 and doc["summary"]["60"]["within_budget"]
+    outcomes = doc["summary"]["60"]["mixture"]
+    assert sum(outcomes.values()) == 1 and outcomes[cell["comparisons"]["mixture"]["outcome"]] == 1
+    paths = operator_budget.write_outputs(doc, tmp_path)
+    md = (tmp_path / "results.md").read_text()
+    assert [p.name for p in paths] == ["results.json", "results.md"] and "| darcy | 0 | 60 | 60 |" in md
+
+
+def test_a_counting_solver_refuses_nothing_and_counts_every_row():
+    class Double:
+        def label(self, x):
+            return [2 * v for v in x]
+
+    s = operator_budget.CountingSolver(Double())
+    assert s.label([1, 2, 3]) == [2, 4, 6] and s.solves == 3
+    s.label([4])
+    assert s.solves == 4
