@@ -15,6 +15,11 @@ What the AMA design supplies:
   output quadrature weights (the relative OOD error of SM eqn app_ntd_rel_ood_error).
 - **The served model**: the DeepONet trained on the whole training set (``final_model``).
 
+**Ask/tell** (an ``external`` oracle: a lab computes the solves): every solve goes through the
+rounds' queries, so nothing is labelled inside a step; the lab returns each solution field on its
+input's grid (the family's nodes, in the order the inputs are flattened), and the DeepONet's output
+points and the L2 norm are that grid's nodes and quadrature weights.
+
 No move between rounds yet (:meth:`BudgetedDesign.propose`): the AMA distribution step evaluates
 its training-error term with fresh oracle labels at every trial theta, which a budget forbids.
 """
@@ -106,7 +111,11 @@ class BudgetedAMA(BudgetedDesign):
         members = [m.model_copy(update={"size": m.size or tests.validation_per_member + HELDOUT_PER_MEMBER})
                    for m in tests.members]
         q = MetaTestSamples.from_spec(tests.model_copy(update={"members": members}), spec.seed, resolve)
-        z, out_w = oracle.output_grid(q.dim)
+        if spec.oracle.is_external:  # ask/tell: the lab's solver returns each field on its input's grid
+            template = spec.family.kle_parameters().measure()
+            z, out_w = template.nodes(), template.quadrature_weights()
+        else:
+            z, out_w = oracle.output_grid(q.dim)
         return cls(spec, q, [m.kle.measure() for m in tests.members], z, out_w)
 
     def scorer(self, state, ell: float):

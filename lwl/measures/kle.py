@@ -116,6 +116,14 @@ class KLEGaussian(Measure):
         h = 1.0 / (self.grid - 1 if self.endpoints else self.grid + 1)
         return h * h if self.basis == "sine2d" else h
 
+    def nodes(self) -> np.ndarray:
+        """(dim, 1) or, for sine2d, (dim, 2): the coordinates of the field's values, in the order
+        a sample flattens them (``indexing="ij"``), beside :meth:`quadrature_weights`."""
+        if self.basis != "sine2d":
+            return self._x[:, None].copy()
+        X, Y = np.meshgrid(self._x, self._x, indexing="ij")
+        return np.stack([X.ravel(), Y.ravel()], 1)
+
     def quadrature_weights(self) -> np.ndarray:
         """Per-point weights w_i with ||f||^2_{L^2} ~ sum_i w_i f(x_i)^2 (trapezoid on closed grids,
         so a constant c has norm c^2 exactly)."""

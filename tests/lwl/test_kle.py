@@ -105,3 +105,15 @@ def test_closed_grid_has_the_boundary_nodes_and_exact_constant_norms():
     np.testing.assert_allclose(x[:, :, -1], 0.7, atol=1e-12)
     assert m.quadrature_weights().sum() == pytest.approx(1.0)
     assert m.second_moment() == pytest.approx(0.49 + m.eigenvalues().sum())
+
+
+def test_nodes_are_the_coordinates_of_a_samples_values_beside_its_weights():
+    from lwl.grids import square_nodes, trapezoid_weights
+    from lwl.measures import KLEGaussian
+
+    closed = KLEGaussian("sine2d", 9, endpoints=True)
+    np.testing.assert_array_equal(closed.nodes(), square_nodes(9))
+    np.testing.assert_array_equal(closed.quadrature_weights(), trapezoid_weights(9))
+    line = KLEGaussian("sine1d", 12)
+    assert line.nodes().shape == (12, 1) and np.all(np.diff(line.nodes()[:, 0]) > 0)
+    assert len(line.quadrature_weights()) == line.dim

@@ -106,3 +106,32 @@ def test_candidates_are_the_start_q_fit_and_each_member_fit_and_q_law_races(budg
     # Q's law is the mixture of its KLE members themselves
     law = stepper.candidates[-1].measure
     assert [type(c).__name__ for c in law.components] == ["KLEGaussian"] * 3
+
+
+def test_ask_tell_a_client_computes_every_solve_on_the_input_grid(budgeted_ama):
+    """An external oracle (ask/tell): the job asks, a client solves, the job never labels itself;
+    the DeepONet's output points are the input grid's nodes, Darcy's own output grid."""
+    from lwl.oracles import make_oracle
+    from lwl.runner import build_stepper
+
+    darcy = make_oracle({"name": "darcy"})
+    budgeted_ama["oracle"] = {"name": "external"}
+    spec = parse_job_spec(budgeted_ama)
+    stepper = build_stepper(spec)
+    z, w = darcy.output_grid(256)
+    np.testing.assert_array_equal(stepper.z, z)
+    np.testing.assert_array_equal(stepper.output_weights, w)
+    state, solved = stepper.init(), 0
+    while not stepper.done(state):
+        x = stepper.queries(state)
+        solved += len(x)
+        state = stepper.step(state, darcy.label(x))
+    res = stepper.result(state)
+    assert solved == res["labels_used"] == 150 and res["verdict"]["kind"] == "validation"
+
+
+def test_without_a_budget_ama_still_refuses_ask_tell(ama_spec):
+    ama_spec["oracle"] = {"name": "external"}
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(ama_spec)
+    assert exc.value.errors[0][0] == "oracle.name" and "not ask/tell" in exc.value.errors[0][1]
