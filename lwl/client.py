@@ -226,7 +226,9 @@ class Client:
         failed = sorted(int(i) for i in (failed if failed is not None else ()))
         at = list(range(len(labels))) if indices is None else [int(i) for i in indices]
         gone = set(failed)
-        values = [None if i in gone else float(v) for i, v in zip(at, np.asarray(labels, dtype=object).tolist())]
+        rows = np.asarray(labels, dtype=np.float64)  # (k,) scalars or (k, p) fields
+        values = [None if i in gone else (float(v) if rows.ndim == 1 else [float(x) for x in v])
+                  for i, v in zip(at, rows.tolist())]
         body = {"batch_id": batch_id, "labels": values, "failed": failed}
         if indices is not None:
             body["indices"] = at

@@ -40,6 +40,13 @@ def build_stepper(spec: JobSpec, resolve: DatasetResolver = _no_datasets, oracle
     return build(spec, oracle if oracle is not None else spec.oracle.build(), resolve)
 
 
+def label_width(spec: JobSpec) -> int:
+    """Values per label the job's oracle answers with: 1 (a scalar), or an operator job's output
+    field (the ``label_width`` hook of its algorithm's registry entry)."""
+    hook = ALGORITHMS.get(spec.algorithm.name).resolve("label_width")
+    return 1 if hook is None else int(hook(spec))
+
+
 def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None = None,
             progress: Callable[[dict[str, Any]], None] | None = None,
             checkpoint: Callable[[bytes], None] | None = None,

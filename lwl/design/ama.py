@@ -494,4 +494,5 @@ def check_ama(spec: JobSpec) -> None:
 
 ALGORITHMS.register("ama", AMASpec, build, check_ama, evaluate=evaluate, final_steps=1, prefers_gpu=True,
                     budgeted="lwl.design.budgeted_ama:build", budget_needs="lwl.design.budget.plan:check_budget",
-                    budgeted_evaluate="lwl.evaluation.equal_solves:evaluate")
+                    budgeted_evaluate="lwl.evaluation.equal_solves:evaluate",
+                    label_width="lwl.design.budgeted_ama:label_width")

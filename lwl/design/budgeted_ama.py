@@ -129,6 +129,12 @@ class BudgetedAMA(BudgetedDesign):
         return None  # a DeepONet's weights are not served yet (docs/method.md)
 
 
+def label_width(spec: JobSpec) -> int:
+    """Values per label an ask/tell lab returns: one solution field on the input's grid (the
+    ``label_width`` hook of the ama algorithm, read by the service's tell route)."""
+    return int(spec.family.kle_parameters().measure().dim)
+
+
 def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BudgetedAMA:
     """The stepper of an ``ama`` job with a ``budget`` (the ``budgeted`` entry of the algorithm)."""
     return BudgetedAMA.from_spec(spec, oracle, resolve)

@@ -111,7 +111,7 @@ class Told:
     ``failed`` marking the points whose measurement failed (their labels are NaN)."""
 
     indices: np.ndarray  # int64 (k,)
-    labels: np.ndarray  # float64 (k,)
+    labels: np.ndarray  # float64 (k,), or (k, p): a field of p values per point (an operator job)
     failed: np.ndarray  # bool (k,)
 
 
@@ -682,11 +682,14 @@ class Store:
                 return "unknown", None
             batch = BatchRecord.from_row(row)
             outcomes, values = batch.point_state()
+            if told.labels.ndim == 2 and values.ndim == 1:  # the first tell of a batch of fields
+                values = np.full((batch.n, told.labels.shape[1]), np.nan)
             i = told.indices
             was = outcomes[i]
             known = was != PointOutcome.PENDING
             want = np.where(told.failed, PointOutcome.FAILED, PointOutcome.LABELLED).astype(np.int8)
-            same = (was == want) & (told.failed | (values[i] == told.labels))
+            equal = values[i] == told.labels
+            same = (was == want) & (told.failed | (equal.all(1) if equal.ndim == 2 else equal))
             if np.any(known & ~same):
                 return "conflict", None
             if known.all():
@@ -694,7 +697,8 @@ class Store:
             if batch.step != job["ask_step"] or job["status"] != JobStatus.AWAITING_LABELS:
                 return "stale", None
             outcomes, values = outcomes.copy(), values.copy()
-            outcomes[i], values[i] = want, np.where(told.failed, np.nan, told.labels)
+            failed = told.failed[:, None] if told.labels.ndim == 2 else told.failed
+            outcomes[i], values[i] = want, np.where(failed, np.nan, told.labels)
             complete = not np.any(outcomes == PointOutcome.PENDING)
             unchanged = (label_batches.c.outcomes.is_(None) if batch.outcomes is None
                          else label_batches.c.outcomes == batch.outcomes)

@@ -31,9 +31,10 @@ Position = Annotated[int, Field(ge=0, lt=2**31)]
 class LabelsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     batch_id: str = Field(max_length=64)
-    labels: list[float | None] = Field(
+    labels: list[float | list[float] | None] = Field(
         description="one label per point told, in the order of `indices` (default: every point of the batch, "
-                    "in order); null exactly for the points listed in `failed`")
+                    "in order); null exactly for the points listed in `failed`. An operator job's label is its "
+                    "output field: a list of values per point (the job's label width)")
     indices: list[Position] | None = Field(
         default=None, description="positions in the batch (0-based) of the points told; omitted: every point, "
                                   "in order. Points not told stay pending (a partial batch)")
@@ -68,15 +69,36 @@ def _indices(values, n: int, field: str) -> np.ndarray:
     return out
 
 
-def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed) -> Told:
+def json_labels(values: list, width: int) -> np.ndarray:
+    """The JSON ``labels`` of a tell as an array: (k,) scalars, or (k, width) rows for a job whose
+    label is a field (null: NaN, a whole NaN row); 422 naming the entry whose shape is wrong."""
+    if width == 1:
+        for j, v in enumerate(values):
+            if isinstance(v, list):
+                raise Problem(422, "Wrong shape of labels", f"labels.{j}: one scalar label per point, got a list",
+                              field=f"labels.{j}")
+        return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+    for j, v in enumerate(values):
+        if v is not None and (not isinstance(v, list) or len(v) != width):
+            raise Problem(422, "Wrong shape of labels", f"labels.{j}: a field of {width} values per point (this job's "
+                          f"label width), got {'a scalar' if not isinstance(v, list) else f'{len(v)} values'}",
+                          field=f"labels.{j}")
+    return np.asarray([np.full(width, np.nan) if v is None else v for v in values], dtype=np.float64).reshape(-1, width)
+
+
+def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed, width: int = 1) -> Told:
     """Check one tell against its batch of ``n`` points: ``labels`` (NaN for null) of the points
-    ``indices`` (None: all, in order), ``failed`` positions. A label is null exactly when its
-    point is listed in ``failed``; 422 naming the field otherwise."""
-    if labels.ndim == 2 and labels.shape[1] == 1:
+    ``indices`` (None: all, in order), ``failed`` positions; ``width`` values per label (1: a
+    scalar, else rows of a field). A label is null exactly when its point is listed in
+    ``failed``; 422 naming the field otherwise."""
+    if width == 1 and labels.ndim == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
-    if labels.ndim != 1:
+    if width == 1 and labels.ndim != 1:
         raise Problem(422, "Wrong shape of labels", f"batch {batch_id}: one scalar label per point, got shape "
                       f"{tuple(labels.shape)}", field="labels", batch_id=batch_id)
+    if width > 1 and (labels.ndim != 2 or labels.shape[1] != width):
+        raise Problem(422, "Wrong shape of labels", f"batch {batch_id}: one field of {width} values per point "
+                      f"(rows), got shape {tuple(labels.shape)}", field="labels", batch_id=batch_id)
     if indices is None:
         if len(labels) != n:
             raise Problem(422, "Wrong number of labels", f"batch {batch_id} needs {n} labels (one per input), "
@@ -93,7 +115,12 @@ def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed) -> T
         raise Problem(422, "Failed point not told", f"failed.{k}: point {int(bad[k])} of batch {batch_id} is not "
                       "among the points told (indices)", field=f"failed.{k}", batch_id=batch_id)
     is_failed = np.isin(idx, bad)
-    null = np.isnan(labels)
+    rows = labels.reshape(len(labels), -1)
+    null = np.isnan(rows).all(1)  # a field is null as a whole
+    for j in np.flatnonzero(np.isnan(rows).any(1) & ~null)[:1]:
+        raise Problem(422, "Non-finite labels", f"labels.{j}: batch {batch_id}, point {int(idx[j])}: a field with "
+                      "some values missing (a failed point is null as a whole and listed in failed)",
+                      field=f"labels.{j}", batch_id=batch_id)
     for j in np.flatnonzero(null & ~is_failed)[:1]:
         raise Problem(422, "Null label", f"labels.{j}: batch {batch_id}, point {int(idx[j])} has no label "
                       "(null or NaN) but is not listed in failed", field=f"labels.{j}", batch_id=batch_id)
@@ -101,7 +128,7 @@ def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed) -> T
         k = int(np.flatnonzero(bad == idx[j])[0])
         raise Problem(422, "Failed point with a label", f"failed.{k}: batch {batch_id}, point {int(idx[j])} is "
                       "listed as failed but has a label (send null)", field=f"failed.{k}", batch_id=batch_id)
-    for j in np.flatnonzero(np.isinf(labels))[:1]:
+    for j in np.flatnonzero(np.isinf(rows).any(1))[:1]:
         raise Problem(422, "Non-finite labels", f"labels.{j}: batch {batch_id}: labels must be finite (a failed "
                       "point is null and listed in failed)", field=f"labels.{j}", batch_id=batch_id)
     return Told(indices=idx, labels=labels, failed=is_failed)
@@ -181,12 +208,12 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
             raise problems.spec_problem(errs, "Invalid labels") from None
         require_asktell(store, job)  # after the body: malformed JSON is a 400 on every JSON route
         batch_id, indices, failed = body.batch_id, body.indices, body.failed
-        labels = np.asarray([np.nan if v is None else v for v in body.labels], dtype=np.float64)
+        labels = json_labels(body.labels, _label_width(store, job))
     labels = np.asarray(labels, dtype=np.float64)
     batch = store.batch(job_id, batch_id)
     if batch is None:
         raise Problem(404, "Unknown batch", f"job {job_id} has no batch {batch_id!r}", field="batch_id")
-    told = told_points(batch_id, batch.n, labels, indices, failed)
+    told = told_points(batch_id, batch.n, labels, indices, failed, _label_width(store, job))
     outcome, generation = store.tell(job_id, batch_id, told)
     if outcome == "unknown":
         raise Problem(404, "Unknown batch", f"job {job_id} has no batch {batch_id!r}", field="batch_id")
@@ -209,6 +236,19 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
             "pending_points": int(np.sum(outcomes == PointOutcome.PENDING)),
             "failed_points": int(np.sum(outcomes == PointOutcome.FAILED)),
             "pending_batches": len(store.pending_batches(job_id)), "status": store.get_job(job_id).status}
+
+
+def _label_width(store, job: JobRecord) -> int:
+    """Values per label of this job (1; an operator job's output field: lwl.runner.label_width)."""
+    from lwl.registry import ALGORITHMS
+    from lwl.runner import label_width
+    from lwl.spec import parse_job_spec
+
+    doc = store.spec(job.id) or {}
+    name = (doc.get("algorithm") or {}).get("name")
+    if name not in ALGORITHMS or "label_width" not in ALGORITHMS.get(name).extra:
+        return 1  # a scalar label: no spec to parse on every tell
+    return label_width(parse_job_spec(doc))
 
 
 def require_asktell(store, job: JobRecord) -> JobRecord:

@@ -144,3 +144,53 @@ def test_a_budgeted_job_naming_no_model_serves_its_fitted_gp(server):
     m2, s2 = from_spec(doc).predict(x, return_std=True)
     np.testing.assert_array_equal(mean, m2)
     np.testing.assert_array_equal(std, s2)
+
+
+DARCY = make_oracle({"name": "darcy"})
+
+
+def darcy_spec(budget: int = 120) -> dict:
+    """examples/darcy_ama.json through ask/tell with a small DeepONet."""
+    from pathlib import Path
+
+    spec = json.loads((Path(__file__).resolve().parents[2] / "examples" / "darcy_ama.json").read_text())
+    spec["model"].update(iterations=20, branch=[32], trunk=[32], latent=16)
+    spec["oracle"] = {"name": "external", "batch_size": 40}
+    spec["budget"] = budget
+    return spec
+
+
+def test_an_operator_job_asks_for_fields_and_takes_solution_fields_as_rows(server):
+    """A budgeted ama job through ask/tell (issue #47): the lab solves every input field and tells
+    the solution fields (JSON rows or .npy); a wrong width is refused naming the label, a failed
+    solve is told as null, counted and never data; the training set holds the fields."""
+    url = server.url
+    with Client(url) as c:
+        job = c.submit(darcy_spec())
+        wait_until(lambda: c.job(job)["status"] == "awaiting_labels", 60, 0.1, "awaiting_labels")
+        batch_id, x = c.ask(job)
+        assert x.shape[1] == 256
+        scalars = httpx.post(f"{url}/v1/jobs/{job}/labels", json={"batch_id": batch_id, "labels": [0.0] * len(x)})
+        assert scalars.status_code == 422 and scalars.json()["field"] == "labels.0"
+        narrow = httpx.post(f"{url}/v1/jobs/{job}/labels", json={"batch_id": batch_id, "labels": [[0.0] * 255]},
+                            params={})
+        assert narrow.status_code == 422
+        fields = DARCY.label(x)
+        # point 0 as a JSON row, point 1 failed (null), the rest as one more JSON tell
+        c.tell(job, batch_id, fields[:1], indices=[0])
+        c.tell(job, batch_id, [None], indices=[1], failed=[1])
+        c.tell(job, batch_id, fields[2:], indices=list(range(2, len(x))))
+        solved = len(x)
+        while c.job(job)["status"] not in ("succeeded", "failed"):
+            batch = c.ask(job)
+            if batch is None:
+                continue
+            solved += len(batch[1])
+            c.tell(job, batch[0], DARCY.label(batch[1]))  # .npy (n, 256)
+        result = c.result(job)
+        assert c.job(job)["status"] == "succeeded", result
+        assert solved == result["labels_used"] == 120 and result["labels_failed"] == 1
+        X, Y = c.training_set(job)
+        assert X.shape == Y.shape == (119, 256) and np.allclose(Y, DARCY.label(X))
+        r = httpx.get(f"{url}/v1/jobs/{job}/model")
+        assert r.status_code == 409 and r.json()["field"] == "model.name"
