@@ -245,7 +245,8 @@ class Client:
             batch = self.ask(job_id)
             if batch is not None:
                 y = np.asarray(label_fn(batch[1]), dtype=np.float64)
-                gone = np.flatnonzero(np.isnan(y)).tolist() if nan_fails else []
+                # a failed point: a NaN label, or a field with a NaN (failed as a whole)
+                gone = np.flatnonzero(np.isnan(y.reshape(len(y), -1)).any(1)).tolist() if nan_fails else []
                 self.tell(job_id, batch[0], y, failed=gone)
                 continue
             doc = self.job(job_id)

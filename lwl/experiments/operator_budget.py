@@ -22,8 +22,6 @@ from __future__ import annotations
 import copy
 import time
 
-import numpy as np
-
 # examples/darcy_ama.json, as the study runs it (inline: the study needs no file beside the package)
 DARCY = {
     "oracle": {"name": "darcy"},
@@ -56,20 +54,6 @@ PRESETS = {
 }
 
 
-class CountingSolver:
-    """A problem's PDE solver that counts its own solves (what ``labels_used`` must not exceed)."""
-
-    def __init__(self, inner):
-        self.inner, self.solves = inner, 0
-
-    def label(self, inputs):
-        self.solves += len(inputs)
-        return self.inner.label(inputs)
-
-    def output_grid(self, dim):
-        return self.inner.output_grid(dim)
-
-
 def problem_spec(name: str, cfg: dict, seed: int) -> dict:
     """The problem's job spec at ``seed``, with the preset's model settings and held-out samples."""
     spec = copy.deepcopy(PROBLEMS[name])
@@ -82,10 +66,11 @@ def problem_spec(name: str, cfg: dict, seed: int) -> dict:
 
 
 def _counted(spec: dict):
+    from lwl.oracles.counting import CountingOracle
     from lwl.runner import run_job
     from lwl.spec import parse_job_spec
 
-    oracle = CountingSolver(parse_job_spec(spec).oracle.build())
+    oracle = CountingOracle(parse_job_spec(spec).oracle.build())  # every solve, counted by the solver
     t0 = time.perf_counter()
     res = run_job(spec, oracle=oracle)
     return res, oracle.solves, time.perf_counter() - t0
@@ -141,21 +126,26 @@ def run(preset: str = "quick", *, progress=None) -> dict:
             "rows": rows, "summary": summary(rows, cfg["budgets"]), "wall_seconds": time.perf_counter() - t0}
 
 
+def _btw(counts: dict) -> str:
+    return f"{counts['better']} / {counts['tie']} / {counts['worse']}"
+
+
 def markdown(doc: dict) -> str:
     names = {"mixture": "Q's law", "initial": "initial ν_θ⁰"}
-    lines = [f"# Operator designs for a solve budget ({doc['preset']})", "",
-             "Held-out relative L2 error (Q's members weighted, the oracle's output grid) of the DeepONet "
+    intro = ("Held-out relative L2 error (Q's members weighted, the oracle's output grid) of the DeepONet "
              "trained on the budgeted ama job's training set, against the same DeepONet trained on the same "
              "number of solves of Q's law and of the initial distribution (3 training draws each); better / "
              "tie / worse beyond noise (95%). Solves counted by the solver itself. Wall time "
-             f"{doc['wall_seconds'] / 60:.1f} min.", "",
+             f"{doc['wall_seconds'] / 60:.1f} min.")
+    lines = [f"# Operator designs for a solve budget ({doc['preset']})", "", intro, "",
              "| budget | runs | solves ≤ budget | vs Q's law b/t/w | vs initial b/t/w |", "|---:|---:|---|---|---|"]
+    bt = _btw
     for B, s in doc["summary"].items():
-        bt = lambda d: f"{d['better']} / {d['tie']} / {d['worse']}"  # noqa: E731
         lines.append(f"| {B} | {s['runs']} | {'all' if s['within_budget'] else 'NO'} | {bt(s['mixture'])} | "
                      f"{bt(s['initial'])} |")
-    lines += ["", "| problem | seed | budget | solves | selected | Err | " +
-              " | ".join(f"{n} Err | vs {n}" for n in names.values()) + " | validation verdict | s |",
+    header = ("| problem | seed | budget | solves | selected | Err | "
+              + " | ".join(f"{n} Err | vs {n}" for n in names.values()) + " | validation verdict | s |")
+    lines += ["", header,
               "|---|---:|---:|---:|---|---:|" + "---:|---|" * len(names) + "---|---:|"]
     for r in doc["rows"]:
         for B, c in r["budgets"].items():
@@ -164,8 +154,8 @@ def markdown(doc: dict) -> str:
                          f"{c['err']:.4g} | {comps} | {c['validation_verdict']} | {c['seconds']:.0f} |")
     unb = [r for r in doc["rows"] if r["unbudgeted"]]
     if unb:
-        lines += ["", "The unbudgeted AMA job (the example's settings), every solve counted, its relative OOD error on "
-                      "fresh samples of Q (its own evaluation):", "",
+        lines += ["", ("The unbudgeted AMA job (the example's settings), every solve counted, its relative OOD error "
+                       "on fresh samples of Q (its own evaluation):"), "",
                   "| problem | seed | solves | relative OOD error | s |", "|---|---:|---:|---:|---:|"]
         lines += [f"| {r['problem']} | {r['seed']} | {r['unbudgeted']['solves']} | "
                   f"{r['unbudgeted']['relative_ood_error']:.4g} | {r['unbudgeted']['seconds']:.0f} |" for r in unb]

@@ -13,11 +13,18 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lwl.arrays import ArrayTooLarge, read_npy_bytes
-
 from service import problems
 from service.core.dispatch import redrive, send_or_leave
-from service.deps import EnqueueDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.core.store import JobRecord, JobStatus, PointOutcome, Told
+from service.deps import (
+    EnqueueDep,
+    OwnerDep,
+    SettingsDep,
+    StoreDep,
+    own_job,
+    parse_json,
+    read_body,
+)
 from service.problems import Problem
 from service.routers.jobs import BINARY, NPY
 from service.schemas import Queries

@@ -8,24 +8,24 @@ import pytest
 
 from lwl.design.budgeted_ama import BudgetedAMA, start_points, w2_projection
 from lwl.measures.kle_family import KLEFamily
+from lwl.oracles.counting import CountingOracle
 from lwl.runner import run_job
 from lwl.spec import SpecError, parse_job_spec
 
 
-class CountingSolver:
-    """The job's PDE solver, counting every solve; ``fail_every`` > 0 makes every such solve fail
-    (a NaN field, as a diverged simulation reports it)."""
+class FailingSolver:
+    """The job's PDE solver with every ``fail_every``-th solve failing (a NaN field, as a diverged
+    simulation reports it)."""
 
-    def __init__(self, inner, fail_every: int = 0):
-        self.inner, self.solves, self.fail_every = inner, 0, fail_every
-        self.reports_failures = fail_every > 0  # a lab's solver that says which runs failed
+    reports_failures = True  # a lab's solver that says which runs failed
+
+    def __init__(self, inner, fail_every: int):
+        self.inner, self.calls, self.fail_every = inner, 0, fail_every
 
     def label(self, inputs):
         out = np.array(self.inner.label(inputs), dtype=np.float64)
-        if self.fail_every:
-            idx = np.arange(self.solves, self.solves + len(inputs))
-            out[idx % self.fail_every == 0] = np.nan
-        self.solves += len(inputs)
+        out[np.arange(self.calls, self.calls + len(inputs)) % self.fail_every == 0] = np.nan
+        self.calls += len(inputs)
         return out
 
     def output_grid(self, dim):
@@ -40,8 +40,10 @@ def budgeted_ama(ama_spec) -> dict:
     return s
 
 
-def solver(spec: dict, fail_every: int = 0) -> CountingSolver:
-    return CountingSolver(parse_job_spec(spec).oracle.build(), fail_every)
+def solver(spec: dict, fail_every: int = 0) -> CountingOracle:
+    """The spec's solver, every solve counted (``fail_every`` > 0: some of them failing)."""
+    inner = parse_job_spec(spec).oracle.build()
+    return CountingOracle(FailingSolver(inner, fail_every) if fail_every else inner)
 
 
 @pytest.mark.parametrize("budget", [60, 150])

@@ -5,20 +5,9 @@ import copy
 import numpy as np
 import pytest
 
+from lwl.oracles.counting import CountingOracle
 from lwl.runner import run_job
 from lwl.spec import parse_job_spec
-
-
-class CountingSolver:
-    def __init__(self, inner):
-        self.inner, self.solves = inner, 0
-
-    def label(self, inputs):
-        self.solves += len(inputs)
-        return self.inner.label(inputs)
-
-    def output_grid(self, dim):
-        return self.inner.output_grid(dim)
 
 
 @pytest.fixture
@@ -32,7 +21,7 @@ def budgeted_ama(ama_spec) -> dict:
 
 
 def test_the_training_set_is_judged_against_q_law_and_the_initial_distribution_at_equal_solves(budgeted_ama):
-    oracle = CountingSolver(parse_job_spec(budgeted_ama).oracle.build())
+    oracle = CountingOracle(parse_job_spec(budgeted_ama).oracle.build())
     res = run_job(budgeted_ama, oracle=oracle, evaluate=True)
     ev, v = res["evaluation"], res["verdict"]
     assert res["labels_used"] == 100  # the audit's solves are not the job's

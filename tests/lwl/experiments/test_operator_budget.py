@@ -1,5 +1,6 @@
 """The operator-budget study (lwl.experiments.operator_budget) at its smoke preset."""
 
+import numpy as np
 import pytest
 
 from lwl.experiments import operator_budget
@@ -21,12 +22,14 @@ def test_the_smoke_study_counts_every_solve_and_writes_its_tables(tmp_path):
     assert [p.name for p in paths] == ["results.json", "results.md"] and "| darcy | 0 | 60 | 60 |" in md
 
 
-def test_a_counting_solver_refuses_nothing_and_counts_every_row():
-    class Double:
-        def label(self, x):
-            return [2 * v for v in x]
+def test_a_counting_oracle_counts_every_row_and_is_otherwise_its_oracle():
+    from lwl.oracles import make_oracle
+    from lwl.oracles.counting import CountingOracle
 
-    s = operator_budget.CountingSolver(Double())
-    assert s.label([1, 2, 3]) == [2, 4, 6] and s.solves == 3
-    s.label([4])
-    assert s.solves == 4
+    darcy = make_oracle({"name": "darcy"})
+    s = CountingOracle(darcy)
+    x = np.zeros((3, 16))
+    np.testing.assert_array_equal(s.label(x), darcy.label(x))
+    assert s.solves == s.labels == 3
+    s.label(x[:1])
+    assert s.solves == 4 and s.output_grid(16)[0].shape == darcy.output_grid(16)[0].shape
