@@ -103,6 +103,7 @@ def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_run_a_budgeted_ama_job_writes_its_fields_and_every_solve_counted(tmp_path):
     """examples/darcy_ama.json with a budget of 120 solves (a small DeepONet): the training set is
     the input fields and their solution fields, and the verdict is at equal solves."""

@@ -46,6 +46,7 @@ def solver(spec: dict, fail_every: int = 0) -> CountingOracle:
     return CountingOracle(FailingSolver(inner, fail_every) if fail_every else inner)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [60, 150])
 def test_solves_never_exceed_the_budget_counted_by_the_solver(budgeted_ama, budget):
     budgeted_ama["budget"] = budget
@@ -66,6 +67,7 @@ def test_too_small_a_budget_names_budget_and_the_minimum(budgeted_ama):
     assert field == "budget" and "the smallest budget it runs with is 40" in message  # 3 x 8 + 16
 
 
+@pytest.mark.slow
 def test_failed_solves_are_paid_for_and_never_training_data(budgeted_ama):
     oracle = solver(budgeted_ama, fail_every=9)
     res = run_job(budgeted_ama, oracle=oracle, evaluate=False)
@@ -76,6 +78,7 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_ama):
     assert len(Y) == 150 - failed and np.isfinite(Y).all()
 
 
+@pytest.mark.slow
 def test_the_same_spec_and_seed_give_the_same_training_set(budgeted_ama):
     a = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
     b = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
@@ -110,6 +113,7 @@ def test_candidates_are_the_start_q_fit_and_each_member_fit_and_q_law_races(budg
     assert [type(c).__name__ for c in law.components] == ["KLEGaussian"] * 3
 
 
+@pytest.mark.slow
 def test_ask_tell_a_client_computes_every_solve_on_the_input_grid(budgeted_ama):
     """An external oracle (ask/tell): the job asks, a client solves, the job never labels itself;
     the DeepONet's output points are the input grid's nodes, Darcy's own output grid."""

@@ -20,6 +20,7 @@ def budgeted_ama(ama_spec) -> dict:
     return s
 
 
+@pytest.mark.slow
 def test_the_training_set_is_judged_against_q_law_and_the_initial_distribution_at_equal_solves(budgeted_ama):
     oracle = CountingOracle(parse_job_spec(budgeted_ama).oracle.build())
     res = run_job(budgeted_ama, oracle=oracle, evaluate=True)
