@@ -331,7 +331,7 @@ def _operator_budget_study(preset: str, out: Path | None) -> Path:
     with _progress() as bar:
         task = bar.add_task(f"operator-budget ({preset})", total=len(cfg["problems"]) * len(cfg["seeds"])
                             * len(cfg["budgets"]), info="")
-        doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg))
+        doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), out=out)
     return _report(operator_budget.write_outputs(doc, out), out)
 
 

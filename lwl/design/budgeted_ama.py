@@ -49,10 +49,17 @@ class _ThetaFamily:
         return self.kle.measure(np.asarray(params["theta"], dtype=np.float64))
 
 
+PROJECTION_STARTS = 8  # starts spread over a bounded family's box besides theta0 (the W2 objective is multimodal)
+
+
 def w2_projection(family: KLEFamily, members: list[KLEGaussian], weights, theta0: np.ndarray) -> np.ndarray:
-    """argmin_theta sum_k w_k W2^2(nu_theta, nu'_k) within the family's bounds (L-BFGS-B from
-    ``theta0``, the closed-form W2 of KLE Gaussians differentiated by autograd)."""
+    """argmin_theta sum_k w_k W2^2(nu_theta, nu'_k) within the family's bounds: L-BFGS-B on the
+    closed-form W2 of KLE Gaussians (autograd), from ``theta0`` and, when every free parameter is
+    bounded, from ``PROJECTION_STARTS`` points of a scrambled Sobol sequence in the box (fixed
+    seed); the lowest end wins. The objective is multimodal in a frequency (NtD's omega: from
+    omega0 = 8 pi alone L-BFGS-B stays at 8 pi, Q's omegas lie in [-2 pi, 2 pi])."""
     from scipy.optimize import minimize
+    from scipy.stats import qmc
 
     w = np.asarray(weights, dtype=np.float64)
     w = w / w.sum()
@@ -63,9 +70,15 @@ def w2_projection(family: KLEFamily, members: list[KLEGaussian], weights, theta0
         v.backward()
         return float(v.detach()), th.grad.numpy().copy()
 
-    bounds = [tuple(None if not np.isfinite(b) else float(b) for b in family.bounds[p]) for p in family.free]
-    res = minimize(value, np.asarray(theta0, dtype=np.float64), jac=True, method="L-BFGS-B", bounds=bounds)
-    return family.clip(res.x)
+    box = np.array([family.bounds[p] for p in family.free], dtype=np.float64)
+    bounds = [tuple(None if not np.isfinite(b) else float(b) for b in row) for row in box]
+    starts = [np.asarray(theta0, dtype=np.float64)]
+    if np.all(np.isfinite(box)):
+        u = qmc.Sobol(len(box), scramble=True, seed=0).random(PROJECTION_STARTS)
+        starts += list(box[:, 0] + u * (box[:, 1] - box[:, 0]))
+    ends = [minimize(value, x0, jac=True, method="L-BFGS-B", bounds=bounds) for x0 in starts]
+    best = min(ends, key=lambda r: float(r.fun))
+    return family.clip(best.x)
 
 
 def start_points(family: KLEFamily, members: list[KLEGaussian], weights) -> list[tuple[str, np.ndarray]]:

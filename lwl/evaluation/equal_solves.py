@@ -27,9 +27,15 @@ from lwl.streams import STREAM_AUDIT
 DRAWS = 3  # training draws per baseline (each a DeepONet trained from scratch)
 
 
-def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = DRAWS) -> dict:
+def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = DRAWS,
+                 trainers: dict | None = None) -> dict:
     """The evaluation document of a budgeted operator job's training set (X, Y) (module docstring):
-    ``{"labels", "err", "err_interval", "comparisons", "draws", "held_out", "audit_labels", ...}``."""
+    ``{"labels", "err", "err_interval", "comparisons", "draws", "held_out", "audit_labels", ...}``.
+
+    ``trainers`` adds comparators that choose their own n solves (pool-based active learning,
+    :mod:`lwl.design.active`, which a study passes in: the evaluation does not import designs):
+    ``{name: (n, draw) -> (model, solves)}``, a model trained on n solves it asked ``oracle`` for
+    and the number of solves it spent (counted in ``audit_labels``)."""
     q, seed = stepper.q, stepper.spec.seed
     w = np.asarray(stepper.output_weights, dtype=np.float64)
     test_x = np.concatenate(q.heldout)
@@ -51,6 +57,13 @@ def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = 
             x = measure.sample(n, [seed, STREAM_AUDIT, r])
             out.append(sq_errors(x, as_numpy(oracle.label(x))))
             audit += n
+        rows[name] = np.stack(out)
+    for name, train in (trainers or {}).items():
+        out = []
+        for r in range(draws):
+            model, solves = train(n, r)
+            out.append(((np.asarray(model.predict(test_x)).reshape(test_y.shape) - test_y) ** 2) @ w)
+            audit += int(solves)
         rows[name] = np.stack(out)
     comparisons = {name: compare(np.repeat(design[None, :], len(sq), 0), sq, y2, sizes, q.weights)
                    for name, sq in rows.items()}

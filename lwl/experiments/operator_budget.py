@@ -1,26 +1,47 @@
-"""Operator designs for a solve budget, counted (issue #47; docs/method.md "Designs for a label
-budget"): the budgeted ``ama`` job (:mod:`lwl.design.budgeted_ama`) on the paper's operator
+"""Operator designs for a solve budget, counted (issue #47; docs/method.md "Operator jobs under a
+budget"): the budgeted ``ama`` job (:mod:`lwl.design.budgeted_ama`) on the paper's three operator
 problems, every PDE solve counted by the oracle itself, judged at equal solves
-(:mod:`lwl.evaluation.equal_solves`) against Q's law and the initial distribution, and beside the
-unbudgeted AMA counted with all its solves.
+(:mod:`lwl.evaluation.equal_solves`) against Q's law, the initial distribution and pool-based
+active learning (QbC and CoreSet, :mod:`lwl.design.active`, the Burgers study's baselines), and
+beside the unbudgeted AMA counted with all its solves.
 
-Problems: **Darcy** (examples/darcy_ama.json: three KLE members of Q on the 16 x 16 grid, the
-family's mean shift free, a DeepONet). NtD and Burgers are not here yet (docs/method.md says so).
+Problems (job specs below; Q's members drawn as the operator studies draw them,
+:mod:`lwl.experiments.operators`, but fewer, so that every member gets validation fields at 250):
+
+- **darcy**: examples/darcy_ama.json (three KLE members of Q on the 16 x 16 grid, the family's mean
+  shift free).
+- **ntd**: the Neumann-to-Dirichlet map on the unit square's boundary (grid 24, 92 boundary nodes),
+  the family 10 sin(omega (t - 1/2)) + KLE(2, 3, 3^1.5) with omega free, Q four members with
+  omega and tau from the paper's law (SM NtD).
+- **burgers**: viscous Burgers at t = 1 on 128 Fourier nodes, the family's (alpha, tau, sigma) free
+  from (3, 1.4, 5), Q four Fourier KLEs with alpha ~ U[2, 2.5], tau ~ U[1.5, 3], sigma ~ U[5, 10].
+
+The grids are the quick studies' (the paper's are 128 boundary points for NtD, 64^2 for Darcy and
+8192 for Burgers: a 2-core CPU does not train the many DeepONets of a budgeted design there).
+
 For every problem, budget B and seed:
 
 - **budgeted**: the job with ``budget: B``; its training set of n <= B solves, every solve counted
-  by a counting oracle (``solver_count``), and its verdict at equal solves (3 DeepONet training
-  draws per comparator, Q's held-out fields);
+  by a counting oracle, and the verdict at equal solves (``draws`` DeepONet training draws per
+  comparator, Q's held-out fields): Q's law and theta0 (fresh samples), QbC and CoreSet (a pool of
+  ``pool_factor`` n inputs from Q's law, labels bought in three rounds n/4, n/2, n);
 - **unbudgeted**: the paper's AMA job as the example gives it (its own iterations), its solves
   counted the same way and its relative OOD error on fresh samples of Q (its own evaluation).
 
-Wall time of each job.
+Wall time of each job. Rows are written as they finish (``out``), so an interrupted study resumes.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import math
 import time
+from pathlib import Path
+
+import numpy as np
+
+Q_SEED = 2025  # Q's members, as in lwl.experiments.operators
 
 # examples/darcy_ama.json, as the study runs it (inline: the study needs no file beside the package)
 DARCY = {
@@ -42,21 +63,70 @@ DARCY = {
     "algorithm": {"name": "ama", "iterations": 3, "samples_per_iteration": 100, "optimization_samples": 3,
                   "optimizer": "adam", "learning_rate": 0.01, "steps": 100, "rounds": 2},
 }
-PROBLEMS = {"darcy": DARCY}
+
+
+def ntd(members: int = 4, grid: int = 24) -> dict:
+    """SM NtD at ``grid`` (4 grid - 4 boundary nodes): Q's omega ~ rho[-2 pi, 2 pi], tau ~ rho[0, 50]
+    (rho the paper's law), alpha 1.5, sigma tau^1.5; the family's omega by differential evolution."""
+    from lwl.measures import cosine_law
+
+    G = 4 * grid - 4
+    rng = np.random.default_rng(Q_SEED)
+    rho = cosine_law.law(cosine_law.DEFAULT_LAW)
+    qs = []
+    for _ in range(members):
+        w, t = rho(rng, -2 * math.pi, 2 * math.pi), rho(rng, 0.0, 50.0)
+        qs.append({"kle": {"basis": "sine1d", "grid": G, "alpha": 1.5, "tau": t, "sigma": t**1.5,
+                           "amplitude": 10.0, "omega": w}})
+    return {
+        "oracle": {"name": "ntd", "params": {"grid": grid}},
+        "test_distributions": {"members": qs, "validation_per_member": 40},
+        "family": {"name": "kle", "basis": "sine1d", "grid": G, "alpha": 2.0, "tau": 3.0, "sigma": 3.0**1.5,
+                   "amplitude": 10.0, "omega": 8 * math.pi, "free": ["omega"],
+                   "bounds": {"omega": [-8 * math.pi, 8 * math.pi]}},
+        "model": {"name": "deeponet", "branch": [64, 64], "trunk": [64, 64], "latent": 32, "iterations": 500},
+        "algorithm": {"name": "ama", "iterations": 3, "samples_per_iteration": 100, "optimization_samples": 100,
+                      "optimizer": "differential_evolution", "maxiter": 20, "rounds": 1},
+    }
+
+
+def burgers(members: int = 4, grid: int = 128) -> dict:
+    """SM Burgers at ``grid`` Fourier nodes (viscosity 0.1, t = 1 on [0, 2 pi)): Q's Fourier KLEs
+    as lwl's Burgers study draws them; the family's (alpha, tau, sigma) by L-BFGS-B."""
+    rng = np.random.default_rng(Q_SEED)
+    qs = [{"kle": {"basis": "fourier", "grid": grid, "alpha": rng.uniform(2.0, 2.5), "tau": rng.uniform(1.5, 3.0),
+                   "sigma": rng.uniform(5.0, 10.0)}} for _ in range(members)]
+    return {
+        "oracle": {"name": "burgers", "params": {"viscosity": 0.1, "length": 2 * math.pi, "time": 1.0}},
+        "test_distributions": {"members": qs, "validation_per_member": 40},
+        "family": {"name": "kle", "basis": "fourier", "grid": grid, "alpha": 3.0, "tau": 1.4, "sigma": 5.0,
+                   "free": ["alpha", "tau", "sigma"],
+                   "bounds": {"alpha": [1.5, 5.0], "tau": [0.5, 5.0], "sigma": [1.0, 15.0]}},
+        "model": {"name": "deeponet", "branch": [64, 64], "trunk": [64, 64], "latent": 32, "iterations": 500},
+        "algorithm": {"name": "ama", "iterations": 3, "samples_per_iteration": 100, "optimization_samples": 50,
+                      "optimizer": "lbfgsb", "maxiter": 10, "rounds": 1},
+    }
+
+
+PROBLEMS = {"darcy": lambda: copy.deepcopy(DARCY), "ntd": ntd, "burgers": burgers}
 
 PRESETS = {
-    # Darcy at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
-    "quick": dict(problems=("darcy",), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500, unbudgeted=True,
-                  model={}),
+    # the three problems at 250, 1,000 and 4,000 solves, three seeds (several hours on 2 cores)
+    "full": dict(problems=("darcy", "ntd", "burgers"), budgets=(250, 1000, 4000), seeds=(0, 1, 2), heldout=500,
+                 unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={}),
+    # the three problems at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
+    "quick": dict(problems=("darcy", "ntd", "burgers"), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500,
+                  unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={}),
     # for the test suite: a small DeepONet, one budget, one seed
-    "smoke": dict(problems=("darcy",), budgets=(60,), seeds=(0,), heldout=30, unbudgeted=False,
+    "smoke": dict(problems=("darcy",), budgets=(60,), seeds=(0,), heldout=30, unbudgeted=False, draws=2,
+                  active=("coreset",), pool_factor=2,
                   model={"iterations": 20, "branch": [32], "trunk": [32], "latent": 16}),
 }
 
 
 def problem_spec(name: str, cfg: dict, seed: int) -> dict:
     """The problem's job spec at ``seed``, with the preset's model settings and held-out samples."""
-    spec = copy.deepcopy(PROBLEMS[name])
+    spec = PROBLEMS[name]()
     spec["seed"] = seed
     spec["model"].update(cfg["model"])
     tests = spec["test_distributions"]
@@ -65,45 +135,92 @@ def problem_spec(name: str, cfg: dict, seed: int) -> dict:
     return spec
 
 
-def _counted(spec: dict):
+def _counted(spec: dict, evaluate: bool | None = None):
     from lwl.oracles.counting import CountingOracle
     from lwl.runner import run_job
     from lwl.spec import parse_job_spec
 
     oracle = CountingOracle(parse_job_spec(spec).oracle.build())  # every solve, counted by the solver
     t0 = time.perf_counter()
-    res = run_job(spec, oracle=oracle)
-    return res, oracle.solves, time.perf_counter() - t0
+    res = run_job(spec, oracle=oracle, evaluate=evaluate)
+    return res, oracle, time.perf_counter() - t0
 
 
-def run_problem(name: str, cfg: dict, seed: int, progress=None) -> dict:
-    """Every budget of one problem and seed, and the unbudgeted AMA (module docstring)."""
-    row: dict = {"problem": name, "seed": seed, "budgets": {}, "unbudgeted": None}
-    for B in cfg["budgets"]:
-        spec = problem_spec(name, cfg, seed)
-        spec["budget"] = B
-        res, solves, seconds = _counted(spec)
-        ev = res["evaluation"]
-        audit = ev["audit_labels"]
-        row["budgets"][str(B)] = {
-            "budget": B, "labels_used": int(res["labels_used"]), "design_solves": int(solves - audit),
-            "within_budget": bool(solves - audit <= B and res["labels_used"] <= B), "rounds": int(res["rounds"]),
+def active_trainers(stepper, oracle, cfg: dict) -> dict:
+    """QbC and CoreSet (``cfg["active"]``) as :func:`lwl.evaluation.equal_solves.equal_solves`
+    trainers: for n solves and draw r, a pool of ``pool_factor`` n inputs from Q's law (draw r of
+    the audit stream), labels bought in rounds n/4, n/2, n (:func:`lwl.design.active.active_learning`,
+    the job's DeepONet); returns the last round's model and the n solves it paid."""
+    from lwl.design.active import active_learning
+    from lwl.streams import STREAM_AUDIT
+
+    seed = stepper.spec.seed
+
+    def trainer(method: str):
+        def train(n: int, r: int):
+            pool = stepper.q_law().sample(cfg["pool_factor"] * n, [seed, STREAM_AUDIT, 1000 + r])
+            sizes = sorted({max(2, n // 4), max(2, n // 2), n})
+            (_, model), = active_learning(method, pool, oracle, stepper.factory, stepper.z, sizes,
+                                          seed=seed + 101 * r, output_weights=stepper.output_weights)[-1:]
+            return model, n
+        return train
+
+    return {m: trainer(m) for m in cfg["active"]}
+
+
+def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
+    """One budgeted job and its verdict at equal solves (module docstring)."""
+    from lwl.design.budgeted_ama import BudgetedAMA
+    from lwl.evaluation.equal_solves import equal_solves
+    from lwl.spec import parse_job_spec
+
+    spec = problem_spec(name, cfg, seed)
+    spec["budget"] = B
+    res, oracle, seconds = _counted(spec, evaluate=False)
+    design_solves = oracle.solves
+    stepper = BudgetedAMA.from_spec(parse_job_spec(spec), oracle)
+    ts = res["training_set"]
+    X, Y = np.asarray(ts["inputs"], dtype=np.float64), np.asarray(ts["labels"], dtype=np.float64)
+    t0 = time.perf_counter()
+    ev = equal_solves(stepper, X, Y, oracle, draws=cfg["draws"], trainers=active_trainers(stepper, oracle, cfg))
+    return {"budget": B, "labels_used": int(res["labels_used"]), "design_solves": int(design_solves),
+            "training_set": int(len(X)),
+            "within_budget": bool(design_solves <= B and res["labels_used"] <= B), "rounds": int(res["rounds"]),
             "selected": res["selected"]["candidate"], "err": ev["err"]["optimized"],
             "err_interval": ev["err_interval"]["optimized"],
             "comparisons": {k: {f: c[f] for f in ("outcome", "other_err", "ratio", "ratio_interval")}
                             for k, c in ev["comparisons"].items()},
             "validation_verdict": (res.get("validation_verdict") or {}).get("outcome"),
-            "audit_solves": int(audit), "seconds": seconds}
+            "audit_solves": int(ev["audit_labels"]), "seconds": seconds,
+            "audit_seconds": time.perf_counter() - t0}
+
+
+def run_problem(name: str, cfg: dict, seed: int, progress=None, done: dict | None = None, save=None) -> dict:
+    """Every budget of one problem and seed, and the unbudgeted AMA (module docstring); budgets in
+    ``done`` (an earlier run's row) are kept; ``save(row)`` after each job."""
+    row: dict = copy.deepcopy(done) if done else {"problem": name, "seed": seed, "budgets": {}, "unbudgeted": None}
+    for B in cfg["budgets"]:
+        if str(B) in row["budgets"]:
+            continue
+        cell = row["budgets"][str(B)] = run_budget(name, cfg, seed, B)
+        if save:
+            save(row)
         if progress:
-            progress(f"{name} seed {seed} B={B}: {ev['err']['optimized']:.4g} vs Q's law "
-                     f"{ev['comparisons']['mixture']['other_err']:.4g} ({ev['comparisons']['mixture']['outcome']})")
-    if cfg["unbudgeted"]:
+            mix = cell["comparisons"]["mixture"]
+            progress(f"{name} seed {seed} B={B}: {cell['err']:.4g} vs Q's law {mix['other_err']:.4g} "
+                     f"({mix['outcome']})")
+    if cfg["unbudgeted"] and row["unbudgeted"] is None:
         spec = problem_spec(name, cfg, seed)
-        res, solves, seconds = _counted(spec)
-        row["unbudgeted"] = {"solves": int(solves), "labels_used": int(res["labels_used"]),
+        res, oracle, seconds = _counted(spec)
+        row["unbudgeted"] = {"solves": int(oracle.solves), "labels_used": int(res["labels_used"]),
                              "relative_ood_error": float(res["evaluation"]["relative_ood_error"]),
                              "seconds": seconds}
+        if save:
+            save(row)
     return row
+
+
+COMPARATORS = {"mixture": "Q's law", "initial": "initial ν_θ⁰", "qbc": "QbC", "coreset": "CoreSet"}
 
 
 def summary(rows: list[dict], budgets) -> dict:
@@ -111,19 +228,45 @@ def summary(rows: list[dict], budgets) -> dict:
     for B in budgets:
         cells = [r["budgets"][str(B)] for r in rows if str(B) in r["budgets"]]
         out[str(B)] = {"runs": len(cells), "within_budget": all(c["within_budget"] for c in cells)}
-        for name in ("mixture", "initial"):
-            outcomes = [c["comparisons"][name]["outcome"] for c in cells]
+        for name in COMPARATORS:
+            outcomes = [c["comparisons"][name]["outcome"] for c in cells if name in c["comparisons"]]
+            if not outcomes:
+                continue
             out[str(B)][name] = {k: outcomes.count(k) for k in ("better", "tie", "worse")}
     return out
 
 
-def run(preset: str = "quick", *, progress=None) -> dict:
+def run(preset: str = "quick", *, progress=None, out=None) -> dict:
+    """The study at ``preset``; with ``out``, rows go to ``out``/rows.json as they finish and an
+    earlier rows.json there (same settings) is resumed."""
     cfg = PRESETS[preset]
+    settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
+    path = Path(out) / "rows.json" if out is not None else None
+    earlier: dict = {}
+    if path is not None and path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("settings") == settings:
+            earlier = {(r["problem"], r["seed"]): r for r in saved["rows"]}
+    rows_by_key = dict(earlier)
     t0 = time.perf_counter()
-    rows = [run_problem(name, cfg, seed, progress) for name in cfg["problems"] for seed in cfg["seeds"]]
-    return {"experiment": "operator-budget", "preset": preset,
-            "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
-            "rows": rows, "summary": summary(rows, cfg["budgets"]), "wall_seconds": time.perf_counter() - t0}
+
+    def save(row: dict) -> None:
+        rows_by_key[(row["problem"], row["seed"])] = row
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"settings": settings, "rows": list(rows_by_key.values())}))
+
+    rows = [run_problem(name, cfg, seed, progress, earlier.get((name, seed)), save)
+            for name in cfg["problems"] for seed in cfg["seeds"]]
+    return {"experiment": "operator-budget", "preset": preset, "settings": settings,
+            "rows": rows, "summary": summary(rows, cfg["budgets"]),
+            "wall_seconds": time.perf_counter() - t0, "compute_seconds": compute_seconds(rows)}
+
+
+def compute_seconds(rows: list[dict]) -> float:
+    """Seconds of every job and audit of ``rows`` (across resumed runs)."""
+    return float(sum(c["seconds"] + c.get("audit_seconds", 0.0) for r in rows for c in r["budgets"].values())
+                 + sum(r["unbudgeted"]["seconds"] for r in rows if r["unbudgeted"]))
 
 
 def _btw(counts: dict) -> str:
@@ -131,31 +274,35 @@ def _btw(counts: dict) -> str:
 
 
 def markdown(doc: dict) -> str:
-    names = {"mixture": "Q's law", "initial": "initial ν_θ⁰"}
+    present = {k for r in doc["rows"] for c in r["budgets"].values() for k in c["comparisons"]}
+    names = {k: v for k, v in COMPARATORS.items() if k in present}
+    draws = doc["settings"].get("draws", 3)
     intro = ("Held-out relative L2 error (Q's members weighted, the oracle's output grid) of the DeepONet "
              "trained on the budgeted ama job's training set, against the same DeepONet trained on the same "
-             "number of solves of Q's law and of the initial distribution (3 training draws each); better / "
-             "tie / worse beyond noise (95%). Solves counted by the solver itself. Wall time "
-             f"{doc['wall_seconds'] / 60:.1f} min.")
+             "number of solves of Q's law, of the initial distribution, and chosen from a pool of Q's law by "
+             f"QbC and CoreSet ({draws} training draws each); better / tie / worse beyond noise (95%). Solves "
+             f"counted by the solver itself. Compute time {doc['compute_seconds'] / 60:.1f} min (jobs, audits "
+             "and unbudgeted runs).")
     lines = [f"# Operator designs for a solve budget ({doc['preset']})", "", intro, "",
-             "| budget | runs | solves ≤ budget | vs Q's law b/t/w | vs initial b/t/w |", "|---:|---:|---|---|---|"]
-    bt = _btw
+             "| budget | runs | solves ≤ budget | " + " | ".join(f"vs {n} b/t/w" for n in names.values()) + " |",
+             "|---:|---:|---|" + "---|" * len(names)]
     for B, s in doc["summary"].items():
-        lines.append(f"| {B} | {s['runs']} | {'all' if s['within_budget'] else 'NO'} | {bt(s['mixture'])} | "
-                     f"{bt(s['initial'])} |")
+        lines.append(f"| {B} | {s['runs']} | {'all' if s['within_budget'] else 'NO'} | "
+                     + " | ".join(_btw(s[k]) if k in s else "–" for k in names) + " |")
     header = ("| problem | seed | budget | solves | selected | Err | "
               + " | ".join(f"{n} Err | vs {n}" for n in names.values()) + " | validation verdict | s |")
     lines += ["", header,
               "|---|---:|---:|---:|---|---:|" + "---:|---|" * len(names) + "---|---:|"]
     for r in doc["rows"]:
         for B, c in r["budgets"].items():
-            comps = " | ".join(f"{c['comparisons'][k]['other_err']:.4g} | {c['comparisons'][k]['outcome']}" for k in names)
+            comps = " | ".join(f"{c['comparisons'][k]['other_err']:.4g} | {c['comparisons'][k]['outcome']}"
+                               if k in c["comparisons"] else "– | –" for k in names)
             lines.append(f"| {r['problem']} | {r['seed']} | {B} | {c['design_solves']} | {c['selected']} | "
                          f"{c['err']:.4g} | {comps} | {c['validation_verdict']} | {c['seconds']:.0f} |")
     unb = [r for r in doc["rows"] if r["unbudgeted"]]
     if unb:
-        lines += ["", ("The unbudgeted AMA job (the example's settings), every solve counted, its relative OOD error "
-                       "on fresh samples of Q (its own evaluation):"), "",
+        lines += ["", ("The unbudgeted AMA job (the problem's AMA settings above), every solve counted, its relative "
+                       "OOD error on fresh samples of Q (its own evaluation):"), "",
                   "| problem | seed | solves | relative OOD error | s |", "|---|---:|---:|---:|---:|"]
         lines += [f"| {r['problem']} | {r['seed']} | {r['unbudgeted']['solves']} | "
                   f"{r['unbudgeted']['relative_ood_error']:.4g} | {r['unbudgeted']['seconds']:.0f} |" for r in unb]

@@ -7,19 +7,29 @@ from lwl.experiments import operator_budget
 
 
 @pytest.mark.slow
-def test_the_smoke_study_counts_every_solve_and_writes_its_tables(tmp_path):
-    doc = operator_budget.run("smoke")
+def test_the_smoke_study_counts_every_solve_and_writes_its_tables(tmp_path, monkeypatch):
+    doc = operator_budget.run("smoke", out=tmp_path)
     (row,) = doc["rows"]
     cell = row["budgets"]["60"]
     assert cell["design_solves"] == cell["labels_used"] == 60 and cell["within_budget"]
-    assert cell["audit_solves"] == 3 * 30 + 2 * 3 * 60  # held out, and 3 draws of each comparator
-    assert set(cell["comparisons"]) == {"mixture", "initial"}
+    # held out, and 2 draws of each comparator (Q's law, theta0, CoreSet), each of 60 solves
+    assert cell["audit_solves"] == 3 * 30 + 3 * 2 * 60
+    assert set(cell["comparisons"]) == {"mixture", "initial", "coreset"}
+    assert all(c["other_err"] > 0 for c in cell["comparisons"].values())
     assert doc["summary"]["60"]["runs"] == 1 and doc["summary"]["60"]["within_budget"]
     outcomes = doc["summary"]["60"]["mixture"]
     assert sum(outcomes.values()) == 1 and outcomes[cell["comparisons"]["mixture"]["outcome"]] == 1
     paths = operator_budget.write_outputs(doc, tmp_path)
     md = (tmp_path / "results.md").read_text()
     assert [p.name for p in paths] == ["results.json", "results.md"] and "| darcy | 0 | 60 | 60 |" in md
+    assert "vs CoreSet" in md and "QbC" not in md.split("\n\n")[2]  # the table names only what ran
+
+    def no_job(*args):  # a rerun in the same folder resumes: every row is there already
+        raise AssertionError("a finished row was run again")
+
+    monkeypatch.setattr(operator_budget, "run_budget", no_job)
+    again = operator_budget.run("smoke", out=tmp_path)
+    assert again["rows"] == doc["rows"]
 
 
 def test_a_counting_oracle_counts_every_row_and_is_otherwise_its_oracle():
