@@ -177,16 +177,18 @@ class Client:
         """A budgeted job's trained model document (``lwl.models.from_spec`` reads it)."""
         return self._check(self.http.get(f"/v1/jobs/{self._id(job)}/model")).json()
 
-    def predict(self, job, inputs) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, job, inputs) -> tuple[np.ndarray, np.ndarray | None]:
         """``(mean (m,), std (m,))`` of the job's trained model at ``inputs`` (m, d), sent and
         received as ``.npy``: the numbers of ``lwl.models.from_spec(self.model(job)).predict(inputs,
-        return_std=True)``."""
+        return_std=True)``. An operator job's DeepONet gives ``(fields (m, Q), None)``."""
         x = np.ascontiguousarray(np.asarray(inputs, dtype=np.float64))
         buf = io.BytesIO()
         np.save(buf, x, allow_pickle=False)
         r = self._check(self.http.post(f"/v1/jobs/{self._id(job)}/predict", content=buf.getvalue(),
                                        headers={"Content-Type": "application/x-npy", "Accept": "application/x-npy"}))
         out = np.load(io.BytesIO(r.content), allow_pickle=False)
+        if r.headers.get("LWL-Std") == "none":
+            return out, None
         return out[:, 0], out[:, 1]
 
     # -- ask/tell -----------------------------------------------------------------------------

@@ -287,7 +287,8 @@ def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a
 def predict(job: str = typer.Argument(..., metavar="JOB", help="job id (a budgeted job)"),
             inputs: Path = typer.Argument(..., metavar="INPUTS", help=".npy file: an (m, d) array of inputs"),
             out: Path = typer.Option(Path("predictions.npy"), "--out",
-                                     help="where to write the (m, 2) array: columns mean and std"),
+                                     help="where to write the (m, 2) array: columns mean and std (an "
+                                          "operator job's: the (m, Q) predicted fields)"),
             url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Predict with a budgeted job's trained model (GET /v1/jobs/{id}/model): mean and standard
     deviation at each input row."""
@@ -298,6 +299,11 @@ def predict(job: str = typer.Argument(..., metavar="JOB", help="job id (a budget
         raise typer.Exit(2)
     with _service_errors(url), _client(url, api_key) as c:
         mean, std = c.predict(job, x)
+    if std is None:  # a DeepONet's fields
+        np.save(out, mean)
+        console.print(f"{len(mean)} predicted fields ({mean.shape[1]} values each) written to {escape(str(out))}",
+                      highlight=False)
+        return
     np.save(out, np.stack([mean, std], 1))
     console.print(f"{len(mean)} predictions (mean, std) written to {escape(str(out))}", highlight=False)
 

@@ -13,7 +13,9 @@ What the AMA design supplies:
 - **The model a score trains**: the job's DeepONet, trained on half of the labelled validation
   fields plus the candidate's points; the squared error of a field is its L2 norm with the oracle's
   output quadrature weights (the relative OOD error of SM eqn app_ntd_rel_ood_error).
-- **The served model**: the DeepONet trained on the whole training set (``final_model``).
+- **The served model**: the DeepONet trained on the whole training set (``final_model``); its
+  document (weights, widths, query points: :meth:`DeepONetRegressor.to_spec`) is the result's
+  ``model``, served by ``GET /v1/jobs/{id}/model`` and ``POST /predict``.
 
 **Ask/tell** (an ``external`` oracle: a lab computes the solves): every solve goes through the
 rounds' queries, so nothing is labelled inside a step; the lab returns each solution field on its
@@ -137,9 +139,6 @@ class BudgetedAMA(BudgetedDesign):
     def final_model(self, state):
         X, y = self.training_set(state)
         return self.factory(self.spec.seed).fit(X, y.reshape(len(X), -1), self.z)
-
-    def model_document(self, state) -> dict | None:
-        return None  # a DeepONet's weights are not served yet (docs/method.md)
 
 
 def label_width(spec: JobSpec) -> int:

@@ -10,8 +10,8 @@ __all__ = ["DeepONetRegressor", "GaussianProcess", "KernelRidge", "fit_hyperpara
 
 def from_spec(doc: dict, device: str = "cpu"):
     """The trained model of a model document (``GET /v1/jobs/{id}/model``; a model's
-    ``to_spec()``): its registry entry's ``document`` hook rebuilds it at the document's
-    hyperparameters on its training set, so ``from_spec(doc).predict(x, return_std=True)`` gives
+    ``to_spec()``): its registry entry's ``document`` hook rebuilds it (a GP or KRR at the
+    document's hyperparameters on its training set, a DeepONet from its weights), so ``from_spec(doc).predict(x, return_std=True)`` gives
     the service's numbers."""
     from lwl.models.gp import DOCUMENT_KIND, DOCUMENT_VERSION
     from lwl.registry import MODELS
@@ -23,9 +23,15 @@ def from_spec(doc: dict, device: str = "cpu"):
     load = MODELS.get(doc.get("model")).resolve("document")
     if load is None:
         raise ValueError(f"model: a {doc.get('model')} model has no document")
+    return load(doc, device=device)
+
+
+def document_training_set(doc: dict) -> dict:
+    """The ``training_set`` a kernel model's document conditions on (a GP's, a KRR's), or a
+    ValueError naming the field."""
     if "training_set" not in doc:
         raise ValueError("training_set: the document names no training data")
-    return load(doc, device=device)
+    return doc["training_set"]
 
 
 def train(model, X, y, *, ridge: float, seed: int, hyperparameters=None, device: str = "cpu"):

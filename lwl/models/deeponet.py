@@ -179,10 +179,52 @@ class DeepONetRegressor:
         """Differentiable predictions for a float64 or float32 batch (float64 out)."""
         return self.net_(u.to(device=self.z_.device, dtype=self.z_.dtype), self.z_).double().cpu()
 
-    def predict(self, U: np.ndarray) -> np.ndarray:
+    def predict(self, U: np.ndarray, return_std: bool = False):
+        """G(u)(z_q) for every row u of ``U``: (m, Q). ``return_std=True`` returns ``(mean, None)``:
+        a DeepONet has no predictive standard deviation (the model route's contract)."""
         with torch.no_grad(), matmul_precision(self.precision, self.z_.device):
             u = torch.as_tensor(np.asarray(U), dtype=torch.float32, device=self.z_.device)
-            return self.net_(u, self.z_).cpu().numpy().astype(np.float64)
+            mean = self.net_(u, self.z_).cpu().numpy().astype(np.float64)
+        return (mean, None) if return_std else mean
+
+    # -- the document (GET /v1/jobs/{id}/model; lwl.models.from_spec) ------------------------
+    def to_spec(self, training_set: bool = False) -> dict:
+        """The versioned model document: widths, query points z (Q, dz) and every weight as
+        base64 of little-endian float32 with its shape (``weights``; the state dict of
+        :class:`DeepONet`, its scalar buffers included). Training data are not needed to
+        predict; ``training_set=True`` is refused (the job's result holds them)."""
+        import base64
+
+        from lwl import __version__
+        from lwl.models.gp import DOCUMENT_KIND, DOCUMENT_VERSION
+
+        if training_set:
+            raise ValueError("training_set: a DeepONet's document carries its weights, not its training data")
+        weights = {k: {"shape": list(v.shape), "dtype": "<f4",
+                       "data": base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii")}
+                   for k, v in self.get_weights().items()}
+        return {"kind": DOCUMENT_KIND, "version": DOCUMENT_VERSION, "lwl_version": __version__, "model": "deeponet",
+                "kernel": None, "branch": self.branch, "trunk": self.trunk, "precision": self.precision,
+                "query_points": self.z_.cpu().numpy().astype(np.float64).tolist(), "weights": weights,
+                "std": "none: a DeepONet gives no predictive standard deviation",
+                "prediction": "G(u)(z_q) at every query point: (m, Q) for (m, J) inputs"}
+
+    @classmethod
+    def from_spec(cls, doc: dict, device: str = "cpu") -> "DeepONetRegressor":
+        """The DeepONet of a model document (:meth:`to_spec`), weights as written: the same
+        predictions wherever it is loaded (float32 products; to float32 rounding across CPUs)."""
+        import base64
+
+        weights = {}
+        for k, w in doc["weights"].items():
+            if w.get("dtype") != "<f4":
+                raise ValueError(f"weights.{k}.dtype: expected '<f4', got {w.get('dtype')!r}")
+            a = np.frombuffer(base64.b64decode(w["data"]), dtype="<f4")
+            if a.size != int(np.prod(w["shape"])):
+                raise ValueError(f"weights.{k}: {a.size} values for shape {w['shape']}")
+            weights[k] = a.reshape(w["shape"]).astype(np.float32)
+        model = cls(doc["branch"], doc["trunk"], device=device, precision=doc.get("precision", "float32"))
+        return model.set_weights(weights, np.asarray(doc["query_points"], dtype=np.float64))
 
 
 def deeponet_factory(model_spec, input_dim: int, query_dim: int, device: str = "auto",
@@ -225,4 +267,4 @@ class DeepONetSpec(StrictModel):
         return v
 
 
-MODELS.register("deeponet", DeepONetSpec)
+MODELS.register("deeponet", DeepONetSpec, document="lwl.models.deeponet:DeepONetRegressor.from_spec")

@@ -468,8 +468,10 @@ class GaussianProcess:
     def from_spec(cls, doc: dict, device: str = "cpu") -> "GaussianProcess":
         """The GP of a model document, conditioned on its training set at its hyperparameters
         and mean (no fitting: the same numbers wherever it is loaded)."""
+        from lwl.models import document_training_set
+
         outs = doc["outputs"]
-        ts = doc["training_set"]
+        ts = document_training_set(doc)
         if doc.get("kernel") not in GP_KERNELS:
             raise ValueError(f"kernel: unknown GP kernel {doc.get('kernel')!r}; known: {list(GP_KERNELS)}")
         gp = cls(kernel=doc["kernel"], optimize=False, device=device)

@@ -122,7 +122,9 @@ class KernelRidge:
 
     @classmethod
     def from_spec(cls, doc: dict, device: str = "cpu") -> "KernelRidge":
-        ts = doc["training_set"]
+        from lwl.models import document_training_set
+
+        ts = document_training_set(doc)
         return cls(doc["kernel"], doc["lengthscale"], doc["sigma2"], device=device).fit(ts["inputs"], ts["labels"])
 
     def adjoint_pass(self, V: torch.Tensor, yV: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

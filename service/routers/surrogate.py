@@ -31,14 +31,16 @@ CACHED_MODELS = 8  # models kept factored between requests (a Cholesky factor of
 class ModelDocument(OpenDocument):
     """A trained model: the document ``lwl.models.from_spec`` turns back into it. A ``gp``
     carries ``outputs`` (per output: ``lengthscale`` per input, ``output_scale``, ``noise``,
-    ``mean``), a ``krr`` its ``lengthscale`` and ``sigma2``; both the ``training_set`` they
-    condition on."""
+    ``mean``), a ``krr`` its ``lengthscale`` and ``sigma2``; both condition on the
+    ``training_set``. A ``deeponet`` (an operator job's) carries ``branch`` and ``trunk`` widths,
+    ``query_points`` and ``weights`` (base64 float32 per tensor, with shapes); its training set
+    is there for reference."""
 
     kind: str = Field(description='"lwl.model"')
     version: int = Field(description="version of the model document format")
-    model: str = Field(description="gp | krr (GET /v1/catalog lists the models)")
-    kernel: str
-    training_set: dict = Field(description='{"inputs": (n, d), "labels": (n,)}')
+    model: str = Field(description="gp | krr | deeponet (GET /v1/catalog lists the models)")
+    kernel: str | None = Field(default=None, description="the kernel of a gp or krr; null for a deeponet")
+    training_set: dict = Field(description='{"inputs": (n, d), "labels": (n,) or (n, Q) fields}')
 
 
 class PredictRequest(BaseModel):
@@ -50,9 +52,11 @@ class Prediction(BaseModel):
     """The JSON variant of ``POST /v1/jobs/{id}/predict``."""
     n: int
     d: int
-    mean: list[float] = Field(description="(m,) posterior mean")
-    std: list[float] = Field(description="(m,) posterior standard deviation (of the latent function; see the "
-                                         "model document's ``std``)")
+    outputs: int = Field(description="values per prediction: 1, or Q for a field (a deeponet's query points)")
+    mean: list[float] | list[list[float]] = Field(description="(m,) posterior mean, or (m, Q) predicted fields")
+    std: list[float] | None = Field(description="(m,) posterior standard deviation (of the latent function; see "
+                                                "the model document's ``std``); null for a model without one "
+                                                "(deeponet)")
 
 
 def job_model_document(job_id: str, store, owner: str) -> dict:
@@ -105,8 +109,10 @@ def get_model(job_id: str, store: StoreDep, owner: OwnerDep):
 async def post_predict(job_id: str, request: Request, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
     """Posterior mean and standard deviation of the job's trained model at ``inputs``: JSON
     ``{"inputs": [[...], ...]}`` or ``.npy`` bytes of an (m, d) array (``Content-Type:
-    application/x-npy``). The answer is JSON ``{"n", "d", "mean", "std"}``, or with ``Accept:
-    application/x-npy`` an (m, 2) ``.npy`` array whose columns are mean and std."""
+    application/x-npy``). The answer is JSON ``{"n", "d", "outputs", "mean", "std"}``, or with
+    ``Accept: application/x-npy`` an (m, 2) ``.npy`` array whose columns are mean and std. An
+    operator job's DeepONet predicts fields: ``mean`` is (m, Q), ``std`` null, and the ``.npy``
+    answer is the (m, Q) array of fields (header ``LWL-Std: none``)."""
     own_job(store, job_id, owner)
     raw = await read_body(request, settings.max_body_bytes)
     if request.headers.get("content-type", "").startswith(NPY):
@@ -139,11 +145,17 @@ async def post_predict(job_id: str, request: Request, store: StoreDep, owner: Ow
     if x.size > settings.max_samples:
         raise Problem(422, "Too many inputs", f"m * d must be at most {settings.max_samples}", field="inputs")
     mean, std = await run_in_threadpool(lambda: _model(job_id, doc).predict(x, return_std=True))
-    mean, std = np.asarray(mean, dtype=np.float64).reshape(len(x)), np.asarray(std, dtype=np.float64).reshape(len(x))
+    mean = np.asarray(mean, dtype=np.float64).reshape(len(x), -1)
+    outputs = mean.shape[1]
+    if std is not None:
+        std = np.asarray(std, dtype=np.float64).reshape(len(x))
+    if outputs == 1:
+        mean = mean[:, 0]
     if NPY in request.headers.get("accept", ""):
         from service.routers.jobs import _npy_header
 
-        out = np.ascontiguousarray(np.stack([mean, std], 1))
-        return Response(_npy_header(out) + out.tobytes(), media_type=NPY)
-    return Response(orjson.dumps({"n": int(len(x)), "d": d, "mean": mean, "std": std},
+        out = np.ascontiguousarray(mean if std is None else np.stack([mean, std], 1))
+        return Response(_npy_header(out) + out.tobytes(), media_type=NPY,
+                        headers={"LWL-Std": "none" if std is None else "column"})
+    return Response(orjson.dumps({"n": int(len(x)), "d": d, "outputs": int(outputs), "mean": mean, "std": std},
                                  option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")

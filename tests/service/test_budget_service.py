@@ -13,6 +13,7 @@ import pytest
 
 from lwl import run_job
 from lwl.client import Client
+from lwl.models import from_spec
 from lwl.oracles import make_oracle
 from tests.service.conftest import Server, small_job, wait_until
 
@@ -192,5 +193,13 @@ def test_an_operator_job_asks_for_fields_and_takes_solution_fields_as_rows(serve
         assert solved == result["labels_used"] == 120 and result["labels_failed"] == 1
         X, Y = c.training_set(job)
         assert X.shape == Y.shape == (119, 256) and np.allclose(Y, DARCY.label(X))
-        r = httpx.get(f"{url}/v1/jobs/{job}/model")
-        assert r.status_code == 409 and r.json()["field"] == "model.name"
+        # the trained DeepONet is served: its document rebuilds it offline with the route's numbers
+        doc = c.model(job)
+        assert doc["model"] == "deeponet" and doc["kernel"] is None
+        fields, std = c.predict(job, X[:5])
+        offline = from_spec(doc).predict(X[:5])
+        assert std is None and fields.shape == (5, 256)
+        np.testing.assert_allclose(fields, offline, rtol=1e-6, atol=1e-7)
+        as_json = httpx.post(f"{url}/v1/jobs/{job}/predict", json={"inputs": X[:2].tolist()}).json()
+        assert as_json["outputs"] == 256 and as_json["std"] is None
+        np.testing.assert_allclose(as_json["mean"], offline[:2], rtol=1e-6, atol=1e-7)

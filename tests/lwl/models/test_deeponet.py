@@ -66,3 +66,28 @@ def test_query_batches_normalisation_and_weights_round_trip():
     assert n.net_.y_scale.item() != 1.0 and n.net_.u_scale.item() != 1.0  # set at the first fit...
     again = DeepONetRegressor([8, 32, 16], [1, 32, 16], device="cpu").set_weights(n.get_weights(), z)
     np.testing.assert_array_equal(again.predict(U[:3]), n.predict(U[:3]))  # ...and saved with the weights
+
+
+def test_the_model_document_round_trips_through_json_and_refuses_bad_weights():
+    """The served DeepONet (GET /v1/jobs/{id}/model): widths, query points and float32 weights
+    as base64 in a JSON document; lwl.models.from_spec rebuilds the same predictions."""
+    import json
+
+    from lwl.models import from_spec
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((50, 8))
+    z = np.linspace(0, 1, 12)[:, None]
+    m = DeepONetRegressor([8, 16, 8], [1, 16, 8], max_iters=30, normalize=True, validation_fraction=0.0,
+                          seed=2, device="cpu").fit(U, U @ (rng.standard_normal((8, 12)) / 4), z)
+    doc = json.loads(json.dumps(m.to_spec()))
+    assert doc["model"] == "deeponet" and doc["kernel"] is None and doc["branch"] == [8, 16, 8]
+    loaded = from_spec(doc)
+    mean, std = loaded.predict(U[:4], return_std=True)
+    assert std is None and mean.shape == (4, 12)
+    np.testing.assert_array_equal(mean, m.predict(U[:4]))  # float32 weights, written exactly
+    doc["weights"]["bias"]["shape"] = [2]
+    with pytest.raises(ValueError, match="weights.bias"):
+        from_spec(doc)
+    with pytest.raises(ValueError, match="training_set"):
+        m.to_spec(training_set=True)
