@@ -318,9 +318,10 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     return _report(budget.write_outputs(doc, out), out)
 
 
-def _operator_budget_study(preset: str, out: Path | None) -> Path:
+def _operator_budget_study(preset: str, out: Path | None, merge: str | None = None) -> Path:
     """Budgeted ama jobs at equal solves (lwl.experiments.operator_budget): one tick per problem,
-    seed and budget."""
+    seed and budget. Rows finished in OUT (an interrupted run) or in the folder ``--merge`` names
+    (the quick preset's, for the full preset) with the same jobs are kept, not run again."""
     from lwl.experiments import operator_budget
 
     if preset not in operator_budget.PRESETS:
@@ -331,7 +332,8 @@ def _operator_budget_study(preset: str, out: Path | None) -> Path:
     with _progress() as bar:
         task = bar.add_task(f"operator-budget ({preset})", total=len(cfg["problems"]) * len(cfg["seeds"])
                             * len(cfg["budgets"]), info="")
-        doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), out=out)
+        doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), out=out,
+                                  resume_from=Path(merge) if merge else None)
     return _report(operator_budget.write_outputs(doc, out), out)
 
 
@@ -489,7 +491,7 @@ STUDIES.register("rte", None, lambda o: _rte_study(o.preset, o.out, o.runs, o.kn
                                                    o.resume, o.select))
 STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.models, o.precision))
 STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume, o.model))
-STUDIES.register("operator-budget", None, lambda o: _operator_budget_study(o.preset, o.out))
+STUDIES.register("operator-budget", None, lambda o: _operator_budget_study(o.preset, o.out, o.merge))
 
 
 @app.command()
@@ -508,7 +510,8 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                family: str = typer.Option("gaussian", help="table1: the design family (gaussian, mixture, pool, auto)"),
                merge: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of single-family "
                                                               "runs (one of them gaussian): write one table of all "
-                                                              "families to OUT instead of running"),
+                                                              "families to OUT instead of running; operator-budget: "
+                                                              "a folder whose finished rows (rows.json) to keep"),
                join: Optional[str] = typer.Option(None, help="table1: comma-separated results.json of one family's "
                                                              "runs over different --columns: write them as one table "
                                                              "to OUT instead of running"),

@@ -236,17 +236,43 @@ def summary(rows: list[dict], budgets) -> dict:
     return out
 
 
-def run(preset: str = "quick", *, progress=None, out=None) -> dict:
-    """The study at ``preset``; with ``out``, rows go to ``out``/rows.json as they finish and an
-    earlier rows.json there (same settings) is resumed."""
+RESUMABLE_ACROSS = ("problems", "budgets", "seeds", "unbudgeted")  # settings a resumed study may differ in
+
+
+def _same_jobs(a: dict, b: dict) -> bool:
+    """Two presets' settings make the same jobs and audits (they may differ in which)."""
+    strip = lambda s: {k: v for k, v in s.items() if k not in RESUMABLE_ACROSS}  # noqa: E731
+    return strip(a) == strip(b)
+
+
+def earlier_rows(path: Path, settings: dict) -> dict:
+    """Rows of an earlier study saved at ``path`` (rows.json) that made the same jobs (e.g. the
+    quick preset's rows for the full preset, which adds a budget), keyed by (problem, seed), with
+    only the budgets ``settings`` asks for."""
+    if not path.exists():
+        return {}
+    saved = json.loads(path.read_text())
+    if not _same_jobs(saved.get("settings", {}), settings):
+        return {}
+    out = {}
+    for r in saved["rows"]:
+        if r["problem"] in settings["problems"] and r["seed"] in settings["seeds"]:
+            r = {**r, "budgets": {B: c for B, c in r["budgets"].items() if int(B) in settings["budgets"]}}
+            out[(r["problem"], r["seed"])] = r
+    return out
+
+
+def run(preset: str = "quick", *, progress=None, out=None, resume_from=None) -> dict:
+    """The study at ``preset``; with ``out``, rows go to ``out``/rows.json as they finish, and the
+    rows already there (or in ``resume_from``/rows.json, e.g. the quick preset's folder for the
+    full preset) that made the same jobs are kept, not run again."""
     cfg = PRESETS[preset]
     settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
     path = Path(out) / "rows.json" if out is not None else None
     earlier: dict = {}
-    if path is not None and path.exists():
-        saved = json.loads(path.read_text())
-        if saved.get("settings") == settings:
-            earlier = {(r["problem"], r["seed"]): r for r in saved["rows"]}
+    for folder in (resume_from, out):
+        if folder is not None:
+            earlier.update(earlier_rows(Path(folder) / "rows.json", settings))
     rows_by_key = dict(earlier)
     t0 = time.perf_counter()
 

@@ -43,3 +43,22 @@ def test_a_counting_oracle_counts_every_row_and_is_otherwise_its_oracle():
     assert s.solves == s.labels == 3
     s.label(x[:1])
     assert s.solves == 4 and s.output_grid(16)[0].shape == darcy.output_grid(16)[0].shape
+
+
+def test_a_larger_preset_keeps_the_rows_of_a_smaller_one_that_made_the_same_jobs(tmp_path):
+    """The full preset (one more budget) resumes from the quick preset's rows.json; a study with
+    other job settings (another DeepONet) keeps nothing."""
+    import json
+
+    quick = {k: list(v) if isinstance(v, tuple) else v for k, v in operator_budget.PRESETS["quick"].items()}
+    full = {k: list(v) if isinstance(v, tuple) else v for k, v in operator_budget.PRESETS["full"].items()}
+    cell = {"seconds": 1.0}
+    rows = [{"problem": "ntd", "seed": 1, "budgets": {"250": cell, "1000": cell}, "unbudgeted": None},
+            {"problem": "ntd", "seed": 7, "budgets": {"250": cell}, "unbudgeted": None}]
+    (tmp_path / "rows.json").write_text(json.dumps({"settings": quick, "rows": rows}))
+    kept = operator_budget.earlier_rows(tmp_path / "rows.json", full)
+    assert list(kept) == [("ntd", 1)] and set(kept[("ntd", 1)]["budgets"]) == {"250", "1000"}
+    smaller = {**full, "budgets": [250]}
+    assert set(operator_budget.earlier_rows(tmp_path / "rows.json", smaller)[("ntd", 1)]["budgets"]) == {"250"}
+    other = {**full, "model": {"iterations": 50}}
+    assert operator_budget.earlier_rows(tmp_path / "rows.json", other) == {}
