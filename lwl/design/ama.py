@@ -484,12 +484,14 @@ def check_ama(spec: JobSpec) -> None:
                              "match the family's")
     if spec.algorithm.optimizer == "differential_evolution" and set(spec.family.bounds) != set(spec.family.free):
         raise ValueError("family.bounds: differential evolution needs bounds for every free parameter")
-    if spec.oracle.is_external:  # a lab's solver returns fields on the input's grid (BudgetedAMA.from_spec)
-        return
+    if spec.oracle.is_lab and spec.budget is not None:  # a lab's solver returns fields on the input's grid
+        return  # (BudgetedAMA.from_spec)
     try:
         spec.oracle.build().output_grid(spec.family.dim)
     except ValueError as exc:
-        raise ValueError(str(exc)) from None
+        hint = ("; with a budget, a lab's solver returns each field on its input's grid" if spec.oracle.is_lab
+                else "")
+        raise ValueError(f"{exc}{hint}") from None
 
 
 ALGORITHMS.register("ama", AMASpec, build, check_ama, evaluate=evaluate, final_steps=1, prefers_gpu=True,

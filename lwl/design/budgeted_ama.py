@@ -17,7 +17,8 @@ What the AMA design supplies:
   document (weights, widths, query points: :meth:`DeepONetRegressor.to_spec`) is the result's
   ``model``, served by ``GET /v1/jobs/{id}/model`` and ``POST /predict``.
 
-**Ask/tell** (an ``external`` oracle: a lab computes the solves): every solve goes through the
+**Ask/tell** (an ``external`` oracle: a lab computes the solves) and the **HTTP callback**
+(``http``: lwl posts each round's inputs to the lab's endpoint): every solve goes through the
 rounds' queries, so nothing is labelled inside a step; the lab returns each solution field on its
 input's grid (the family's nodes, in the order the inputs are flattened), and the DeepONet's output
 points and the L2 norm are that grid's nodes and quadrature weights.
@@ -126,9 +127,11 @@ class BudgetedAMA(BudgetedDesign):
         members = [m.model_copy(update={"size": m.size or tests.validation_per_member + HELDOUT_PER_MEMBER})
                    for m in tests.members]
         q = MetaTestSamples.from_spec(tests.model_copy(update={"members": members}), spec.seed, resolve)
-        if spec.oracle.is_external:  # ask/tell: the lab's solver returns each field on its input's grid
+        if spec.oracle.is_lab:  # ask/tell or http: the lab's solver returns each field on its input's grid
             template = spec.family.kle_parameters().measure()
             z, out_w = template.nodes(), template.quadrature_weights()
+            if hasattr(oracle, "label_width"):  # an http lab: its answers are checked as fields of this width
+                oracle.label_width = int(template.dim)
         else:
             z, out_w = oracle.output_grid(q.dim)
         return cls(spec, q, [m.kle.measure() for m in tests.members], z, out_w)

@@ -36,10 +36,10 @@ NPY = "application/x-npy"
 RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
 
 
-def answer_limit(n: int) -> int:
-    """Bytes of answer read for a batch of ``n`` inputs: 1 MiB plus 64 bytes per label (a JSON
-    float takes at most about 25)."""
-    return (1 << 20) + 64 * n
+def answer_limit(n: int, width: int = 1) -> int:
+    """Bytes of answer read for a batch of ``n`` inputs with ``width`` values per label: 1 MiB
+    plus 64 bytes per value (a JSON float takes at most about 25)."""
+    return (1 << 20) + 64 * n * width
 
 
 class OracleCallError(RuntimeError):
@@ -52,7 +52,13 @@ class OracleCallError(RuntimeError):
 
 @register_oracle("http")
 class HttpOracle(Oracle):
-    """Labels from a lab's HTTP endpoint (see the module docstring for the protocol)."""
+    """Labels from a lab's HTTP endpoint (see the module docstring for the protocol).
+
+    ``label_width``: None for one number per input; p for a field of p values per input (an
+    operator job's solve, set by the job: :class:`lwl.design.budgeted_ama.BudgetedAMA`), which
+    the lab answers as ``labels`` rows or an (n, p) ``.npy``."""
+
+    label_width: int | None = None
 
     def __init__(self, url: str, batch_size: int | None = None, timeout_s: float = 30.0, attempts: int = 8,
                  backoff_s: float | None = None, max_backoff_s: float = 30.0):
@@ -82,14 +88,15 @@ class HttpOracle(Oracle):
             try:
                 answer = outbound.post(self.url, body, {
                     "Content-Type": "application/json", "Accept": f"application/json, {NPY}",
-                    **webhooks.headers(self.secret, body)}, timeout_s=self.timeout_s, max_bytes=answer_limit(len(x)))
+                    **webhooks.headers(self.secret, body)}, timeout_s=self.timeout_s,
+                    max_bytes=answer_limit(len(x), self.label_width or 1))
             except (URLNotAllowed, outbound.AnswerTooLarge) as exc:
                 raise OracleCallError(batch_id, str(exc)) from None
             except (OSError, http.client.HTTPException) as exc:  # DeadlineExceeded is a TimeoutError
                 why = f"{type(exc).__name__}: {exc}"
             else:
                 if 200 <= answer.status < 300:
-                    return self._parse(batch_id, x, answer.content_type, answer.body)
+                    return self._parse(batch_id, x, answer.content_type, answer.body, self.label_width)
                 if 300 <= answer.status < 400:
                     raise OracleCallError(batch_id, f"the lab answered HTTP {answer.status}, a redirect; "
                                                     "redirects are never followed (give the final URL)")
@@ -105,7 +112,8 @@ class HttpOracle(Oracle):
             outbound.sleep(random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))))
 
     @staticmethod
-    def _parse(batch_id: str, x: np.ndarray, content_type: str, payload: bytes) -> np.ndarray:
+    def _parse(batch_id: str, x: np.ndarray, content_type: str, payload: bytes,
+               width: int | None = None) -> np.ndarray:
         try:
             if content_type.startswith(NPY):
                 y = read_npy_bytes(payload, max_bytes=len(payload))
@@ -114,10 +122,12 @@ class HttpOracle(Oracle):
         except Exception as exc:
             raise OracleCallError(batch_id, f"unreadable answer ({type(exc).__name__}: {exc})") from None
         y = np.asarray(y, dtype=np.float64)
-        if y.ndim == 2 and y.shape[1] == 1:
+        if width is None and y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
-        if y.shape != (len(x),):
-            raise OracleCallError(batch_id, f"expected {len(x)} labels, the lab sent shape {y.shape}")
+        expected = (len(x),) if width is None else (len(x), width)
+        if y.shape != expected:
+            what = f"{len(x)} labels" if width is None else f"{len(x)} fields of {width} values"
+            raise OracleCallError(batch_id, f"expected {what}, the lab sent shape {y.shape}")
         if not np.all(np.isfinite(y)):
             raise OracleCallError(batch_id, "the lab sent non-finite labels (NaN or infinity)")
         return y

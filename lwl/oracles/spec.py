@@ -78,3 +78,9 @@ class OracleSpec(StrictModel):
     @property
     def is_external(self) -> bool:
         return self.name == "external"
+
+    @property
+    def is_lab(self) -> bool:
+        """Labels come from a lab's own solver (ask/tell or its HTTP endpoint): an operator job's
+        lab returns each solution field on its input's grid (lwl has no output grid of its own)."""
+        return self.name in ("external", "http")

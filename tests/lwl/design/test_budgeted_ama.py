@@ -141,3 +141,89 @@ def test_without_a_budget_ama_still_refuses_ask_tell(ama_spec):
     with pytest.raises(SpecError) as exc:
         parse_job_spec(ama_spec)
     assert exc.value.errors[0][0] == "oracle.name" and "not ask/tell" in exc.value.errors[0][1]
+
+
+class DarcyLab:
+    """A lab's HTTP endpoint on loopback that solves Darcy for every posted input field and
+    answers the solution fields (JSON rows, or .npy when ``npy``), counting its solves."""
+
+    def __init__(self, npy: bool = False, width: int | None = None):
+        import io
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from lwl.oracles import make_oracle
+        from tests.lwl.test_outbound import free_port
+
+        darcy, lab = make_oracle({"name": "darcy"}), self
+        self.solves = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                x = np.asarray(json.loads(self.rfile.read(int(self.headers["Content-Length"])))["inputs"])
+                y = darcy.label(x)[:, :width]
+                lab.solves += len(x)
+                if npy:
+                    buf = io.BytesIO()
+                    np.save(buf, y, allow_pickle=False)
+                    out, kind = buf.getvalue(), "application/x-npy"
+                else:
+                    out, kind = json.dumps({"labels": y.tolist()}).encode(), "application/json"
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/solve"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def loopback_labs(monkeypatch):
+    monkeypatch.setenv("LWL_ORACLE_ALLOWED_HOSTS", "127.0.0.1")
+    monkeypatch.setenv("LWL_ORACLE_ALLOWED_NETWORKS", "127.0.0.1/32")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("npy", [False, True])
+def test_an_http_lab_solves_every_field_and_never_more_than_the_budget(budgeted_ama, loopback_labs, npy):
+    """The HTTP callback oracle with a budgeted ama job: lwl posts each round's input fields, the
+    lab answers the solution fields; the lab's own count is labels_used = budget."""
+    with DarcyLab(npy=npy) as lab:
+        budgeted_ama["oracle"] = {"name": "http", "url": lab.url, "batch_size": 32}
+        budgeted_ama["budget"] = 60
+        res = run_job(budgeted_ama, evaluate=False)
+        assert lab.solves == res["labels_used"] == 60
+    X, Y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    assert X.shape == Y.shape == (60, 256)
+    from lwl.oracles import make_oracle
+
+    np.testing.assert_allclose(Y, make_oracle({"name": "darcy"}).label(X), rtol=1e-12)
+
+
+def test_an_http_lab_answering_the_wrong_width_fails_naming_the_batch(budgeted_ama, loopback_labs):
+    from lwl.oracles.http import OracleCallError
+
+    with DarcyLab(width=255) as lab:
+        budgeted_ama["oracle"] = {"name": "http", "url": lab.url}
+        budgeted_ama["budget"] = 60
+        with pytest.raises(OracleCallError, match=r"expected \d+ fields of 256 values, the lab sent shape"):
+            run_job(budgeted_ama, evaluate=False)
+
+
+def test_without_a_budget_an_http_lab_is_refused_for_ama(ama_spec, loopback_labs):
+    ama_spec["oracle"] = {"name": "http", "url": "http://127.0.0.1:9/solve"}
+    with pytest.raises(SpecError, match="with a budget, a lab's solver returns each field"):
+        parse_job_spec(ama_spec)
