@@ -4,6 +4,10 @@
   (SM "Model architecture"); the authors' code uses exp(-||x-x'||^2 / (2 s^2)), i.e.
   l = sqrt(2) s. lwl follows the paper.
 - ``laplace``: k(x, x') = exp(-||x - x'||_1 / l).
+- ``matern52``: k(x, x') = (1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r), r = ||x - x'|| / l (R&W eq.
+  4.17): the gp model's Matern kernel, isotropic; a gp's posterior mean at its fitted ARD
+  lengthscales is KRR with this kernel at l = 1 on inputs divided by them
+  (:func:`lwl.models.gp.as_kernel_ridge`).
 """
 
 from __future__ import annotations
@@ -60,8 +64,15 @@ def laplace(x: torch.Tensor, y: torch.Tensor, lengthscale: float) -> torch.Tenso
     return torch.nn.functional.threshold_(torch.cdist(x, y, p=1.0).div_(-lengthscale), -700.0, -math.inf).exp_()
 
 
+def matern52(x: torch.Tensor, y: torch.Tensor, lengthscale: float) -> torch.Tensor:
+    """(1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r), r = ||x_i - y_j|| / l, as an (n, m) matrix."""
+    r5 = torch.cdist(x, y).mul_(math.sqrt(5.0) / lengthscale)
+    return (1.0 + r5 + r5 * r5 / 3.0).mul_(torch.exp(-r5))
+
+
 KERNELS.register("squared_exponential", None, squared_exponential, rows=squared_exponential_rows)
 KERNELS.register("laplace", None, laplace)
+KERNELS.register("matern52", None, matern52)
 
 
 def get_kernel(name: str) -> Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]:

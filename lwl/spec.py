@@ -55,7 +55,7 @@ class JobSpec(StrictModel):
                                   "linear constraints A x <= b; every input the job hands out lies inside")
     family: _Unregistered = Field(default_factory=lambda: _default("family", "auto"), discriminator="name")
     model: _Unregistered = Field(default_factory=lambda: _default("model", "krr"), discriminator="name",
-                                 description="default: gp for a job with a budget (krr when algorithm.inner_steps > 0), krr otherwise")
+                                 description="default: gp for a job with a budget, krr otherwise")
     algorithm: _Unregistered = Field(default_factory=lambda: _default("algorithm", "bilevel"), discriminator="name")
     budget: int | None = Field(
         default=None, ge=1, le=1_000_000_000,
@@ -74,14 +74,9 @@ class JobSpec(StrictModel):
     def _budgeted_model(cls, data):
         """A budgeted job that names no model designs for the one a lab deploys: a Gaussian
         process with hyperparameters fitted to its labels (``gp``, :mod:`lwl.models.gp`); the
-        paper's fixed-hyperparameter KRR stays by name (``{"name": "krr"}``). A budgeted job that
-        asks for bilevel steps on a surrogate (``algorithm.inner_steps`` > 0) gets ``krr``: those
-        steps differentiate the KRR inner problem, and a spec that leaves the model out must run."""
+        paper's fixed-hyperparameter KRR stays by name (``{"name": "krr"}``)."""
         if isinstance(data, dict) and data.get("budget") is not None and data.get("model") is None:
-            algorithm = data.get("algorithm")
-            inner = algorithm.get("inner_steps") if isinstance(algorithm, dict) else None
-            surrogate_steps = isinstance(inner, (int, float)) and not isinstance(inner, bool) and inner > 0
-            data = {**data, "model": {"name": "krr" if surrogate_steps else "gp"}}
+            data = {**data, "model": {"name": "gp"}}
         return data
 
     @field_validator("domain")

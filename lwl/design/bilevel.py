@@ -597,15 +597,20 @@ class BilevelDesign(StepperDefaults):
         return self.adjoint_weights(U, y, sigma2, state.lengthscale, state.validation_labels, state.validation_ok)
 
     def adjoint_weights(self, U: np.ndarray, y: np.ndarray, sigma2: float, lengthscale: float,
-                        validation_labels: np.ndarray, validation_ok: np.ndarray | None = None):
+                        validation_labels: np.ndarray, validation_ok: np.ndarray | None = None, *,
+                        kernel: str | None = None, input_scale: np.ndarray | None = None):
         """(objective, validation Err, c) for KRR with nugget ``sigma2`` trained on (U, y), scored
         on the validation points that came back (``validation_ok``; None: all): the gradient is
-        sum_i c_i grad log p_theta(u_i) (:func:`bilevel_gradient_weights`)."""
+        sum_i c_i grad log p_theta(u_i) (:func:`bilevel_gradient_weights`). ``kernel`` and
+        ``input_scale`` (inputs divided by it, training and validation alike) give the KRR form of
+        a fitted GP (:func:`lwl.models.gp.as_kernel_ridge`); the weights c stay those of the
+        points U, whose density the score differentiates."""
         self._bind(validation_ok)
-        model = KernelRidge(self.spec.model.kernel, lengthscale, sigma2, device=str(self.device))
-        model.fit(U, y)
+        model = KernelRidge(kernel or self.spec.model.kernel, lengthscale, sigma2, device=str(self.device))
+        scale = None if input_scale is None else torch.as_tensor(input_scale, dtype=DTYPE, device=self.device)
+        model.fit(U if scale is None else np.asarray(U) / input_scale, y)
         yv = torch.as_tensor(validation_labels, dtype=DTYPE, device=self.device)
-        objective, c = bilevel_gradient_weights(model, self._v, yv, self._a)
+        objective, c = bilevel_gradient_weights(model, self._v if scale is None else self._v / scale, yv, self._a)
         scale = float(self._a @ yv.square())  # E_Q(0) on the validation samples
         if self.algo.gradient_scale == "relative" or self.algo.optimizer == "adaptive":
             c = c / scale
@@ -1091,9 +1096,6 @@ def check_bilevel(spec: JobSpec) -> None:
     if spec.model.name == "gp" and spec.budget is None:
         raise ValueError("model.name: the unbudgeted bilevel design trains the paper's krr; a gp model is "
                          "designed for by a job with a budget")
-    if spec.model.name == "gp" and spec.algorithm.inner_steps > 0:
-        raise ValueError("algorithm.inner_steps: the bilevel steps on a surrogate differentiate the krr inner "
-                         "problem; with a gp model set inner_steps to 0 or name model krr")
     if spec.model.name not in ("krr", "gp"):
         raise ValueError(f"algorithm.name: bilevel needs a family among {movable} and a krr model "
                          f"(or gp with a budget)")

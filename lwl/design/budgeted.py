@@ -12,11 +12,14 @@ What the bilevel design supplies:
   chosen on the same folds when lwl chooses it), else (a budgeted job's default) a Gaussian process
   whose hyperparameters are refitted by maximum marginal likelihood after every round on every
   label so far and fixed within the round (:meth:`BudgetedBilevel._hyperparameters`).
-- **The move** (``inner_steps`` > 0, ``krr`` only): between two rounds the bilevel gradient
+- **The move** (``inner_steps`` > 0): between two rounds the bilevel gradient
   (:mod:`lwl.design.bilevel`: adjoint on the labelled validation points, score-function
   gradient, the adaptive optimiser) takes ``inner_steps`` steps from the incumbent, with the
-  training labels of each step given by a KRR *surrogate* of G* fitted to every label paid for so
-  far: many gradient steps for no label. The moved distribution is the next round's challenger.
+  training labels of each step given by a *surrogate* of G* fitted to every design label paid for
+  so far (KRR for a krr job, the gp at the round's hyperparameters for a gp job): many gradient
+  steps for no label. A gp job's inner problem is its posterior mean at the round's
+  hyperparameters, KRR on inputs rescaled by its ARD lengthscales
+  (:func:`lwl.models.gp.as_kernel_ridge`). The moved distribution is the next round's challenger.
 - **The served model**: the job's model trained on the whole training set.
 """
 
@@ -148,8 +151,11 @@ class BudgetedBilevel(BudgetedDesign):
         return self.spec.model_copy(update={"model": self.spec.model.model_copy(update={"lengthscale": ell})})
 
     def propose(self, new: BudgetedState, record: dict) -> Params | None:
-        """``inner_steps`` bilevel steps from the incumbent with labels from a KRR surrogate of
-        G* fitted to every label bought so far: the next round's challenger (None: no move)."""
+        """``inner_steps`` bilevel steps from the incumbent with labels from a surrogate of G*
+        fitted to every design label bought so far: the next round's challenger (None: no move).
+        A krr job's surrogate is KRR at its lengthscale and the inner problem its KRR; a gp job's
+        surrogate is the gp at this round's hyperparameters, and the inner problem the gp's
+        posterior mean at them, which is KRR on rescaled inputs (:func:`lwl.models.gp.as_kernel_ridge`)."""
         # the surrogate is fitted to the design points only: fitted to the validation points too,
         # it would reproduce their labels exactly, and the inner objective would reward designs
         # that put their samples on the validation points
@@ -164,7 +170,19 @@ class BudgetedBilevel(BudgetedDesign):
             X, y = X[keep], y[keep]
         ell, ridge = float(new.lengthscale), self.spec.evaluation.ridge
         try:
-            surrogate = KernelRidge(self.spec.model.kernel, ell, ridge / len(X), device="cpu").fit(X, y)
+            if self.is_krr:
+                surrogate = KernelRidge(self.spec.model.kernel, ell, ridge / len(X), device="cpu").fit(X, y)
+                inner = dict(kernel=None, input_scale=None)
+                nugget, shift = ridge, 0.0
+            else:
+                from lwl.models import train
+                from lwl.models.gp import as_kernel_ridge
+
+                hyper = self._hyperparameters(new)
+                surrogate = train(self.spec.model, X, y, ridge=ridge, seed=self.spec.seed, hyperparameters=hyper)
+                form = as_kernel_ridge(surrogate)  # its hyperparameters, its mean (profiled on X)
+                inner = dict(kernel=form.kernel, input_scale=form.input_scale)
+                ell, nugget, shift = 1.0, form.nugget, form.mean
         except np.linalg.LinAlgError:
             return None
         fam = self.family
@@ -179,8 +197,8 @@ class BudgetedBilevel(BudgetedDesign):
             U = fam.measure(params).sample(n, [self.spec.seed, STREAM_SURROGATE, r, s])
             try:
                 # the adjoint on the validation points that came back (val_ok; None: all)
-                objective, err, c = self.labelled.adjoint_weights(U, surrogate.predict(U), ridge / n, ell,
-                                                                  validation_labels, new.val_ok)
+                objective, err, c = self.labelled.adjoint_weights(U, surrogate.predict(U) - shift, nugget / n, ell,
+                                                                  validation_labels - shift, new.val_ok, **inner)
             except np.linalg.LinAlgError:
                 continue
             objectives.append(err)

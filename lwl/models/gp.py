@@ -44,7 +44,7 @@ output.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -490,6 +490,30 @@ class GaussianProcess:
         gp.noise_ = np.array([o["noise"] for o in outs], dtype=np.float64)
         gp._condition(np.array([o["mean"] for o in outs], dtype=np.float64))
         return gp
+
+
+class KernelRidgeForm(NamedTuple):
+    """A fitted GP's posterior mean written as isotropic KRR (:func:`as_kernel_ridge`): train KRR
+    with ``kernel`` at lengthscale 1 and nugget N sigma2 = ``nugget`` on (X / ``input_scale``,
+    y - ``mean``), predict at x / ``input_scale`` and add ``mean``."""
+
+    kernel: str
+    input_scale: np.ndarray  # (d,)
+    nugget: float
+    mean: float
+
+
+def as_kernel_ridge(gp: "GaussianProcess", output: int = 0) -> KernelRidgeForm:
+    """The posterior mean of a fitted single-output GP at fixed hyperparameters is kernel ridge
+    regression (R&W eq. 2.25 with K = s^2 K_1 + noise I): with its ARD lengthscales absorbed into
+    the inputs (squared exponential: x / (sqrt2 ell), for lwl's KRR convention exp(-r^2 / l^2);
+    Matern 5/2: x / ell), the nugget noise / s^2 and the constant mean taken off the labels. The
+    bilevel adjoint and score-function gradient (lwl.design.bilevel) then carry over unchanged
+    (:meth:`lwl.design.budgeted.BudgetedBilevel.propose` moves a gp job this way)."""
+    ell = np.asarray(gp.lengthscale_[output], dtype=np.float64)
+    scale = math.sqrt(2.0) * ell if gp.kernel_ == "squared_exponential" else ell
+    return KernelRidgeForm(gp.kernel_, scale, float(gp.noise_[output] / gp.output_scale_[output]),
+                           float(gp.mean_[output]))
 
 
 # -- the job spec's block for this component, and its registration (lwl.registry) --

@@ -432,22 +432,32 @@ def test_a_budgeted_job_naming_no_model_designs_for_a_gp_and_krr_stays_by_name(b
     assert parse_job_spec(budget_spec).model.name == "krr"  # without a budget: the paper's KRR
 
 
-def test_a_budgeted_job_with_surrogate_steps_and_no_model_gets_krr_and_runs(budget_spec):
-    """Leaving the model out never makes a spec invalid: bilevel steps on a surrogate
-    (inner_steps > 0) differentiate the KRR inner problem, so such a job defaults to krr."""
+def test_a_budgeted_job_with_surrogate_steps_and_no_model_gets_gp(budget_spec):
+    """Leaving the model out of a budgeted job gives the gp, with or without bilevel steps on a
+    surrogate (a gp's inner problem is KRR on rescaled inputs: lwl.models.gp.as_kernel_ridge)."""
     del budget_spec["model"]
-    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3}
-    assert parse_job_spec(budget_spec).model.name == "krr"
-    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 0}
-    assert parse_job_spec(budget_spec).model.name == "gp"
+    for inner in (3, 0):
+        budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": inner}
+        assert parse_job_spec(budget_spec).model.name == "gp"
 
 
-def test_gp_is_refused_where_the_design_differentiates_krr(budget_spec):
+@pytest.mark.slow
+def test_a_gp_job_moves_a_challenger_on_its_surrogate_within_the_budget(budget_spec):
+    budget_spec["model"] = {"name": "gp", "restarts": 0, "max_fit_points": 200}
+    budget_spec["budget"] = 900
+    budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3, "samples_per_iteration": 64}
+    oracle = counting(budget_spec)
+    res = run_job(budget_spec, oracle=oracle, evaluate=False)
+    assert oracle.labels == res["labels_used"] == 900
+    moves = [h for h in res["history"] if h.get("inner_steps")]
+    assert moves and all(h["inner_steps"] == 3 and np.isfinite(h["surrogate_err_last"]) for h in moves)
+    assert res["labels_by_source"]["challenger"] > 0
+
+
+def test_gp_is_refused_without_a_budget(budget_spec):
     budget_spec["model"] = {"name": "gp"}
     budget_spec["algorithm"] = {"name": "bilevel", "inner_steps": 3}
-    with pytest.raises(SpecError) as exc:
-        parse_job_spec(budget_spec)
-    assert exc.value.errors[0][0] == "algorithm.inner_steps"
+    assert parse_job_spec(budget_spec).model.name == "gp"  # with a budget: moves on the gp's surrogate
     budget_spec["algorithm"] = {"name": "bilevel"}
     del budget_spec["budget"]
     with pytest.raises(SpecError) as exc:

@@ -291,3 +291,19 @@ def test_a_subset_fit_that_carries_over_is_kept():
     g = GaussianProcess("squared_exponential", restarts=1, max_fit_points=100).fit(X, y)
     assert g.fit_points_ == 100
     assert g.fit_log_marginal_likelihood_[0] / 100 < g.log_marginal_likelihood_[0] / 400
+
+
+@pytest.mark.parametrize("kernel", ["squared_exponential", "matern52"])
+def test_the_posterior_mean_is_kernel_ridge_on_rescaled_inputs(kernel):
+    """as_kernel_ridge: KRR with the gp's kernel at lengthscale 1 on x / input_scale, nugget
+    noise / s^2, labels minus the mean, gives the gp's posterior mean (the inner problem a gp
+    job's bilevel moves differentiate)."""
+    from lwl.models import KernelRidge
+    from lwl.models.gp import as_kernel_ridge
+
+    X, y, Xt = _problem("friedman1", 5, n=80)
+    gp = GaussianProcess(kernel, lengthscale=[0.4, 0.7, 1.1, 2.0, 3.0], output_scale=2.5, noise=1e-2,
+                         optimize=False).fit(X, y)
+    form = as_kernel_ridge(gp)
+    krr = KernelRidge(form.kernel, 1.0, form.nugget / len(X)).fit(X / form.input_scale, y - form.mean)
+    np.testing.assert_allclose(krr.predict(Xt / form.input_scale) + form.mean, gp.predict(Xt), rtol=1e-8)
