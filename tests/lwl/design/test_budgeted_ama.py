@@ -79,10 +79,22 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_ama):
 
 
 @pytest.mark.slow
-def test_the_same_spec_and_seed_give_the_same_training_set(budgeted_ama):
-    a = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
+def test_the_same_spec_and_seed_give_the_same_training_set_and_a_restart_pays_no_solve_twice(budgeted_ama):
+    from lwl.design.state import pack, unpack
+
+    blobs = []
+    a = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False, checkpoint=blobs.append)
     b = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
     assert a["training_set"] == b["training_set"] and a["selected"] == b["selected"]
+    # a worker lost mid-job: the job resumes from its checkpoint (fields of (n, 256) labels
+    # included) and asks only for the solves it has not paid for
+    states = [unpack(pack(unpack(blob))) for blob in blobs]
+    paid_at = [len(st["y"]) + len(st["failed_X"]) for st in states]
+    state, paid = next((st, p) for st, p in zip(states, paid_at) if 0 < p < a["labels_used"])
+    restarted = solver(budgeted_ama)
+    resumed = run_job(budgeted_ama, oracle=restarted, evaluate=False, state=state)
+    assert restarted.solves == a["labels_used"] - paid
+    assert resumed["training_set"] == a["training_set"] and resumed["labels_used"] == a["labels_used"]
 
 
 def _family(spec: dict) -> KLEFamily:
