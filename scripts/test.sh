@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need (Python packages, redis-server and PostgreSQL from Debian) and
 # run the whole suite: library, embedded service, distributed mode, the dashboard in headless
-# chromium (about 10 minutes on 2 cores).
+# chromium (about 35 minutes on 2 cores; the 25 slowest tests are listed at the end).
 #
 #   ./scripts/test.sh --fast [pytest args]   the quick loop: no server, browser, distributed or
 #                                            slow tests (markers in pyproject.toml), no Debian
@@ -25,4 +25,4 @@ export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" OMP_NUM_THREADS="${OMP_
 if [ "$fast" = 1 ]; then
   exec python -m pytest -m "not server and not browser and not distributed and not slow" "$@"
 fi
-exec python -m pytest "$@"
+exec python -m pytest --durations=25 "$@"
