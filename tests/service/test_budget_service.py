@@ -161,7 +161,7 @@ def darcy_spec(budget: int = 120) -> dict:
     return spec
 
 
-def test_an_operator_job_asks_for_fields_and_takes_solution_fields_as_rows(server):
+def test_an_operator_job_asks_for_fields_and_takes_solution_fields_as_rows(server, tmp_path):
     """A budgeted ama job through ask/tell (issue #47): the lab solves every input field and tells
     the solution fields (JSON rows or .npy); a wrong width is refused naming the label, a failed
     solve is told as null, counted and never data; the training set holds the fields."""
@@ -203,3 +203,13 @@ def test_an_operator_job_asks_for_fields_and_takes_solution_fields_as_rows(serve
         as_json = httpx.post(f"{url}/v1/jobs/{job}/predict", json={"inputs": X[:2].tolist()}).json()
         assert as_json["outputs"] == 256 and as_json["std"] is None
         np.testing.assert_allclose(as_json["mean"], offline[:2], rtol=1e-6, atol=1e-7)
+    # lwl predict writes the predicted fields
+    from typer.testing import CliRunner
+
+    from lwl.cli import app
+
+    np.save(tmp_path / "x.npy", X[:3])
+    r = CliRunner().invoke(app, ["predict", job, str(tmp_path / "x.npy"), "--out", str(tmp_path / "p.npy"),
+                                 "--url", url])
+    assert r.exit_code == 0 and "3 predicted fields (256 values each)" in r.output, r.output
+    np.testing.assert_allclose(np.load(tmp_path / "p.npy"), offline[:3], rtol=1e-6, atol=1e-7)
