@@ -332,8 +332,12 @@ def _operator_budget_study(preset: str, out: Path | None, merge: str | None = No
     with _progress() as bar:
         task = bar.add_task(f"operator-budget ({preset})", total=len(cfg["problems"]) * len(cfg["seeds"])
                             * len(cfg["budgets"]), info="")
+        if merge and not (Path(merge) / "rows.json").is_file():
+            console.print(f"[red]--merge: no {Path(merge) / 'rows.json'} to keep rows from")
+            raise typer.Exit(2)
         doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), out=out,
                                   resume_from=Path(merge) if merge else None)
+    console.print(f"kept {doc['reused_cells']} finished job(s) of earlier runs (same jobs; --merge and {out})")
     return _report(operator_budget.write_outputs(doc, out), out)
 
 

@@ -607,10 +607,10 @@ class BilevelDesign(StepperDefaults):
         points U, whose density the score differentiates."""
         self._bind(validation_ok)
         model = KernelRidge(kernel or self.spec.model.kernel, lengthscale, sigma2, device=str(self.device))
-        scale = None if input_scale is None else torch.as_tensor(input_scale, dtype=DTYPE, device=self.device)
-        model.fit(U if scale is None else np.asarray(U) / input_scale, y)
+        divisor = None if input_scale is None else torch.as_tensor(input_scale, dtype=DTYPE, device=self.device)
+        model.fit(U if divisor is None else np.asarray(U) / input_scale, y)
         yv = torch.as_tensor(validation_labels, dtype=DTYPE, device=self.device)
-        objective, c = bilevel_gradient_weights(model, self._v if scale is None else self._v / scale, yv, self._a)
+        objective, c = bilevel_gradient_weights(model, self._v if divisor is None else self._v / divisor, yv, self._a)
         scale = float(self._a @ yv.square())  # E_Q(0) on the validation samples
         if self.algo.gradient_scale == "relative" or self.algo.optimizer == "adaptive":
             c = c / scale

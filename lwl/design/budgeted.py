@@ -214,6 +214,8 @@ class BudgetedBilevel(BudgetedDesign):
         moved = fam.from_phi(phi)
         if not all(np.all(np.isfinite(v)) for v in moved.values()) or t == 0:
             return None
+        # a gp job's surrogate Err is relative to the validation labels' spread about the gp's mean
+        # (its labels are centred), a krr job's to their mean square
         record.update(surrogate_err_first=objectives[0] if objectives else None,
                       surrogate_err_last=objectives[-1] if objectives else None, objective=objectives[-1]
                       if objectives else None, inner_steps=t)

@@ -80,8 +80,10 @@ def w2_projection(family: KLEFamily, members: list[KLEGaussian], weights, theta0
         u = qmc.Sobol(len(box), scramble=True, seed=0).random(PROJECTION_STARTS)
         starts += list(box[:, 0] + u * (box[:, 1] - box[:, 0]))
     ends = [minimize(value, x0, jac=True, method="L-BFGS-B", bounds=bounds) for x0 in starts]
-    best = min(ends, key=lambda r: float(r.fun))
-    return family.clip(best.x)
+    finite = [r for r in ends if np.isfinite(r.fun) and np.all(np.isfinite(r.x))]
+    if not finite:  # no start reached a finite value: the given start, inside the bounds
+        return family.clip(np.asarray(theta0, dtype=np.float64))
+    return family.clip(min(finite, key=lambda r: float(r.fun)).x)
 
 
 def start_points(family: KLEFamily, members: list[KLEGaussian], weights) -> list[tuple[str, np.ndarray]]:
@@ -130,8 +132,8 @@ class BudgetedAMA(BudgetedDesign):
         if spec.oracle.is_lab:  # ask/tell or http: the lab's solver returns each field on its input's grid
             template = spec.family.kle_parameters().measure()
             z, out_w = template.nodes(), template.quadrature_weights()
-            if hasattr(oracle, "label_width"):  # an http lab: its answers are checked as fields of this width
-                oracle.label_width = int(template.dim)
+            if hasattr(oracle, "expect_fields"):  # an http lab: its answers are checked as fields of this width
+                oracle.expect_fields(template.dim)
         else:
             z, out_w = oracle.output_grid(q.dim)
         return cls(spec, q, [m.kle.measure() for m in tests.members], z, out_w)

@@ -183,6 +183,7 @@ def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
     X, Y = np.asarray(ts["inputs"], dtype=np.float64), np.asarray(ts["labels"], dtype=np.float64)
     t0 = time.perf_counter()
     ev = equal_solves(stepper, X, Y, oracle, draws=cfg["draws"], trainers=active_trainers(stepper, oracle, cfg))
+    audit_solves = oracle.solves - design_solves  # counted by the solver, not the evaluation's own tally
     return {"budget": B, "labels_used": int(res["labels_used"]), "design_solves": int(design_solves),
             "training_set": int(len(X)),
             "within_budget": bool(design_solves <= B and res["labels_used"] <= B), "rounds": int(res["rounds"]),
@@ -191,7 +192,7 @@ def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
             "comparisons": {k: {f: c[f] for f in ("outcome", "other_err", "ratio", "ratio_interval")}
                             for k, c in ev["comparisons"].items()},
             "validation_verdict": (res.get("validation_verdict") or {}).get("outcome"),
-            "audit_solves": int(ev["audit_labels"]), "seconds": seconds,
+            "audit_solves": int(audit_solves), "audit_labels_reported": int(ev["audit_labels"]), "seconds": seconds,
             "audit_seconds": time.perf_counter() - t0}
 
 
@@ -201,6 +202,8 @@ def run_problem(name: str, cfg: dict, seed: int, progress=None, done: dict | Non
     row: dict = copy.deepcopy(done) if done else {"problem": name, "seed": seed, "budgets": {}, "unbudgeted": None}
     for B in cfg["budgets"]:
         if str(B) in row["budgets"]:
+            if progress:
+                progress(f"{name} seed {seed} B={B}: kept from an earlier run")
             continue
         cell = row["budgets"][str(B)] = run_budget(name, cfg, seed, B)
         if save:
@@ -245,47 +248,65 @@ def _same_jobs(a: dict, b: dict) -> bool:
     return strip(a) == strip(b)
 
 
+def _saved_rows(path: Path, settings: dict) -> list[dict]:
+    """Every row of an earlier study saved at ``path`` (rows.json) that made the same jobs (any
+    problems, seeds and budgets); none when the file is missing or made other jobs."""
+    if not path.exists():
+        return []
+    saved = json.loads(path.read_text())
+    return saved["rows"] if _same_jobs(saved.get("settings", {}), settings) else []
+
+
+def _merged(rows: list[dict]) -> dict:
+    """Rows keyed by (problem, seed), the budgets of rows with the same key merged (later wins)."""
+    out: dict = {}
+    for r in rows:
+        key = (r["problem"], r["seed"])
+        if key in out:
+            mine = out[key]
+            out[key] = {**mine, "budgets": {**mine["budgets"], **r["budgets"]},
+                        "unbudgeted": r["unbudgeted"] or mine["unbudgeted"]}
+        else:
+            out[key] = copy.deepcopy(r)
+    return out
+
+
 def earlier_rows(path: Path, settings: dict) -> dict:
     """Rows of an earlier study saved at ``path`` (rows.json) that made the same jobs (e.g. the
     quick preset's rows for the full preset, which adds a budget), keyed by (problem, seed), with
-    only the budgets ``settings`` asks for."""
-    if not path.exists():
-        return {}
-    saved = json.loads(path.read_text())
-    if not _same_jobs(saved.get("settings", {}), settings):
-        return {}
+    only the problems, seeds and budgets ``settings`` asks for."""
     out = {}
-    for r in saved["rows"]:
+    for key, r in _merged(_saved_rows(path, settings)).items():
         if r["problem"] in settings["problems"] and r["seed"] in settings["seeds"]:
-            r = {**r, "budgets": {B: c for B, c in r["budgets"].items() if int(B) in settings["budgets"]}}
-            out[(r["problem"], r["seed"])] = r
+            out[key] = {**r, "budgets": {B: c for B, c in r["budgets"].items() if int(B) in settings["budgets"]}}
     return out
 
 
 def run(preset: str = "quick", *, progress=None, out=None, resume_from=None) -> dict:
     """The study at ``preset``; with ``out``, rows go to ``out``/rows.json as they finish, and the
-    rows already there (or in ``resume_from``/rows.json, e.g. the quick preset's folder for the
-    full preset) that made the same jobs are kept, not run again."""
+    cells already there (or in ``resume_from``/rows.json, e.g. the quick preset's folder for the
+    full preset) that made the same jobs are kept, not run again (``reused_cells``). Saving never
+    drops a row or budget already in ``out``/rows.json (a smaller preset run in a larger one's
+    folder adds to it)."""
     cfg = PRESETS[preset]
     settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
     path = Path(out) / "rows.json" if out is not None else None
-    earlier: dict = {}
-    for folder in (resume_from, out):
-        if folder is not None:
-            earlier.update(earlier_rows(Path(folder) / "rows.json", settings))
-    rows_by_key = dict(earlier)
+    folders = [Path(f) for f in (resume_from, out) if f is not None]
+    earlier = _merged([r for f in folders for r in earlier_rows(f / "rows.json", settings).values()])
+    everything = _merged([r for f in folders for r in _saved_rows(f / "rows.json", settings)])
+    reused = sum(len(r["budgets"]) for r in earlier.values())
     t0 = time.perf_counter()
 
     def save(row: dict) -> None:
-        rows_by_key[(row["problem"], row["seed"])] = row
+        everything.update(_merged([*everything.values(), row]))
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"settings": settings, "rows": list(rows_by_key.values())}))
+            path.write_text(json.dumps({"settings": settings, "rows": list(everything.values())}))
 
     rows = [run_problem(name, cfg, seed, progress, earlier.get((name, seed)), save)
             for name in cfg["problems"] for seed in cfg["seeds"]]
     return {"experiment": "operator-budget", "preset": preset, "settings": settings,
-            "rows": rows, "summary": summary(rows, cfg["budgets"]),
+            "rows": rows, "summary": summary(rows, cfg["budgets"]), "reused_cells": reused,
             "wall_seconds": time.perf_counter() - t0, "compute_seconds": compute_seconds(rows)}
 
 
@@ -303,10 +324,12 @@ def markdown(doc: dict) -> str:
     present = {k for r in doc["rows"] for c in r["budgets"].values() for k in c["comparisons"]}
     names = {k: v for k, v in COMPARATORS.items() if k in present}
     draws = doc["settings"].get("draws", 3)
+    active = " and ".join(COMPARATORS[k] for k in ("qbc", "coreset") if k in names)
+    chosen = f", and chosen from a pool of Q's law by {active}" if active else ""
     intro = ("Held-out relative L2 error (Q's members weighted, the oracle's output grid) of the DeepONet "
              "trained on the budgeted ama job's training set, against the same DeepONet trained on the same "
-             "number of solves of Q's law, of the initial distribution, and chosen from a pool of Q's law by "
-             f"QbC and CoreSet ({draws} training draws each); better / tie / worse beyond noise (95%). Solves "
+             f"number of solves of Q's law, of the initial distribution{chosen} "
+             f"({draws} training draws each); better / tie / worse beyond noise (95%). Solves "
              f"counted by the solver itself. Compute time {doc['compute_seconds'] / 60:.1f} min (jobs, audits "
              "and unbudgeted runs).")
     lines = [f"# Operator designs for a solve budget ({doc['preset']})", "", intro, "",

@@ -214,17 +214,35 @@ class DeepONetRegressor:
         """The DeepONet of a model document (:meth:`to_spec`), weights as written: the same
         predictions wherever it is loaded (float32 products; to float32 rounding across CPUs)."""
         import base64
+        import binascii
 
+        for key in ("branch", "trunk", "query_points", "weights"):
+            if key not in doc:
+                raise ValueError(f"{key}: a deeponet document needs it")
+        try:
+            expected = {k: tuple(v.shape) for k, v in DeepONet(doc["branch"], doc["trunk"]).state_dict().items()}
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"branch: {exc}") from None
+        z = np.asarray(doc["query_points"], dtype=np.float64)
+        if z.ndim != 2 or z.shape[1] != doc["trunk"][0]:
+            raise ValueError(f"query_points: expected (Q, {doc['trunk'][0]}) points, got shape {list(z.shape)}")
+        if set(doc["weights"]) != set(expected):
+            raise ValueError(f"weights: expected the tensors {sorted(expected)}, got {sorted(doc['weights'])}")
         weights = {}
         for k, w in doc["weights"].items():
             if w.get("dtype") != "<f4":
                 raise ValueError(f"weights.{k}.dtype: expected '<f4', got {w.get('dtype')!r}")
-            a = np.frombuffer(base64.b64decode(w["data"]), dtype="<f4")
-            if a.size != int(np.prod(w["shape"])):
-                raise ValueError(f"weights.{k}: {a.size} values for shape {w['shape']}")
-            weights[k] = a.reshape(w["shape"]).astype(np.float32)
+            if tuple(w.get("shape", ())) != expected[k]:
+                raise ValueError(f"weights.{k}.shape: expected {list(expected[k])}, got {w.get('shape')}")
+            try:
+                a = np.frombuffer(base64.b64decode(w["data"], validate=True), dtype="<f4")
+            except (binascii.Error, ValueError, KeyError) as exc:
+                raise ValueError(f"weights.{k}.data: not base64 of float32 values ({exc})") from None
+            if a.size != int(np.prod(expected[k])):
+                raise ValueError(f"weights.{k}: {a.size} values for shape {list(expected[k])}")
+            weights[k] = a.reshape(expected[k]).astype(np.float32)
         model = cls(doc["branch"], doc["trunk"], device=device, precision=doc.get("precision", "float32"))
-        return model.set_weights(weights, np.asarray(doc["query_points"], dtype=np.float64))
+        return model.set_weights(weights, z)
 
 
 def deeponet_factory(model_spec, input_dim: int, query_dim: int, device: str = "auto",

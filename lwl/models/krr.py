@@ -40,7 +40,7 @@ class KernelRidge:
 
     Parameters
     ----------
-    kernel : "squared_exponential" | "laplace"
+    kernel : "squared_exponential" | "laplace" | "matern52" (lwl.kernels)
     lengthscale : l in exp(-||x-x'||^2 / l^2)
     sigma2 : sigma^2; the ridge added to the kernel matrix is N * sigma2
     device : "cpu" | "cuda" | "auto"
@@ -149,7 +149,7 @@ class KernelRidge:
 
 class KRRSpec(StrictModel):
     """Kernel ridge regression, k(x,x') = exp(-||x-x'||^2 / lengthscale^2) (the paper's
-    convention) or the Laplace kernel exp(-||x-x'||_1 / lengthscale)."""
+    convention), the Laplace kernel exp(-||x-x'||_1 / lengthscale) or Matern 5/2 (lwl.kernels)."""
 
     name: Literal["krr"] = "krr"
     kernel: Literal[tuple(KERNELS.names())] = "squared_exponential"

@@ -3,7 +3,8 @@
 For each batch the oracle POSTs ``{"batch_id": ..., "inputs": [[...], ...]}`` (JSON) to ``url``,
 signed like a Standard Webhook when ``LWL_WEBHOOK_SECRET`` is set, and reads back
 ``{"labels": [...]}`` (JSON) or the labels as ``.npy`` bytes (``Content-Type:
-application/x-npy``). Failed calls (connection errors, deadlines, 5xx, 429) are retried with
+application/x-npy``); for an operator job (:meth:`HttpOracle.expect_fields`) each label is a
+solution field: ``labels`` is a list of rows, or the ``.npy`` an (n, p) array. Failed calls (connection errors, deadlines, 5xx, 429) are retried with
 exponential backoff and full jitter until the job's attempt budget (``attempts``) is spent;
 answers with the wrong shape or non-finite values, and redirects, fail the job at once, naming
 the batch.
@@ -55,10 +56,16 @@ class HttpOracle(Oracle):
     """Labels from a lab's HTTP endpoint (see the module docstring for the protocol).
 
     ``label_width``: None for one number per input; p for a field of p values per input (an
-    operator job's solve, set by the job: :class:`lwl.design.budgeted_ama.BudgetedAMA`), which
-    the lab answers as ``labels`` rows or an (n, p) ``.npy``."""
+    operator job's solve, set by the job through :meth:`expect_fields`:
+    :class:`lwl.design.budgeted_ama.BudgetedAMA`), which the lab answers as ``labels`` rows or an
+    (n, p) ``.npy``."""
 
     label_width: int | None = None
+
+    def expect_fields(self, width: int) -> None:
+        """Answers are solution fields of ``width`` values per input (checked on every batch).
+        A method, so that wrappers forwarding attributes (a counting oracle) reach this oracle."""
+        self.label_width = int(width)
 
     def __init__(self, url: str, batch_size: int | None = None, timeout_s: float = 30.0, attempts: int = 8,
                  backoff_s: float | None = None, max_backoff_s: float = 30.0):

@@ -63,7 +63,7 @@ def job_model_document(job_id: str, store, owner: str) -> dict:
     """The model document of a succeeded job, or 409 naming why it has none."""
     result = finished_result(job_id, store, owner)
     doc = model_document(result)
-    if doc is None and "training_set" in result:  # budgeted, with a model lwl does not serve yet (a DeepONet)
+    if doc is None and "training_set" in result:  # budgeted, with no model document (e.g. under two labels)
         name = ((result.get("spec") or {}).get("model") or {}).get("name")
         raise Problem(409, "Model not served", f"this budgeted job's {name} model is not served yet; its labelled "
                       f"training set is (GET /v1/jobs/{job_id}/training-set)", field="model.name")
@@ -149,7 +149,7 @@ async def post_predict(job_id: str, request: Request, store: StoreDep, owner: Ow
     outputs = mean.shape[1]
     if std is not None:
         std = np.asarray(std, dtype=np.float64).reshape(len(x))
-    if outputs == 1:
+    if std is not None:  # a scalar model: (m,) means beside (m,) stds; a field model keeps (m, Q)
         mean = mean[:, 0]
     if NPY in request.headers.get("accept", ""):
         from service.routers.jobs import _npy_header

@@ -62,3 +62,27 @@ def test_a_larger_preset_keeps_the_rows_of_a_smaller_one_that_made_the_same_jobs
     assert set(operator_budget.earlier_rows(tmp_path / "rows.json", smaller)[("ntd", 1)]["budgets"]) == {"250"}
     other = {**full, "model": {"iterations": 50}}
     assert operator_budget.earlier_rows(tmp_path / "rows.json", other) == {}
+
+
+def test_a_smaller_preset_run_in_a_larger_ones_folder_keeps_its_rows(tmp_path, monkeypatch):
+    """Saving merges per (problem, seed) and budget: a run of fewer budgets in the folder of a
+    run of more keeps every finished cell there, and reruns none."""
+    import json
+
+    ran = []
+
+    def fake_job(name, cfg, seed, B):
+        ran.append(B)
+        return {"seconds": 0.0, "within_budget": True, "comparisons": {"mixture": {"outcome": "tie"}}}
+
+    small = {**operator_budget.PRESETS["smoke"], "budgets": (60,)}
+    large = {**operator_budget.PRESETS["smoke"], "budgets": (60, 120)}
+    monkeypatch.setitem(operator_budget.PRESETS, "small", small)
+    monkeypatch.setitem(operator_budget.PRESETS, "large", large)
+    monkeypatch.setattr(operator_budget, "run_budget", fake_job)
+    operator_budget.run("large", out=tmp_path)
+    assert ran == [60, 120]
+    doc = operator_budget.run("small", out=tmp_path)
+    assert ran == [60, 120] and doc["reused_cells"] == 1 and list(doc["rows"][0]["budgets"]) == ["60"]
+    (row,) = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert set(row["budgets"]) == {"60", "120"}  # the larger run's cell is still there

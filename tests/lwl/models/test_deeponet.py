@@ -86,8 +86,17 @@ def test_the_model_document_round_trips_through_json_and_refuses_bad_weights():
     mean, std = loaded.predict(U[:4], return_std=True)
     assert std is None and mean.shape == (4, 12)
     np.testing.assert_array_equal(mean, m.predict(U[:4]))  # float32 weights, written exactly
-    doc["weights"]["bias"]["shape"] = [2]
-    with pytest.raises(ValueError, match="weights.bias"):
-        from_spec(doc)
+    bad = json.loads(json.dumps(doc))
+    bad["weights"]["bias"]["shape"] = [2]
+    with pytest.raises(ValueError, match="weights.bias.shape"):
+        from_spec(bad)
+    bad = json.loads(json.dumps(doc))
+    bad["weights"]["bias"]["data"] = "!!" + bad["weights"]["bias"]["data"]
+    with pytest.raises(ValueError, match="weights.bias.data"):
+        from_spec(bad)
+    bad = json.loads(json.dumps(doc))
+    bad["query_points"] = [[0.0, 1.0]]
+    with pytest.raises(ValueError, match="query_points"):
+        from_spec(bad)
     with pytest.raises(ValueError, match="training_set"):
         m.to_spec(training_set=True)
