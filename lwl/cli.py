@@ -167,8 +167,9 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
         ell = result["selected"].get("lengthscale")
         model = result.get("model") or {}
         # a gp job has no single lengthscale: its served model names the kernel its evidence chose
+        kernel = f", kernel {model['kernel']}" if model.get("kernel") else ""  # a deeponet has none
         how = (f"lengthscale {ell:.4g}" if ell is not None else
-               f"model {model.get('model', 'gp')}, kernel {model.get('kernel')}" if model else
+               f"model {model.get('model', 'gp')}{kernel}" if model else
                f"model {result.get('spec', {}).get('model', {}).get('name')}")
         console.print(f"selected {names.get(cand, cand)} ({cand}, {how})", highlight=False)
     elif result.get("selected"):

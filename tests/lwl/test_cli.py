@@ -121,7 +121,8 @@ def test_run_a_budgeted_ama_job_writes_its_fields_and_every_solve_counted(tmp_pa
     assert X.shape == Y.shape == (120, 256) and res["labels_used"] == 120
     assert "labels used: 120 of a budget of 120" in proc.stderr
     assert res["evaluation"]["kind"] == "equal_solves" and set(res["verdict"]["outcomes"]) == {"mixture", "initial"}
-    assert res["model"] is None and "model deeponet" in " ".join(proc.stderr.split())
+    said = " ".join(proc.stderr.split())
+    assert res["model"]["model"] == "deeponet" and "model deeponet)" in said  # the served DeepONet, no kernel
 
 # -- the command line's own surface: version, -h, usage lines, help texts ---------------------
 
