@@ -105,6 +105,25 @@ class BudgetedBilevel(BudgetedDesign):
         return lambda X, Y: train(self.spec.model, X, Y, ridge=self.spec.evaluation.ridge, seed=self.spec.seed,
                                   hyperparameters=hyper)
 
+    @property
+    def checks_left_out(self) -> bool:
+        """A gp job's served training set is checked (:meth:`BudgetedDesign.served_rows`): a few
+        heavy-tailed labels can wreck its fitted hyperparameters; KRR's are fixed."""
+        return not self.is_krr
+
+    def rows_scorer(self, state: BudgetedState, rows: np.ndarray):
+        """The model the rows ``rows`` would be served with: KRR at the final lengthscale, or the gp
+        with hyperparameters fitted to those rows (all of them: this round's, already fitted)."""
+        from lwl.models import fit_hyperparameters, train
+
+        if self.is_krr:
+            return self.scorer(state, float(state.lengthscale))
+        P = state.points
+        hyper = (self._hyperparameters(state) if len(rows) == len(P.y)
+                 else fit_hyperparameters(self.spec.model, P.X[rows], P.y[rows], seed=self.spec.seed))
+        return lambda X, Y: train(self.spec.model, X, Y, ridge=self.spec.evaluation.ridge, seed=self.spec.seed,
+                                  hyperparameters=hyper)
+
     def final_model(self, state: BudgetedState):
         """The model the job serves (``GET /v1/jobs/{id}/model``): the job's model trained on its
         whole training set; a gp's hyperparameters fitted to all of it."""

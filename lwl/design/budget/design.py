@@ -3,7 +3,9 @@
 Every oracle label is counted and the job never asks for more than ``budget`` of them. Labels
 are bought in **rounds** (one round = one ``queries``/``step`` of the stepper: one ask/tell round
 for a lab), and every label bought is kept: the **training set** the job returns is every
-labelled point, Q's validation labels included. The rounds, in order:
+labelled point, Q's validation labels included (where the algorithm asks for the left-out check,
+:meth:`BudgetedDesign.served_rows`, the dropped candidates' points can be moved to ``left_out``
+when the served model validates better without them). The rounds, in order:
 
 1. **Validation round.** Labels of ``per_member`` of Q's validation samples per member
    (:mod:`lwl.design.budget.plan`). They score the candidates (two-fold: train on one half plus
@@ -111,6 +113,7 @@ class BudgetedDesign(StepperDefaults):
         self._member_all = np.repeat(np.arange(len(q.members)), self.plan.per_member)
         self._cache: tuple = (None, None)
         self._val_cache: tuple = (None, None)
+        self._served_cache: tuple = (None, None)
         # initial data (the lab's labelled points): joins the pool after the validation round
         if spec.initial_data is not None:
             self.X0, self.y0 = spec.initial_data.arrays()
@@ -129,6 +132,16 @@ class BudgetedDesign(StepperDefaults):
     def final_model(self, state: BudgetedState):
         """The model the job serves (``GET /v1/jobs/{id}/model``), trained on the training set."""
         raise NotImplementedError
+
+    @property
+    def checks_left_out(self) -> bool:
+        """The served model's training set is checked on Q's validation labels (:meth:`served_rows`)."""
+        return False
+
+    def rows_scorer(self, state: BudgetedState, rows: np.ndarray):
+        """(X, y) -> the model a training set made of the points ``rows`` gets when it is served
+        (a gp: hyperparameters fitted to those rows); for :meth:`served_rows`."""
+        return self.scorer(state, float(state.lengthscale))
 
     def lengthscale_grid(self, around: float | None = None) -> list[float]:
         """Lengthscales a selection score tries (the lowest validation Err wins); one value
@@ -311,9 +324,11 @@ class BudgetedDesign(StepperDefaults):
         return new.replace(history=[*state.history, record])
 
     def result(self, state: BudgetedState) -> dict[str, Any]:
-        X, y = state.points.X, state.points.y
+        y = state.points.y
         n0 = len(state.points.of(INITIAL))  # the initial data: in the training set, not asked for
         used = int(len(y)) - n0 + state.labels_failed  # failed measurements were paid for too
+        rows, check = self.served_rows(state)
+        X, y_served = self.training_set(state)
         inc = state.incumbent
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         measure = self.incumbent_measure(state) if inc is not None else self._best_alive_measure(state)
@@ -330,6 +345,12 @@ class BudgetedDesign(StepperDefaults):
         if len(failed_X):
             warnings.append(f"{len(failed_X)} of the {used} labels asked for failed: counted against the budget, "
                             f"left out of the training set")
+        out_rows = np.setdiff1d(np.arange(len(y)), rows)
+        if check is not None and check["left_out"]:
+            warnings.append(f"{check['points']} paid labels (the selection points of {', '.join(check['candidates'])}) are "
+                            f"left out of the served model's training set: without them it validates better on Q's "
+                            f"labels (two-fold Err {check['score_without']:.4g} against {check['score_all']:.4g}, "
+                            f"z = {check['z']:.2f}); they are in the result's left_out")
         counts = {self._source_name(int(s)): int(n)
                   for s, n in zip(*np.unique(state.points.source, return_counts=True))}
         v = self.validation_verdict(state) if state.phase is Phase.DONE else None
@@ -341,16 +362,70 @@ class BudgetedDesign(StepperDefaults):
                 "budget": self.plan.budget,
                 "rounds": int(state.iteration),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
-                "model": self.model_document(state) if state.phase is Phase.DONE and len(y) >= 2 else None,
+                "model": self.model_document(state) if state.phase is Phase.DONE and len(y_served) >= 2 else None,
                 "selected": {"candidate": name, "lengthscale": float(state.lengthscale) if self.tunes_lengthscale else None,
                              "rule": self.selection_rule,
                              "scores": dict(state.scores)},
-                "training_set": {"inputs": X.tolist(), "labels": y.tolist()},
+                "training_set": {"inputs": X.tolist(), "labels": y_served.tolist()},
+                "left_out": {"check": check, "inputs": state.points.X[out_rows].tolist(),
+                             "labels": y[out_rows].tolist()},
                 "failed_inputs": failed_X.tolist(),
                 "warnings": warnings}
 
     def training_set(self, state: BudgetedState) -> tuple[np.ndarray, np.ndarray]:
-        return state.points.X.copy(), state.points.y.copy()
+        """The served model's training data: the rows of :meth:`served_rows`."""
+        rows = self.served_rows(state)[0]
+        return state.points.X[rows].copy(), state.points.y[rows].copy()
+
+    def served_rows(self, state: BudgetedState) -> tuple[np.ndarray, dict | None]:
+        """(rows, check): the points the served model trains on, and the left-out check that chose
+        them (None: not run, every row). Every paid label is training data, unless (where the
+        algorithm asks for it, :attr:`checks_left_out`) the selection points of the candidates
+        the design dropped make the served model worse on Q's validation labels beyond noise: the
+        model trained on everything against the model trained without them (each with what it
+        would be served with: a gp's hyperparameters fitted to its own rows), two-fold on the
+        labelled validation points and paired (:meth:`improvement_z`); they are left out when
+        it is better by ACCEPT_Z standard errors. Why: a gp whose hyperparameters are fitted to a
+        few heavy-tailed labels far from Q (a broadened candidate's points on Sobol's G) explains
+        every label as noise and predicts about the mean (docs/method.md, "Left out of the served
+        model"). Kept always: Q's validation points, the initial data, Q's mixture's points, the
+        incumbent's (the candidates still alive when selection did not settle, the moved one's
+        origin), the challengers'."""
+        n = len(state.points.y)
+        everything = np.arange(n)
+        if not self.checks_left_out or state.phase is not Phase.DONE:
+            return everything, None
+        key = (n, int(state.iteration), state.incumbent)
+        if self._served_cache[0] == key:
+            return self._served_cache[1]
+        kept_c = {self._q_mixture_index()}
+        if state.incumbent is None or state.incumbent == MOVED:
+            kept_c.update(state.alive)
+        elif state.incumbent >= 0:
+            kept_c.add(state.incumbent)
+        src = state.points.source
+        val = self.validation(state)
+        nv = val.n
+        keep = (src < 0) | np.isin(src, sorted(kept_c))
+        keep[:nv] = True
+        out: tuple[np.ndarray, dict | None] = (everything, None)
+        if not keep.all():
+            grid = [float(state.lengthscale)]
+            rest, kept = np.arange(nv, n), np.flatnonzero(keep[nv:]) + nv
+            s_all, _, sq_all = self.two_fold(state, rest, grid, residuals=True,
+                                             fit=self.rows_scorer(state, everything))
+            s_kept, _, sq_kept = self.two_fold(state, kept, grid, residuals=True,
+                                               fit=self.rows_scorer(state, np.flatnonzero(keep)))
+            z = (self.improvement_z(sq_kept, sq_all, state.points.y[:nv], val)
+                 if sq_all is not None and sq_kept is not None else float("nan"))
+            leave = bool(np.isfinite(z) and z >= ACCEPT_Z)
+            dropped = sorted({int(c) for c in src[~keep]})
+            check = {"candidates": [self._source_name(c) for c in dropped], "points": int((~keep).sum()),
+                     "score_all": s_all, "score_without": s_kept, "z": float(z) if np.isfinite(z) else None,
+                     "left_out": leave}
+            out = (np.flatnonzero(keep) if leave else everything, check)
+        self._served_cache = (key, out)
+        return out
 
     def _source_name(self, s: int) -> str:
         return SOURCE_NAMES.get(s) or self.candidates[s][0]
@@ -379,11 +454,12 @@ class BudgetedDesign(StepperDefaults):
         return inc is not None and (inc == MOVED or self.candidates[inc][2] is not None)
 
     def two_fold(self, state: BudgetedState, extra: np.ndarray, grid: list[float],
-                 residuals: bool = False):
+                 residuals: bool = False, fit=None):
         """(score, lengthscale): two-fold validation Err of the model (:meth:`scorer`) trained on one half of the labelled
         validation points plus the pool rows ``extra`` (indices) and scored on the other half, so
         that every validation point is scored once: Err^2 = sum_i a_i e_i / sum_i a_i y_i^2 (a_i =
-        w_k / M_k); the lowest over ``grid``. ``residuals=True`` adds the squared errors e_i."""
+        w_k / M_k); the lowest over ``grid``. ``residuals=True`` adds the squared errors e_i;
+        ``fit`` ((X, y) -> model) replaces the scorer (then ``grid`` is one value)."""
         val = self.validation(state)
         nv = val.n
         points = state.points
@@ -393,13 +469,13 @@ class BudgetedDesign(StepperDefaults):
         best = (float("inf"), grid[0], None)
         for ell in grid:
             sq = np.full(nv, np.inf)
-            fit = self.scorer(state, ell)
+            fit_ell = fit if fit is not None else self.scorer(state, ell)
             for f in (0, 1):
                 train, test = val.fold != f, val.fold == f
                 X = np.concatenate([Xv[train], Xe])
                 Y = np.concatenate([yv[train], ye])
                 try:
-                    model = fit(X, Y)
+                    model = fit_ell(X, Y)
                 except np.linalg.LinAlgError:
                     break
                 sq[test] = self._sq(np.asarray(model.predict(Xv[test])).reshape(yv[test].shape) - yv[test])

@@ -89,3 +89,80 @@ def test_the_same_spec_and_seed_give_the_same_training_set(toy, small_spec):
     b = again.training_set(_run(again, CountingOracle(stepper.spec.oracle.build())))
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
+
+
+class MeanModel:
+    """A constant model (the labels' mean): a few huge labels wreck it, as they wreck a gp's
+    fitted hyperparameters."""
+
+    def fit(self, X, y):
+        self.mean_ = np.asarray(y).mean(0)
+        return self
+
+    def predict(self, X):
+        return np.full(len(X), self.mean_)
+
+    def to_spec(self, training_set: bool = True) -> dict:
+        return {"model": "mean", "mean": float(self.mean_)}
+
+
+class FarLabels(CountingOracle):
+    """Labels of 10^6 beyond x_0 = 5, far from Q's members: heavy tails away from Q."""
+
+    def label(self, inputs):
+        y = super().label(inputs).copy()
+        y[np.asarray(inputs)[:, 0] > 5.0] = 1e6
+        return y
+
+
+class WithFarCandidate(TwoBoxes):
+    """A candidate whose points lie far from Q, and the left-out check on (KRR at lengthscale 2)."""
+
+    checks_left_out = True
+
+    def __init__(self, spec, q):
+        d = q.dim
+        BudgetedDesign.__init__(self, spec, q, family=None, candidates=[
+            Candidate("far", Gaussian(np.full(d, 8.0), cov=np.eye(d)), None),
+            Candidate("wide", Gaussian(np.zeros(d), cov=4.0 * np.eye(d)), None)])
+
+
+class MeanOnFarCandidate(WithFarCandidate):
+    """The same, scored and served by the labels' mean."""
+
+    def scorer(self, state, ell):
+        return lambda X, y: MeanModel().fit(X, y)
+
+    def final_model(self, state):
+        return MeanModel().fit(*self.training_set(state))
+
+
+def test_points_that_wreck_the_served_model_are_left_out_of_its_training_set_and_still_counted(toy):
+    stepper, _ = toy
+    assert stepper.result(_run(stepper, CountingOracle(stepper.spec.oracle.build())))["left_out"]["check"] is None
+    far = MeanOnFarCandidate(stepper.spec, stepper.q)
+    oracle = FarLabels(stepper.spec.oracle.build())
+    state = _run(far, oracle)
+    res = far.result(state)
+    check = res["left_out"]["check"]
+    assert oracle.labels == res["labels_used"] == 400  # left out, still paid for and counted
+    selected = res["selected"]["candidate"]
+    assert selected != "far" and "far" in check["candidates"] and selected not in check["candidates"]
+    assert check["left_out"] and check["z"] >= 1.645 and check["score_without"] < check["score_all"]
+    X, y = far.training_set(state)
+    dropped = np.isin(state.points.source, [i for i, c in enumerate(far.candidates) if c.name in check["candidates"]])
+    assert check["points"] == dropped.sum() >= len(state.points.of(0)) > 0
+    assert len(y) == 400 - check["points"] == len(res["training_set"]["labels"])
+    np.testing.assert_array_equal(res["left_out"]["labels"], state.points.y[dropped])
+    assert np.all(y < 1e6)  # the served model never sees the far labels
+    assert any("left out of the served model" in w for w in res["warnings"])
+
+
+def test_the_left_out_check_keeps_points_that_do_no_harm(toy):
+    stepper, _ = toy
+    far = WithFarCandidate(stepper.spec, stepper.q)
+    # the far points' labels are the oracle's, and KRR at lengthscale 2 hardly reaches Q from x = 8
+    state = _run(far, CountingOracle(stepper.spec.oracle.build()))
+    res = far.result(state)
+    assert "far" in res["left_out"]["check"]["candidates"] and not res["left_out"]["check"]["left_out"]
+    assert len(res["training_set"]["labels"]) == 400 and res["left_out"]["labels"] == []
