@@ -168,10 +168,18 @@ class Client:
         return np.asarray(r.json()["samples"], dtype=np.float64)
 
     def training_set(self, job) -> tuple[np.ndarray, np.ndarray]:
-        """A budgeted job's labelled training set: ``(inputs (n, d), labels (n,))``."""
+        """A budgeted job's labelled training set, the labels its served model trains on: ``(inputs
+        (n, d), labels (n,))`` (paid labels the left-out check kept out of it: :meth:`training_arrays`)."""
+        arrays = self.training_arrays(job)
+        return arrays["inputs"], arrays["labels"]
+
+    def training_arrays(self, job) -> dict[str, np.ndarray]:
+        """Every array of ``GET /v1/jobs/{id}/training-set``: ``inputs``, ``labels``, and
+        ``left_out_inputs``, ``left_out_labels`` (paid labels kept out of the served model's training
+        set by the left-out check; empty where none were)."""
         r = self._check(self.http.get(f"/v1/jobs/{self._id(job)}/training-set"))
         with np.load(io.BytesIO(r.content), allow_pickle=False) as z:
-            return z["inputs"], z["labels"]
+            return {k: z[k] for k in z.files}
 
     def model(self, job) -> dict:
         """A budgeted job's trained model document (``lwl.models.from_spec`` reads it)."""

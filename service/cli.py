@@ -269,14 +269,17 @@ def wait(job: str = typer.Argument(..., metavar="JOB", help="job id"),
 
 def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a finished budgeted job"),
                  out: Path = typer.Option(Path("training_set.npz"), "--out",
-                                          help="where to write the .npz (arrays inputs (n, d) and labels (n,))"),
+                                          help="where to write the .npz (arrays inputs (n, d) and labels (n,), "
+                                               "left_out_inputs and left_out_labels)"),
                  url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
-    """Fetch a budgeted job's labelled training set: every point it paid for that came back labelled."""
+    """Fetch a budgeted job's labelled training set: every point it paid for that came back labelled
+    (those the left-out check kept out of the served model's training set as left_out_*)."""
     with _service_errors(url), _client(url, api_key) as c:
-        inputs, labels = c.training_set(job)
+        arrays = c.training_arrays(job)
+    inputs, labels = arrays["inputs"], arrays["labels"]
     try:
         with open(out, "wb") as fh:  # to a file object: np.savez would add .npz to another name
-            np.savez(fh, inputs=inputs, labels=labels)
+            np.savez(fh, **arrays)
     except OSError as exc:
         console.print(f"[red]cannot write {escape(str(out))}: {escape(exc.strerror or str(exc))}")
         raise typer.Exit(2)

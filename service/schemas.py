@@ -194,6 +194,10 @@ class TrainingSet(BaseModel):
     n: int
     inputs: list[list[float]] = Field(description="(n, d)")
     labels: list[float] = Field(description="(n,)")
+    left_out_inputs: list[list[float]] = Field(default_factory=list, description=(
+        "(m, d): paid labels the served model was trained without (the result's left_out: they made it "
+        "validate worse on Q's labels); not in inputs"))
+    left_out_labels: list[float] = Field(default_factory=list, description="(m,)")
 
 
 class Queries(BaseModel):

@@ -186,7 +186,9 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
             "mixture": comps["mixture"], "nipv": comps.get("nipv"),
             "validation_verdict": {k: v.get(k) for k in ("outcome", "ratio", "z", "points_each", "err",
                                                           "best_baseline_err", "returned_initial", "trend", "warnings")}
-                                  | {"design_points": int(len(y)) - int(res["plan"]["validation_labels"])},
+                                  | {"design_points": int(res["labels_used"]) - int(res["plan"]["validation_labels"])},
+            # the served model's training set: every paid label, or without the dropped candidates' points
+            "left_out": (res.get("left_out") or {}).get("check"),
             "krr_pipeline": {"err": float(err_krr), "err_with_gp": float(err_krr_data_gp),
                              "labels_used": int(krr["labels_used"]), "selected": krr["selected"]["candidate"]},
             "design_seconds": design_seconds, "audit_seconds": audit_seconds}

@@ -218,9 +218,10 @@ def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep):
 @router.get("/v1/jobs/{job_id}/training-set", tags=["results"],
             responses={200: {"model": TrainingSet, "content": {NPZ: BINARY}}, **problems.responses(401, 404, 409)})
 def get_training_set(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
-    """The labelled training set of a budgeted job (every label it paid for): an ``.npz``
-    archive with arrays ``inputs`` (n, d) and ``labels`` (n,), or JSON with
-    ``Accept: application/json``."""
+    """The labelled training set of a budgeted job (the labels its served model trains on; with
+    ``left_out_inputs`` (m, d) and ``left_out_labels`` (m,), the paid labels the left-out check
+    kept out of it: together every label it paid for): an ``.npz`` archive with arrays
+    ``inputs`` (n, d) and ``labels`` (n,), or JSON with ``Accept: application/json``."""
     result = finished_result(job_id, store, owner)
     ts = result.get("training_set")
     if ts is None:
@@ -229,12 +230,17 @@ def get_training_set(job_id: str, request: Request, store: StoreDep, owner: Owne
         raise Problem(409, "No training set", "only a job with a budget returns its labelled training set",
                       field="budget")
     inputs, labels = np.asarray(ts["inputs"], dtype=np.float64), np.asarray(ts["labels"], dtype=np.float64)
+    left = result.get("left_out") or {}
+    d = int(inputs.shape[1]) if inputs.ndim == 2 else 0
+    out_x = np.asarray(left.get("inputs") or np.zeros((0, d)), dtype=np.float64).reshape(-1, d)
+    out_y = np.asarray(left.get("labels") or [], dtype=np.float64)
     if "application/json" in request.headers.get("accept", ""):
-        payload = orjson.dumps({"n": int(len(labels)), "d": int(inputs.shape[1]) if inputs.ndim == 2 else 0,
-                                "inputs": inputs, "labels": labels}, option=orjson.OPT_SERIALIZE_NUMPY)
+        payload = orjson.dumps({"n": int(len(labels)), "d": d, "inputs": inputs, "labels": labels,
+                                "left_out_inputs": out_x, "left_out_labels": out_y},
+                               option=orjson.OPT_SERIALIZE_NUMPY)
         return Response(payload, media_type="application/json")
     buf = io.BytesIO()
-    np.savez(buf, inputs=inputs, labels=labels)
+    np.savez(buf, inputs=inputs, labels=labels, left_out_inputs=out_x, left_out_labels=out_y)
     return Response(buf.getvalue(), media_type=NPZ,
                     headers={"Content-Disposition": f'attachment; filename="{job_id}-training-set.npz"'})
 

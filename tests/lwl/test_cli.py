@@ -93,9 +93,11 @@ def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
     assert proc.returncode == 0, proc.stderr
     res = json.loads((tmp_path / "result.json").read_text())
     with np.load(tmp_path / "training_set.npz") as z:
-        X, y = z["inputs"], z["labels"]
-    assert X.shape == (res["labels_used"], 5) and y.shape == (res["labels_used"],)
+        X, y, out_x, out_y = z["inputs"], z["labels"], z["left_out_inputs"], z["left_out_labels"]
+    # the served model's training set, and the paid labels the left-out check kept out of it: every label paid
+    assert X.shape == (len(y), 5) and out_x.shape == (len(out_y), 5) and len(y) + len(out_y) == res["labels_used"]
     assert res["labels_used"] <= 400 and np.array_equal(X, np.asarray(res["training_set"]["inputs"]))
+    assert np.array_equal(out_y, np.asarray(res["left_out"]["labels"]).reshape(-1))
     assert "labels used: 400 of a budget of 400" in proc.stderr
     assert "verdict at equal labels (400)" in proc.stderr and res["verdict"]["kind"] == "equal_labels"
     # the example's model: a fitted GP (the console wraps long lines: compared with whitespace folded)

@@ -76,14 +76,16 @@ def test_asktell_job_stops_at_the_budget_and_serves_its_training_set(server):
         assert p["budget"] == BUDGET and p["labels_used"] == result["labels_used"]
         assert p["round"] == p["iteration"] == result["rounds"] == result["plan"]["total_rounds"]
         X, y = c.training_set(job)
-        assert X.shape == (result["labels_used"], 5) and np.array_equal(y, FRIEDMAN.label(X))
+        left = len(result["left_out"]["labels"])  # paid labels the left-out check kept out of the served model
+        assert X.shape == (result["labels_used"] - left, 5) and np.array_equal(y, FRIEDMAN.label(X))
         as_json = httpx.get(f"{server.url}/v1/jobs/{job}/training-set", headers={"Accept": "application/json"})
         doc = as_json.json()
         assert doc["n"] == len(y) and np.array_equal(np.asarray(doc["labels"]), y)
-        assert np.array_equal(np.asarray(doc["inputs"]), X)
+        assert np.array_equal(np.asarray(doc["inputs"]), X) and len(doc["left_out_labels"]) == left
         raw = httpx.get(f"{server.url}/v1/jobs/{job}/training-set")
         with np.load(io.BytesIO(raw.content), allow_pickle=False) as z:
-            assert set(z.files) == {"inputs", "labels"}
+            assert set(z.files) == {"inputs", "labels", "left_out_inputs", "left_out_labels"}
+            assert z["left_out_inputs"].shape == (left, 5)
 
 
 def test_a_job_without_budget_has_no_training_set_and_a_small_budget_is_refused(server):

@@ -83,11 +83,12 @@ def test_a_budgeted_job_from_the_shell_submit_wait_training_set(server, client, 
     fetched = lwl("training-set", job, "--out", str(out), env=env)
     assert fetched.returncode == 0, fetched.stderr
     with np.load(out, allow_pickle=False) as z:
-        assert set(z.files) == {"inputs", "labels"}
-        X, y = z["inputs"], z["labels"]
+        assert set(z.files) == {"inputs", "labels", "left_out_inputs", "left_out_labels"}
+        X, y, out_y = z["inputs"], z["labels"], z["left_out_labels"]
     served_X, served_y = client.training_set(job)
     assert np.array_equal(X, served_X) and np.array_equal(y, served_y)
-    assert X.shape == (client.result(job)["labels_used"], 5) and np.array_equal(y, FRIEDMAN.label(X))
+    # with the labels the left-out check kept out of the served model's training set: every label paid for
+    assert X.shape == (client.result(job)["labels_used"] - len(out_y), 5) and np.array_equal(y, FRIEDMAN.label(X))
     assert f"{len(y)} labelled points (d = 5) written to {out}" in fetched.stderr
 
     shown = invoke(server, "status", job)
@@ -194,9 +195,10 @@ def test_the_documented_shell_campaign_runs_as_written(server, client, tmp_path)
     result = client.result(job)
     assert result["labels_used"] <= 300 and result["labels_failed"] > 0
     with np.load(tmp_path / "training_set.npz", allow_pickle=False) as z:
-        X, y = z["inputs"], z["labels"]
-    # every labelled point and no failed one, each with the label the instrument measured
-    assert len(y) == result["labels_used"] - result["labels_failed"] and np.allclose(y, FRIEDMAN.label(X))
+        X, y, out_y = z["inputs"], z["labels"], z["left_out_labels"]
+    # every labelled point (those the left-out check kept out of the served model's apart) and no failed
+    # one, each with the label the instrument measured
+    assert len(y) + len(out_y) == result["labels_used"] - result["labels_failed"] and np.allclose(y, FRIEDMAN.label(X))
 
 
 def test_ask_and_tell_name_what_they_refuse(server, client, tmp_path):
