@@ -153,13 +153,10 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     if "training_set" in result:  # a budgeted job: the labelled training set is the product
-        ts, left = result["training_set"], result.get("left_out") or {}
-        inputs = np.asarray(ts["inputs"], dtype=np.float64)
-        d = inputs.shape[1] if inputs.ndim == 2 else 0
-        # left_out_*: paid labels the served model was trained without (the left-out check)
-        np.savez(out / "training_set.npz", inputs=inputs, labels=np.asarray(ts["labels"], dtype=np.float64),
-                 left_out_inputs=np.asarray(left.get("inputs") or np.zeros((0, d)), dtype=np.float64).reshape(-1, d),
-                 left_out_labels=np.asarray(left.get("labels") or [], dtype=np.float64))
+        from lwl.design.budget.ledger import training_arrays
+
+        arrays = training_arrays(result)  # left_out_*: paid labels the served model was trained without
+        np.savez(out / "training_set.npz", **arrays)
         console.print(f"labels used: {result['labels_used']} of a budget of {result['budget']} in "
                       f"{result['rounds']} rounds; wrote {out / 'training_set.npz'}")
     ev = result.get("evaluation", {}).get("err", {})

@@ -113,16 +113,16 @@ class BudgetedBilevel(BudgetedDesign):
 
     def rows_scorer(self, state: BudgetedState, rows: np.ndarray):
         """The model the rows ``rows`` would be served with: KRR at the final lengthscale, or the gp
-        with hyperparameters fitted to those rows (all of them: this round's, already fitted)."""
-        from lwl.models import fit_hyperparameters, train
+        at the hyperparameters :meth:`final_model` would fit to those rows (``train``: the subset
+        fit and its evidence-check refit), conditioned on each fold's training points."""
+        from lwl.models import train
 
         if self.is_krr:
             return self.scorer(state, float(state.lengthscale))
         P = state.points
-        hyper = (self._hyperparameters(state) if len(rows) == len(P.y)
-                 else fit_hyperparameters(self.spec.model, P.X[rows], P.y[rows], seed=self.spec.seed))
-        return lambda X, Y: train(self.spec.model, X, Y, ridge=self.spec.evaluation.ridge, seed=self.spec.seed,
-                                  hyperparameters=hyper)
+        ridge, seed = self.spec.evaluation.ridge, self.spec.seed
+        hyper = train(self.spec.model, P.X[rows], P.y[rows], ridge=ridge, seed=seed)
+        return lambda X, Y: train(self.spec.model, X, Y, ridge=ridge, seed=seed, hyperparameters=hyper)
 
     def final_model(self, state: BudgetedState):
         """The model the job serves (``GET /v1/jobs/{id}/model``): the job's model trained on its

@@ -1,7 +1,9 @@
 """The verdict of a budgeted job: its training set against others of the same size (equal labels).
 
-A budgeted job returns a labelled training set of n = ``labels_used`` points. It is judged by the
-held-out Err (:mod:`lwl.evaluation`) of the job's model trained on it (KRR with the job's kernel,
+A budgeted job pays for n = ``labels_used`` labels (with ``initial_labels``, the initial data) and
+returns them as its training set (the served model's, and those the left-out check kept out of it,
+``result["left_out"]``). It is judged by the
+held-out Err (:mod:`lwl.evaluation`) of the job's model trained on its training set (KRR with the job's kernel,
 lengthscale and ridge; a ``gp`` with its hyperparameters fitted to those labels), against the same
 model, trained the same way (a ``gp`` refitted to each training set's own labels), on n labels from
 
@@ -87,10 +89,11 @@ def anchor_training_set(q, n: int, *, kernel, lengthscale: float, ridge: float, 
 
 def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = DRAWS,
                  baselines: list[str] | None = None, anchor: bool | None = None, anchor_draws: int = 1,
-                 progress=None) -> dict:
+                 progress=None, labels: int | None = None) -> dict:
     """Held-out Err of the job's model (KRR, or the gp fitted to each training set) on the
     training set (X, y) against the baselines and the anchor at the same number of labels
-    (module docstring). ``spec`` is the resolved spec (its
+    (module docstring): ``labels`` each (None: len(y); a job whose left-out check kept paid labels
+    out of (X, y) passes every label it paid for, so the others get as many). ``spec`` is the resolved spec (its
     lengthscale is the one the job chose). Returns the evaluation document with the per-point
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
@@ -99,7 +102,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
 
     from lwl.models import train
 
-    n = len(y)
+    n = len(y) if labels is None else int(labels)
     ridge = spec.evaluation.ridge
     test_x = np.concatenate(q.heldout)
     test_y = as_numpy(oracle.label(test_x)).reshape(len(test_x), -1)
@@ -234,7 +237,8 @@ def evaluate(stepper, state, spec, oracle, out: dict, run: Callable[..., dict]) 
     (:func:`lwl.runner.run_job`, for lwl's KRR pipeline beside a gp job)."""
     X, y = stepper.training_set(state)
     baselines = [b for b in (spec.evaluation.baselines or BASELINES)]
-    evaluation = equal_labels(spec, stepper.q, X, y, oracle, baselines=baselines)
+    # the comparators get every label the job holds, those the left-out check kept out of its model too
+    evaluation = equal_labels(spec, stepper.q, X, y, oracle, baselines=baselines, labels=len(state.points.y))
     if spec.model.name == "gp":
         evaluation["krr_pipeline"] = krr_pipeline(spec, stepper.q, oracle, evaluation["err"]["optimized"], run)
         evaluation["audit_labels"] += evaluation["krr_pipeline"]["labels_used"] + len(np.concatenate(stepper.q.heldout))

@@ -125,8 +125,10 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
         X = np.asarray(res["training_set"]["inputs"])
         y = np.asarray(res["training_set"]["labels"])
         t1 = time.perf_counter()
-        anchor = len(y) <= cfg["anchor_max"] if "anchor_max" in cfg else None  # None: equal_labels' own limit
-        ev = equal_labels(rspec, q, X, y, oracle, draws=cfg["draws"], baselines=["mixture"], anchor=anchor)
+        paid = len(y) + len((res.get("left_out") or {}).get("labels") or [])  # left out of the model, still paid
+        anchor = paid <= cfg["anchor_max"] if "anchor_max" in cfg else None  # None: equal_labels' own limit
+        ev = equal_labels(rspec, q, X, y, oracle, draws=cfg["draws"], baselines=["mixture"], anchor=anchor,
+                          labels=paid)
         comps = ev["comparisons"]
         row["budgets"][str(B)] = {
             "labels_used": int(res["labels_used"]), "budget": B, "rounds": int(res["rounds"]),
@@ -166,8 +168,10 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
             a = q.point_weights(q.heldout, q.weights)
         X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
         t1 = time.perf_counter()
-        anchor = len(y) <= cfg["anchor_max"] if "anchor_max" in cfg else None
-        ev = equal_labels(rspec, q, X, y, oracle, draws=cfg["draws"], baselines=["mixture"], anchor=anchor)
+        paid = len(y) + len((res.get("left_out") or {}).get("labels") or [])  # left out of the model, still paid
+        anchor = paid <= cfg["anchor_max"] if "anchor_max" in cfg else None
+        ev = equal_labels(rspec, q, X, y, oracle, draws=cfg["draws"], baselines=["mixture"], anchor=anchor,
+                          labels=paid)
         audit_seconds = time.perf_counter() - t1
         # lwl's KRR pipeline: the study's own budgeted job (its KRR as the committed studies give it)
         krr = run_job(_with(spec, seed, algorithm=algo, budget=B), evaluate=False)
@@ -186,7 +190,7 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
             "mixture": comps["mixture"], "nipv": comps.get("nipv"),
             "validation_verdict": {k: v.get(k) for k in ("outcome", "ratio", "z", "points_each", "err",
                                                           "best_baseline_err", "returned_initial", "trend", "warnings")}
-                                  | {"design_points": int(res["labels_used"]) - int(res["plan"]["validation_labels"])},
+                                  | {"design_points": paid - int(res["plan"]["validation_labels"])},
             # the served model's training set: every paid label, or without the dropped candidates' points
             "left_out": (res.get("left_out") or {}).get("check"),
             "krr_pipeline": {"err": float(err_krr), "err_with_gp": float(err_krr_data_gp),

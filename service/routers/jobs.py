@@ -229,18 +229,16 @@ def get_training_set(job_id: str, request: Request, store: StoreDep, owner: Owne
         # state, not a missing resource (schemathesis's stateful check ST302 holds 404 to that)
         raise Problem(409, "No training set", "only a job with a budget returns its labelled training set",
                       field="budget")
-    inputs, labels = np.asarray(ts["inputs"], dtype=np.float64), np.asarray(ts["labels"], dtype=np.float64)
-    left = result.get("left_out") or {}
-    d = int(inputs.shape[1]) if inputs.ndim == 2 else 0
-    out_x = np.asarray(left.get("inputs") or np.zeros((0, d)), dtype=np.float64).reshape(-1, d)
-    out_y = np.asarray(left.get("labels") or [], dtype=np.float64)
+    from lwl.design.budget.ledger import training_arrays
+
+    arrays = training_arrays(result)
     if "application/json" in request.headers.get("accept", ""):
-        payload = orjson.dumps({"n": int(len(labels)), "d": d, "inputs": inputs, "labels": labels,
-                                "left_out_inputs": out_x, "left_out_labels": out_y},
+        inputs = arrays["inputs"]
+        payload = orjson.dumps({"n": int(len(arrays["labels"])), "d": int(inputs.shape[1]), **arrays},
                                option=orjson.OPT_SERIALIZE_NUMPY)
         return Response(payload, media_type="application/json")
     buf = io.BytesIO()
-    np.savez(buf, inputs=inputs, labels=labels, left_out_inputs=out_x, left_out_labels=out_y)
+    np.savez(buf, **arrays)
     return Response(buf.getvalue(), media_type=NPZ,
                     headers={"Content-Disposition": f'attachment; filename="{job_id}-training-set.npz"'})
 

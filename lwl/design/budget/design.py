@@ -347,7 +347,8 @@ class BudgetedDesign(StepperDefaults):
                             f"left out of the training set")
         out_rows = np.setdiff1d(np.arange(len(y)), rows)
         if check is not None and check["left_out"]:
-            warnings.append(f"{check['points']} paid labels (the selection points of {', '.join(check['candidates'])}) are "
+            warnings.append(f"{check['points']} paid labels (the points of {', '.join(check['candidates'])}, which the design "
+                            f"dropped) are "
                             f"left out of the served model's training set: without them it validates better on Q's "
                             f"labels (two-fold Err {check['score_without']:.4g} against {check['score_all']:.4g}, "
                             f"z = {check['z']:.2f}); they are in the result's left_out")
@@ -380,12 +381,14 @@ class BudgetedDesign(StepperDefaults):
     def served_rows(self, state: BudgetedState) -> tuple[np.ndarray, dict | None]:
         """(rows, check): the points the served model trains on, and the left-out check that chose
         them (None: not run, every row). Every paid label is training data, unless (where the
-        algorithm asks for it, :attr:`checks_left_out`) the selection points of the candidates
-        the design dropped make the served model worse on Q's validation labels beyond noise: the
-        model trained on everything against the model trained without them (each with what it
-        would be served with: a gp's hyperparameters fitted to its own rows), two-fold on the
-        labelled validation points and paired (:meth:`improvement_z`); they are left out when
-        it is better by ACCEPT_Z standard errors. Why: a gp whose hyperparameters are fitted to a
+        algorithm asks for it, :attr:`checks_left_out`) the points of the candidates the design
+        dropped (in selection, or the one Q's mixture overtook in the race) make the served model
+        worse on Q's validation labels beyond noise: the model trained on everything against the
+        model trained without them (each with what it would be served with, :meth:`rows_scorer`:
+        a gp's hyperparameters fitted to its own rows, Q's validation labels included, so both
+        arms see the scored fold's labels in their hyperparameters alike, as the selection scores
+        do), two-fold on the labelled validation points and paired (:meth:`improvement_z`); they
+        are left out when it is better by ACCEPT_Z standard errors. Why: a gp whose hyperparameters are fitted to a
         few heavy-tailed labels far from Q (a broadened candidate's points on Sobol's G) explains
         every label as noise and predicts about the mean (docs/method.md, "Left out of the served
         model"). Kept always: Q's validation points, the initial data, Q's mixture's points, the
@@ -395,13 +398,15 @@ class BudgetedDesign(StepperDefaults):
         everything = np.arange(n)
         if not self.checks_left_out or state.phase is not Phase.DONE:
             return everything, None
-        key = (n, int(state.iteration), state.incumbent)
+        # the rows and labels decide it (a design object may see more than one run's states)
+        key = (n, int(state.iteration), state.incumbent, tuple(state.alive), hash(state.points.y.tobytes()),
+               None if state.val_ok is None else np.asarray(state.val_ok, dtype=bool).tobytes())
         if self._served_cache[0] == key:
             return self._served_cache[1]
         kept_c = {self._q_mixture_index()}
         if state.incumbent is None or state.incumbent == MOVED:
-            kept_c.update(state.alive)
-        elif state.incumbent >= 0:
+            kept_c.update(state.alive)  # selection did not settle, or the moved one's origin
+        elif state.incumbent >= 0:  # (a candidate Q's mixture overtook in the race stays in alive: dropped)
             kept_c.add(state.incumbent)
         src = state.points.source
         val = self.validation(state)

@@ -1,6 +1,8 @@
 """The ledger of a budgeted job: every label it paid for, in the order it came, with where each
 point came from and which round bought it (:class:`LabelledPoints`), and the labelled validation
-points at its head (:class:`LabelledValidation`). The returned training set is every row."""
+points at its head (:class:`LabelledValidation`). The returned training set is every row but those
+the left-out check keeps out of the served model (``result["left_out"]``); :func:`training_arrays`
+gives both as the archive the service and ``lwl run`` write."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ SOURCE_NAMES = {VALIDATION: "validation", CHALLENGER: "challenger", MOVED: "move
 class LabelledPoints:
     """Every label a budgeted job paid for, as rows in the order they came: Q's labelled
     validation points first (the first ``validation(state).n`` rows), then the initial data, then
-    each design round's points. The returned training set is all of them."""
+    each design round's points. The returned training set is all of them, but the rows the
+    left-out check takes out (``BudgetedDesign.served_rows``)."""
 
     X: np.ndarray          # (n, d) inputs
     y: np.ndarray          # (n,) labels, or (n, p) where a label is p values (an output field)
@@ -83,3 +86,18 @@ class LabelledValidation:
                                  "the budgeted design needs at least 2 per member")
         position = np.concatenate([np.arange(c) for c in counts])
         return cls(member=member, fold=position % 2, weights=weights[member] / counts[member], counts=counts)
+
+
+def training_arrays(result: dict) -> dict[str, np.ndarray]:
+    """The arrays of a budgeted job's ``training-set`` archive from its result: ``inputs`` (n, d)
+    and ``labels`` (n,) or (n, p) (the served model's training set), ``left_out_inputs`` (m, d)
+    and ``left_out_labels`` (m,) or (m, p) (paid labels the left-out check kept out of it; m = 0
+    where it kept every one). Together they are every label the job paid for that came back."""
+    ts, left = result["training_set"], result.get("left_out") or {}
+    inputs = np.asarray(ts["inputs"], dtype=np.float64)
+    labels = np.asarray(ts["labels"], dtype=np.float64)
+    d = inputs.shape[1] if inputs.ndim == 2 else 0
+    inputs = inputs.reshape(len(labels), d) if len(labels) else np.zeros((0, d))
+    out_x = np.asarray(left.get("inputs") or np.zeros((0, d)), dtype=np.float64).reshape(-1, d)
+    out_y = np.asarray(left.get("labels") or np.zeros((0, *labels.shape[1:])), dtype=np.float64)
+    return {"inputs": inputs, "labels": labels, "left_out_inputs": out_x, "left_out_labels": out_y}

@@ -154,7 +154,9 @@ def test_points_that_wreck_the_served_model_are_left_out_of_its_training_set_and
     assert check["points"] == dropped.sum() >= len(state.points.of(0)) > 0
     assert len(y) == 400 - check["points"] == len(res["training_set"]["labels"])
     np.testing.assert_array_equal(res["left_out"]["labels"], state.points.y[dropped])
-    assert np.all(y < 1e6)  # the served model never sees the far labels
+    rows = far.served_rows(state)[0]
+    assert not np.isin(state.points.of(0), rows).any()  # the served model never sees the far labels
+    assert np.isin(np.arange(far.validation(state).n), rows).all()  # Q's validation labels always stay
     assert any("left out of the served model" in w for w in res["warnings"])
 
 
