@@ -6,7 +6,7 @@
     c.wait(job)                         # progress bar until succeeded (raises if it failed)
     dist = c.distribution(job)          # the distribution spec (lwl.measures.from_spec reads it)
     x = c.samples(job, n=1000, seed=0)  # numpy array, bit-for-bit from_spec(dist).sample(1000, 0)
-    X, y = c.training_set(job)          # a budgeted job: every labelled point it paid for
+    X, y = c.training_set(job)          # a budgeted job: the labelled points its model is trained on
 
 Ask/tell: ``c.ask(job)`` / ``c.tell(job, batch_id, labels)`` for whole batches;
 ``c.queries(job)`` (the pending points of a batch) and ``c.tell(..., indices=, failed=)`` for

@@ -283,8 +283,10 @@ def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a
     except OSError as exc:
         console.print(f"[red]cannot write {escape(str(out))}: {escape(exc.strerror or str(exc))}")
         raise typer.Exit(2)
+    left = len(arrays.get("left_out_labels", ()))
     console.print(f"{len(labels)} labelled points (d = {inputs.shape[1] if inputs.ndim == 2 else 0}) "
-                  f"written to {out}", highlight=False)
+                  f"written to {out}" + (f", and {left} paid labels the served model leaves out (left_out_*)"
+                                         if left else ""), highlight=False)
 
 
 def predict(job: str = typer.Argument(..., metavar="JOB", help="job id (a budgeted job)"),

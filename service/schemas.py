@@ -143,7 +143,12 @@ class JobResult(OpenDocument):
         default=None, description="held-out errors of models trained on the design and on the baselines")
     verdict: dict[str, Any] | None = Field(default=None, description="the held-out comparison, in short")
     training_set: dict[str, Any] | None = Field(
-        default=None, description="a budgeted job's labelled points: inputs (n, d) and labels (n,)")
+        default=None, description="a budgeted job's labelled points: inputs (n, d) and labels (n,) (an operator "
+                                  "job's: (n, p) fields), those its served model is trained on")
+    left_out: dict[str, Any] | None = Field(
+        default=None, description="a gp budgeted job's left-out check (check: the dropped candidates, points, "
+                                  "score_all, score_without, z, left_out) and the inputs and labels it kept out of "
+                                  "the served model's training set: paid for, counted in labels_used")
     timings: dict[str, Any] | None = Field(default=None, description="design, last slice and evaluation seconds")
     views: dict[str, Any] | None = Field(default=None, description="the numbers of the dashboard's pictures")
     names: dict[str, str] | None = Field(default=None, description="every candidate and baseline id the result "
@@ -193,11 +198,11 @@ class TrainingSet(BaseModel):
 
     n: int
     inputs: list[list[float]] = Field(description="(n, d)")
-    labels: list[float] = Field(description="(n,)")
+    labels: list[float] | list[list[float]] = Field(description="(n,), or (n, p) fields (an operator job)")
     left_out_inputs: list[list[float]] = Field(default_factory=list, description=(
         "(m, d): paid labels the served model was trained without (the result's left_out: they made it "
         "validate worse on Q's labels); not in inputs"))
-    left_out_labels: list[float] = Field(default_factory=list, description="(m,)")
+    left_out_labels: list[float] | list[list[float]] = Field(default_factory=list, description="(m,) or (m, p)")
 
 
 class Queries(BaseModel):

@@ -493,7 +493,8 @@ function errSummary(result) {
 }
 
 // A budgeted job's product: every labelled point it paid for (Q's validation points included),
-// as the .npz archive GET /training-set serves or as CSV (inputs, then the label), and where the
+// as the .npz archive GET /training-set serves or as CSV (inputs, the label, and served: 1 for the
+// served model's training set, 0 for the points the left-out check kept out of it), and where the
 // points came from, in words.
 function trainingSetPanel(id, result) {
   const out = el("div", { id: "training-set-out" });
@@ -506,8 +507,10 @@ function trainingSetPanel(id, result) {
         download(await r.blob(), `${id}-training-set.npz`);
       } else {
         const doc = await api(`/v1/jobs/${id}/training-set`);
-        const head = [...doc.inputs[0].map((_, j) => `x${j + 1}`), "label"];
-        download(new Blob([csv([head, ...doc.inputs.map((x, i) => [...x, doc.labels[i]])])], { type: "text/csv" }),
+        const head = [...doc.inputs[0].map((_, j) => `x${j + 1}`), "label", "served"];
+        const left = doc.left_out_inputs || [];
+        download(new Blob([csv([head, ...doc.inputs.map((x, i) => [...x, doc.labels[i], 1]),
+          ...left.map((x, i) => [...x, doc.left_out_labels[i], 0])])], { type: "text/csv" }),
           `${id}-training-set.csv`);
       }
       out.append(el("span", { class: "ok" }, `downloaded ${n} labelled points`));
@@ -519,9 +522,12 @@ function trainingSetPanel(id, result) {
     el("tbody", {}, Object.keys(sources).map((k) => el("tr", { "data-source": k },
       el("th", {}, said(result.names, k)), el("td", { class: "num" }, count(sources[k]))))));
   const failed = result.labels_failed ? ` (${result.labels_failed} more failed: paid for, not in the set)` : "";
+  const nLeft = ((result.left_out || {}).labels || []).length;
+  const leftOut = nLeft ? ` ${count(nLeft)} more paid labels are kept out of the served model's training set (left out: ` +
+    `it validates better without them; in the archive as left_out_inputs, left_out_labels).` : "";
   return section("Training set", "training-set", el("p", { id: "training-set-summary" },
-    `${count(n)} labelled points of dimension ${d}: ${count(result.labels_used)} labels of a budget of ${count(result.budget)}${failed}. `,
-    "The same arrays as GET /v1/jobs/{id}/training-set (inputs, labels)."),
+    `${count(n)} labelled points of dimension ${d}: ${count(result.labels_used)} labels of a budget of ${count(result.budget)}${failed}.${leftOut} `,
+    "The same arrays as GET /v1/jobs/{id}/training-set (inputs, labels, left_out_inputs, left_out_labels)."),
   el("button", { id: "training-npz", onclick: () => fetchSet(true) }, "Download .npz"), " ",
   el("button", { id: "training-csv", onclick: () => fetchSet(false) }, "Download CSV"), out, table);
 }

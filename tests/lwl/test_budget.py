@@ -274,8 +274,8 @@ def test_without_an_audit_the_verdict_comes_from_validation_and_says_so(budget_s
         assert v["ratio"] == pytest.approx(v["err"] / v["best_baseline_err"])
         assert 0 < v["points_each"] <= res["labels_by_source"]["q_mixture"]
         # a "better" at a few hundred points each says that the training set is larger than that
-        design_points = len(res["training_set"]["labels"]) - v["validation_points"]
-        caveat = [w for w in v["warnings"] if "points each, the training set holds" in w]
+        design_points = len(res["training_set"]["labels"]) + len(res["left_out"]["labels"]) - v["validation_points"]
+        caveat = [w for w in v["warnings"] if "points each, the job paid for" in w]
         assert bool(caveat) == (v["outcome"] == "better" and 2 * v["points_each"] < design_points)
         assert all(w in res["warnings"] for w in v["warnings"])
     assert verdict_sentence(v).startswith("verdict on validation (no held-out labels)")
@@ -303,8 +303,8 @@ def test_a_validation_win_at_a_few_hundred_points_says_the_training_set_is_large
     res = stepper.result(state)
     v = res["verdict"]
     assert v["outcome"] == "better" and 2 * v["points_each"] < design_points
-    (caveat,) = [w for w in v["warnings"] if "points each, the training set holds" in w]
-    assert f"at 100 points each, the training set holds {design_points} design points" in caveat
+    (caveat,) = [w for w in v["warnings"] if "points each, the job paid for" in w]
+    assert f"at 100 points each, the job paid for {design_points} design points" in caveat
     assert caveat in res["warnings"]
     stepper.versus = race(design_points // 2 + 1, -3.0)  # at over half the training set's size: no caveat
     assert not stepper.result(state)["verdict"]["warnings"]

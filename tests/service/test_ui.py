@@ -238,9 +238,11 @@ def test_a_budgeted_job_page_shows_its_labels_and_serves_its_training_set(tab, a
     with page.expect_download() as d:
         page.click("#training-csv")
     rows = Path(d.value.path()).read_text().splitlines()
-    assert rows[0] == ",".join([f"x{j + 1}" for j in range(X.shape[1])] + ["label"])
+    assert rows[0] == ",".join([f"x{j + 1}" for j in range(X.shape[1])] + ["label", "served"])
     got = np.loadtxt(d.value.path(), delimiter=",", skiprows=1)
-    assert np.array_equal(got[:, :-1], X) and np.array_equal(got[:, -1], y)  # shortest round-trip decimals
+    served = got[:, -1] == 1  # the rows after them (served 0): the points the left-out check kept out
+    assert np.array_equal(got[served, :-2], X) and np.array_equal(got[served, -2], y)  # shortest round-trip decimals
+    assert (~served).sum() == len(result["left_out"]["labels"])
     tab.shot("job-budgeted")
     page = tab.go("#/jobs")
     row = page.wait_for_selector(f"tr[data-id='{job}']")

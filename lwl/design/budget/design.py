@@ -641,7 +641,7 @@ class BudgetedDesign(StepperDefaults):
         if outcome == "better" and 2 * race["points_each"] < design_points:
             # the comparison's size is not the training set's: rankings can reverse in between
             out["warnings"].append(
-                f"the comparison is at {race['points_each']} points each, the training set holds {design_points} "
+                f"the comparison is at {race['points_each']} points each, the job paid for {design_points} "
                 f"design points: a distribution ahead at a few hundred points can fall behind at a few thousand "
                 f"(Table 1's g4 at budget 2,000: ahead on validation, 17% behind Q's mixture on held-out data; "
                 f"docs/method.md, 'The full study')")

@@ -98,6 +98,6 @@ def training_arrays(result: dict) -> dict[str, np.ndarray]:
     labels = np.asarray(ts["labels"], dtype=np.float64)
     d = inputs.shape[1] if inputs.ndim == 2 else 0
     inputs = inputs.reshape(len(labels), d) if len(labels) else np.zeros((0, d))
-    out_x = np.asarray(left.get("inputs") or np.zeros((0, d)), dtype=np.float64).reshape(-1, d)
+    out_x = np.asarray(left.get("inputs") or np.zeros((0, d)), dtype=np.float64).reshape(-1, d) if d else np.zeros((0, 0))
     out_y = np.asarray(left.get("labels") or np.zeros((0, *labels.shape[1:])), dtype=np.float64)
     return {"inputs": inputs, "labels": labels, "left_out_inputs": out_x, "left_out_labels": out_y}
