@@ -146,9 +146,10 @@ class JobResult(OpenDocument):
         default=None, description="a budgeted job's labelled points: inputs (n, d) and labels (n,) (an operator "
                                   "job's: (n, p) fields), those its served model is trained on")
     left_out: dict[str, Any] | None = Field(
-        default=None, description="a gp budgeted job's left-out check (check: the dropped candidates, points, "
-                                  "score_all, score_without, z, left_out) and the inputs and labels it kept out of "
-                                  "the served model's training set: paid for, counted in labels_used")
+        default=None, description="a budgeted job's left-out check (check: the dropped candidates, points, "
+                                  "score_all, score_without, z, left_out; null where none ran: krr and operator "
+                                  "jobs) and the inputs and labels it kept out of the served model's training set: "
+                                  "paid for, counted in labels_used")
     timings: dict[str, Any] | None = Field(default=None, description="design, last slice and evaluation seconds")
     views: dict[str, Any] | None = Field(default=None, description="the numbers of the dashboard's pictures")
     names: dict[str, str] | None = Field(default=None, description="every candidate and baseline id the result "

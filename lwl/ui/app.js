@@ -499,6 +499,7 @@ function errSummary(result) {
 function trainingSetPanel(id, result) {
   const out = el("div", { id: "training-set-out" });
   const n = result.training_set.labels.length, d = n ? result.training_set.inputs[0].length : 0;
+  const nLeft = ((result.left_out || {}).labels || []).length;
   async function fetchSet(asNpz) {
     out.replaceChildren();
     try {
@@ -507,13 +508,18 @@ function trainingSetPanel(id, result) {
         download(await r.blob(), `${id}-training-set.npz`);
       } else {
         const doc = await api(`/v1/jobs/${id}/training-set`);
-        const head = [...doc.inputs[0].map((_, j) => `x${j + 1}`), "label", "served"];
         const left = doc.left_out_inputs || [];
-        download(new Blob([csv([head, ...doc.inputs.map((x, i) => [...x, doc.labels[i], 1]),
-          ...left.map((x, i) => [...x, doc.left_out_labels[i], 0])])], { type: "text/csv" }),
+        const first = doc.labels.length ? doc.labels[0] : (doc.left_out_labels || [])[0];
+        // an operator job's label is a field of p values: columns label1..labelp
+        const width = Array.isArray(first) ? first.length : 0;
+        const labelHead = width ? Array.from({ length: width }, (_, j) => `label${j + 1}`) : ["label"];
+        const flat = (v) => (Array.isArray(v) ? v : [v]);
+        const head = [...Array.from({ length: doc.d }, (_, j) => `x${j + 1}`), ...labelHead, "served"];
+        download(new Blob([csv([head, ...doc.inputs.map((x, i) => [...x, ...flat(doc.labels[i]), 1]),
+          ...left.map((x, i) => [...x, ...flat(doc.left_out_labels[i]), 0])])], { type: "text/csv" }),
           `${id}-training-set.csv`);
       }
-      out.append(el("span", { class: "ok" }, `downloaded ${n} labelled points`));
+      out.append(el("span", { class: "ok" }, `downloaded ${count(n + nLeft)} labelled points`));
     } catch (err) { out.append(problemBox(err)); }
   }
   const sources = result.labels_by_source || {};
@@ -522,7 +528,6 @@ function trainingSetPanel(id, result) {
     el("tbody", {}, Object.keys(sources).map((k) => el("tr", { "data-source": k },
       el("th", {}, said(result.names, k)), el("td", { class: "num" }, count(sources[k]))))));
   const failed = result.labels_failed ? ` (${result.labels_failed} more failed: paid for, not in the set)` : "";
-  const nLeft = ((result.left_out || {}).labels || []).length;
   const leftOut = nLeft ? ` ${count(nLeft)} more paid labels are kept out of the served model's training set (left out: ` +
     `it validates better without them; in the archive as left_out_inputs, left_out_labels).` : "";
   return section("Training set", "training-set", el("p", { id: "training-set-summary" },

@@ -1,6 +1,7 @@
 """Budgeted jobs (issue #30): every label counted, the cap held, the training set returned."""
 
 import copy
+import math
 import dataclasses
 
 import numpy as np
@@ -512,3 +513,39 @@ def test_the_served_gp_is_fitted_to_the_whole_training_set(budget_spec):
     np.testing.assert_allclose(served.lengthscale_, fitted.lengthscale_, rtol=1e-12)
     np.testing.assert_allclose(served.predict(X[:20]), fitted.predict(X[:20]), rtol=1e-9)
     assert res["selected"]["lengthscale"] is None
+
+
+def test_a_gp_job_whose_check_leaves_points_out_serves_a_gp_fitted_to_the_rest(budget_spec, monkeypatch):
+    """The real gp plug-in with the left-out check forced to leave the dropped candidates' points
+    out (LEAVE_OUT_Z below any z): the served model is the GP fitted to the training set, the left
+    out points are returned apart, and the audit's comparators get every label the job holds."""
+    import lwl.design.budget.design as layer
+    from lwl.models import GaussianProcess, from_spec, model_document
+
+    monkeypatch.setattr(layer, "LEAVE_OUT_Z", -math.inf)
+    budget_spec["model"] = {"name": "gp", "restarts": 0, "max_fit_points": 120}
+    oracle = counting(budget_spec)
+    res = run_job(budget_spec, oracle=oracle)
+    check, left = res["left_out"]["check"], res["left_out"]
+    X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    assert check["left_out"] and check["points"] == len(left["labels"]) > 0 and check["z"] is not None
+    assert len(y) + len(left["labels"]) == res["labels_used"] == 300
+    fitted = GaussianProcess("auto", restarts=0, max_fit_points=120, random_state=0).fit(X, y)
+    served = from_spec(model_document(res))
+    np.testing.assert_allclose(served.predict(X[:20]), fitted.predict(X[:20]), rtol=1e-9)
+    assert res["evaluation"]["labels"] == 300  # the comparators at every label paid, not at len(y)
+    assert any("left out of the served model" in w for w in res["warnings"])
+
+
+def test_a_left_out_check_whose_fit_fails_serves_every_point(budget_spec, monkeypatch):
+    from lwl.design.budgeted import BudgetedBilevel
+
+    def failing(self, state, rows):
+        raise np.linalg.LinAlgError("K_y is not positive definite; raise the noise's lower bound")
+
+    monkeypatch.setattr(BudgetedBilevel, "rows_scorer", failing)
+    budget_spec["model"] = {"name": "gp", "restarts": 0, "max_fit_points": 120}
+    res = run_job(budget_spec, evaluate=False)
+    check = res["left_out"]["check"]
+    assert not check["left_out"] and check["z"] is None and "not positive definite" in check["error"]
+    assert len(res["training_set"]["labels"]) == res["labels_used"] and res["left_out"]["labels"] == []

@@ -73,6 +73,7 @@ SCORE_POOL_MAX = 2000  # refinement scores add at most this many earlier points 
 ACCEPT_Z = 1.645  # a challenger replaces the incumbent when it validates better by this many standard errors
 RACE_MIN_POINTS = 128  # the race switches only once each side has this many points
 TREND_MIN_POINTS = 32  # the validation verdict's trend needs this many points each at half its size
+LEAVE_OUT_Z = ACCEPT_Z  # the left-out check leaves the dropped candidates' points out at this many standard errors (served_rows)
 RIVAL_Z = 1.0  # Q's mixture takes over when it validates better by this many standard errors (_race; asymmetric: docs/method.md)
 Q_MIXTURE = "q_mixture"  # the candidate every budgeted design adds: Q's own mixture
 
@@ -385,10 +386,11 @@ class BudgetedDesign(StepperDefaults):
         dropped (in selection, or the one Q's mixture overtook in the race) make the served model
         worse on Q's validation labels beyond noise: the model trained on everything against the
         model trained without them (each with what it would be served with, :meth:`rows_scorer`:
-        a gp's hyperparameters fitted to its own rows, Q's validation labels included, so both
-        arms see the scored fold's labels in their hyperparameters alike, as the selection scores
-        do), two-fold on the labelled validation points and paired (:meth:`improvement_z`); they
-        are left out when it is better by ACCEPT_Z standard errors. Why: a gp whose hyperparameters are fitted to a
+        a gp's hyperparameters fitted to its own rows, Q's validation labels included, as the
+        selection scores' are: the scored fold's labels are a larger share of the smaller arm's
+        fitting set, which leans the check a little towards leaving points out), two-fold on the
+        labelled validation points and paired (:meth:`improvement_z`); they are left out when it
+        is better by LEAVE_OUT_Z standard errors. A fit that fails leaves every point in. Why: a gp whose hyperparameters are fitted to a
         few heavy-tailed labels far from Q (a broadened candidate's points on Sobol's G) explains
         every label as noise and predicts about the mean (docs/method.md, "Left out of the served
         model"). Kept always: Q's validation points, the initial data, Q's mixture's points, the
@@ -399,8 +401,9 @@ class BudgetedDesign(StepperDefaults):
         if not self.checks_left_out or state.phase is not Phase.DONE:
             return everything, None
         # the rows and labels decide it (a design object may see more than one run's states)
-        key = (n, int(state.iteration), state.incumbent, tuple(state.alive), hash(state.points.y.tobytes()),
-               None if state.val_ok is None else np.asarray(state.val_ok, dtype=bool).tobytes())
+        P = state.points
+        key = (n, int(state.iteration), state.incumbent, tuple(state.alive), hash(P.y.tobytes()), hash(P.X.tobytes()),
+               hash(P.source.tobytes()), None if state.val_ok is None else np.asarray(state.val_ok, dtype=bool).tobytes())
         if self._served_cache[0] == key:
             return self._served_cache[1]
         kept_c = {self._q_mixture_index()}
@@ -417,18 +420,23 @@ class BudgetedDesign(StepperDefaults):
         if not keep.all():
             grid = [float(state.lengthscale)]
             rest, kept = np.arange(nv, n), np.flatnonzero(keep[nv:]) + nv
-            s_all, _, sq_all = self.two_fold(state, rest, grid, residuals=True,
-                                             fit=self.rows_scorer(state, everything))
-            s_kept, _, sq_kept = self.two_fold(state, kept, grid, residuals=True,
-                                               fit=self.rows_scorer(state, np.flatnonzero(keep)))
-            z = (self.improvement_z(sq_kept, sq_all, state.points.y[:nv], val)
-                 if sq_all is not None and sq_kept is not None else float("nan"))
-            leave = bool(np.isfinite(z) and z >= ACCEPT_Z)
             dropped = sorted({int(c) for c in src[~keep]})
             check = {"candidates": [self._source_name(c) for c in dropped], "points": int((~keep).sum()),
-                     "score_all": s_all, "score_without": s_kept, "z": float(z) if np.isfinite(z) else None,
-                     "left_out": leave}
-            out = (np.flatnonzero(keep) if leave else everything, check)
+                     "score_all": None, "score_without": None, "z": None, "left_out": False}
+            try:
+                s_all, _, sq_all = self.two_fold(state, rest, grid, residuals=True,
+                                                 fit=self.rows_scorer(state, everything))
+                s_kept, _, sq_kept = self.two_fold(state, kept, grid, residuals=True,
+                                                   fit=self.rows_scorer(state, np.flatnonzero(keep)))
+            except np.linalg.LinAlgError as exc:
+                # a fit that fails (K_y not positive definite) decides nothing: every paid label is served
+                check["error"] = f"not checked: {exc}"
+            else:
+                z = (self.improvement_z(sq_kept, sq_all, state.points.y[:nv], val)
+                     if sq_all is not None and sq_kept is not None else float("nan"))
+                check.update(score_all=s_all, score_without=s_kept, z=float(z) if np.isfinite(z) else None,
+                             left_out=bool(np.isfinite(z) and z >= LEAVE_OUT_Z))
+            out = (np.flatnonzero(keep) if check["left_out"] else everything, check)
         self._served_cache = (key, out)
         return out
 

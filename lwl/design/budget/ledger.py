@@ -96,8 +96,13 @@ def training_arrays(result: dict) -> dict[str, np.ndarray]:
     ts, left = result["training_set"], result.get("left_out") or {}
     inputs = np.asarray(ts["inputs"], dtype=np.float64)
     labels = np.asarray(ts["labels"], dtype=np.float64)
-    d = inputs.shape[1] if inputs.ndim == 2 else 0
+    out_x = np.asarray(left["inputs"] if left.get("inputs") is not None else [], dtype=np.float64)
+    out_y = np.asarray(left["labels"] if left.get("labels") is not None else [], dtype=np.float64)
+    # the dimension (and a field's width) from whichever part has rows
+    d = inputs.shape[1] if inputs.ndim == 2 else out_x.shape[1] if out_x.ndim == 2 else 0
+    width = labels.shape[1:] if len(labels) else out_y.shape[1:]
     inputs = inputs.reshape(len(labels), d) if len(labels) else np.zeros((0, d))
-    out_x = np.asarray(left.get("inputs") or np.zeros((0, d)), dtype=np.float64).reshape(-1, d) if d else np.zeros((0, 0))
-    out_y = np.asarray(left.get("labels") or np.zeros((0, *labels.shape[1:])), dtype=np.float64)
+    labels = labels if len(labels) else np.zeros((0, *width))
+    out_x = out_x.reshape(len(out_y), d) if len(out_y) else np.zeros((0, d))
+    out_y = out_y if len(out_y) else np.zeros((0, *width))
     return {"inputs": inputs, "labels": labels, "left_out_inputs": out_x, "left_out_labels": out_y}

@@ -39,3 +39,9 @@ def test_an_empty_training_set_is_an_empty_archive():
     a = training_arrays({"training_set": {"inputs": [], "labels": []}})
     assert a["inputs"].shape == (0, 0) and a["labels"].shape == (0,)
     assert a["left_out_inputs"].shape == (0, 0) and a["left_out_labels"].shape == (0,)
+
+
+def test_an_empty_served_set_keeps_the_left_out_points_shapes():
+    a = training_arrays(_result([], [], np.array([[1.0, 2.0, 3.0]]), np.array([4.0])))  # numpy arrays too
+    assert a["inputs"].shape == (0, 3) and a["labels"].shape == (0,)
+    assert a["left_out_inputs"].shape == (1, 3) and a["left_out_labels"].shape == (1,)
