@@ -28,6 +28,17 @@ lower noise bound keeps K_y well conditioned). With more than ``max_fit_points``
 hyperparameters are fitted on a random subset of that size (an O(n^3) evaluation per step);
 the model then conditions on every point.
 
+**Which optimum is kept** (``select``). Every start ends at a local maximum of the likelihood;
+by default (``"loo"``) the one kept, and with ``kernel="auto"`` the kernel kept, is the one of
+lowest closed-form leave-one-out error of the mean on the fitting points (R&W sec. 5.4.2,
+:func:`_loo_error`), not the one of highest likelihood (``"evidence"``, available by name). On
+noise-free labels the likelihood can keep rising along a ridge to the bounds (noise at its
+lower bound, output scale at its upper one: an interpolant with nugget 1e-12), whose predictions
+are worse: on ``examples/friedman1_budget.json``'s Q mixture at 2,000 labels (five draws),
+that mode had the highest likelihood on every draw (0.1-0.37 nats per point above the next) and
+held-out Err 0.086-0.22 against 0.100-0.101 of the next; its LOO error was higher on every draw
+(docs/method.md, "Why so many ties...").
+
 **Prediction** at fixed hyperparameters (R&W eqs. 2.25-2.26): with alpha = K_y^{-1}(y - c),
 
     mean(x*) = c + s^2 k(x*, X) alpha,
@@ -55,7 +66,8 @@ from lwl.params import StrictModel
 from lwl.registry import MODELS
 
 GP_KERNELS = ("squared_exponential", "matern52")
-AUTO = "auto"  # both kernels fitted, the one of higher marginal likelihood kept (GaussianProcess.fit)
+AUTO = "auto"  # both kernels fitted, the one of lower leave-one-out error kept (GaussianProcess.fit)
+SELECTIONS = ("loo", "evidence")  # how a fit chooses among its local optima and kernels (GaussianProcess)
 DOCUMENT_KIND = "lwl.model"
 DOCUMENT_VERSION = 1
 PREDICT_BLOCK = 4096  # test points per kernel block in predict
@@ -160,6 +172,28 @@ def _lml_and_gradient(kind: str, X: torch.Tensor, y: torch.Tensor,
     return float(lml), grad
 
 
+def _loo_error(kind: str, X: torch.Tensor, y: torch.Tensor, theta: np.ndarray) -> float:
+    """Closed-form leave-one-out squared error of the GP mean at log hyperparameters ``theta``
+    (Rasmussen & Williams 2006, sec. 5.4.2, eq. 5.12): the residual of point i predicted from the
+    others is [K_y^{-1}(y - c)]_i / [K_y^{-1}]_ii, with the constant mean c at its maximum-likelihood
+    value on all points (not re-estimated without i). Returned as mean(r_i^2) / Var(y) (a
+    standardised error, comparable across outputs); inf where K_y is not positive definite."""
+    d = X.shape[1]
+    with torch.no_grad():
+        K = float(np.exp(theta[d])) * ard_kernel(kind, X, X, torch.as_tensor(np.exp(theta[:d]), dtype=X.dtype,
+                                                                            device=X.device))
+        K.diagonal().add_(float(np.exp(theta[d + 1])))
+        L, info = torch.linalg.cholesky_ex(K)
+        if int(info) != 0:
+            return math.inf
+        Kinv = torch.cholesky_inverse(L)
+        ones = torch.ones_like(y)
+        c = (Kinv @ y).sum() / (Kinv @ ones).sum()
+        r = (Kinv @ (y - c)) / torch.diagonal(Kinv)
+        var = float(y.var(correction=0))  # as np.var
+        return float((r * r).mean()) / (var if var > 0 else 1.0)
+
+
 class GaussianProcess:
     """GP regression with ARD lengthscales, output scale, noise and a constant mean fitted by
     maximum marginal likelihood (module docstring). scikit-learn's habits: the constructor
@@ -167,9 +201,11 @@ class GaussianProcess:
 
     Parameters
     ----------
-    kernel : "auto" | "matern52" | "squared_exponential"; "auto" fits both and keeps the one of
-        higher fitted log marginal likelihood (summed over outputs): model selection by the
-        evidence, as for the other hyperparameters (the chosen one is ``kernel_``)
+    kernel : "auto" | "matern52" | "squared_exponential"; "auto" fits both and keeps the one
+        ``select`` prefers (summed over outputs; the chosen one is ``kernel_``)
+    select : "loo" | "evidence": among the local optima of the starts (and the kernels with
+        "auto"), keep the one of lowest leave-one-out error on the fitting points (the default)
+        or the one of highest log marginal likelihood (module docstring)
     lengthscale, output_scale, noise : starting values (``optimize=True``; the first start) or
         the hyperparameters used as they are (``optimize=False``); None: the data's scales.
         ``lengthscale`` is one value or one per input.
@@ -188,8 +224,10 @@ class GaussianProcess:
                  noise: float | None = None, mean=None, optimize: bool = True, restarts: int = 3,
                  max_fit_points: int = 1000, refit_points: int | None = 2000, lengthscale_bounds: tuple[float, float] = (1e-3, 1e4),
                  output_scale_bounds: tuple[float, float] = (1e-4, 1e6),
-                 noise_bounds: tuple[float, float] = (1e-6, 1.0), random_state: int = 0, device: str = "cpu"):
+                 noise_bounds: tuple[float, float] = (1e-6, 1.0), random_state: int = 0, device: str = "cpu",
+                 select: str = "loo"):
         self.kernel = kernel
+        self.select = select
         self.lengthscale = lengthscale
         self.output_scale = output_scale
         self.noise = noise
@@ -275,6 +313,8 @@ class GaussianProcess:
         hyperparameters): a refit's starts, the data's scales and these, no random ones."""
         if kernel not in GP_KERNELS:
             raise ValueError(f"kernel: unknown GP kernel {kernel!r}; known: {[AUTO, *GP_KERNELS]}")
+        if self.select not in SELECTIONS:
+            raise ValueError(f"select: unknown selection {self.select!r}; known: {list(SELECTIONS)}")
         self.kernel_ = kernel
         self.device_ = resolve_device(self.device)
         X = np.asarray(X, dtype=np.float64)
@@ -292,15 +332,18 @@ class GaussianProcess:
         self.output_scale_ = np.array([o[1] for o in outputs])
         self.noise_ = np.array([o[2] for o in outputs])
         self.fit_log_marginal_likelihood_ = np.array([o[3] for o in outputs])
+        self.fit_loo_error_ = np.array([o[4] for o in outputs])
 
     def _fit_auto(self, X, y, fit_points: int, condition: bool) -> None:
         """``kernel="auto"``: the hyperparameters fitted with each kernel on the same points
-        (the same fitting subset, the same starts); the one of higher maximised log marginal
-        likelihood on those points is conditioned on every point and kept (as many
-        hyperparameters each, so the evidence compares them fairly). Only the winner is
-        conditioned: one O(n^3) factorisation of all n points, not one per kernel. On Table 1's
-        g4 (d = 10, 2,000 labels) the squared exponential's evidence is higher and its held-out
-        Err half the Matern's (docs/method.md, "The model a lab deploys")."""
+        (the same fitting subset, the same starts); the one of lower leave-one-out error on
+        those points (``select="loo"``, summed over outputs) or of higher maximised log marginal
+        likelihood (``"evidence"``: as many hyperparameters each, so the evidence compares them
+        fairly) is conditioned on every point and kept. Without ``optimize`` the evidence of the
+        given values on all points decides. Only the winner is conditioned: one O(n^3)
+        factorisation of all n points, not one per kernel. On Table 1's g4 (d = 10, 2,000
+        labels) the squared exponential's evidence is higher and its held-out Err half the
+        Matern's (docs/method.md, "The model a lab deploys")."""
         import inspect
 
         params = {k: getattr(self, k) for k in inspect.signature(GaussianProcess.__init__).parameters if k != "self"}
@@ -312,17 +355,21 @@ class GaussianProcess:
                 g._condition(g._given_mean())
                 g.fit_log_marginal_likelihood_ = g.log_marginal_likelihood_
             fits.append(g)
-        best = max(fits, key=lambda g: float(np.sum(g.fit_log_marginal_likelihood_)))
+        if self.select == "loo" and self.optimize:
+            best = min(fits, key=lambda g: float(np.sum(g.fit_loo_error_)))
+        else:
+            best = max(fits, key=lambda g: float(np.sum(g.fit_log_marginal_likelihood_)))
         if condition and not hasattr(best, "alpha_"):
             best._condition(best._given_mean())
         self.__dict__.update({k: v for k, v in vars(best).items() if k.endswith("_") and k != "fit_points_"})
         self.kernel_evidence_ = {g.kernel_: float(np.sum(g.fit_log_marginal_likelihood_)) for g in fits}
+        self.kernel_loo_error_ = {g.kernel_: float(np.sum(g.fit_loo_error_)) for g in fits}
 
     def _fit_output(self, X: np.ndarray, y: np.ndarray, j: int, fit_points: int,
-                    warm: np.ndarray | None = None) -> tuple[np.ndarray, float, float, float]:
-        """(lengthscales, output scale, noise, maximised LML on the fitting points) of output j;
-        the hyperparameters as given (and NaN) without ``optimize``; ``warm``: see
-        ``_fit_hyperparameters``."""
+                    warm: np.ndarray | None = None) -> tuple[np.ndarray, float, float, float, float]:
+        """(lengthscales, output scale, noise, LML and leave-one-out error on the fitting points)
+        of output j at the local optimum ``select`` keeps among the starts'; the hyperparameters
+        as given (and NaN, NaN) without ``optimize``; ``warm``: see ``_fit_hyperparameters``."""
         d = X.shape[1]
         var = float(np.var(y)) or 1.0
         spread = X.std(0)
@@ -332,7 +379,7 @@ class GaussianProcess:
         s0 = self.output_scale if self.output_scale is not None else var
         n0 = self.noise if self.noise is not None else var / 100.0
         if not self.optimize:  # (a score of a budgeted design: conditioning is all it needs)
-            return ell0.copy(), float(s0), float(n0), math.nan
+            return ell0.copy(), float(s0), float(n0), math.nan, math.nan
         lo = np.log(np.concatenate([spread * self.lengthscale_bounds[0], [var * self.output_scale_bounds[0],
                                                                           var * self.noise_bounds[0]]]))
         hi = np.log(np.concatenate([spread * self.lengthscale_bounds[1], [var * self.output_scale_bounds[1],
@@ -347,13 +394,17 @@ class GaussianProcess:
             starts += [rng.uniform(lo, hi) for _ in range(self.restarts)]
         else:
             starts.append(np.clip(warm, lo, hi))
-        best = (-np.inf, starts[0])
-        for theta0 in starts:
-            theta, lml = self._maximise(Xf, yf, theta0, lo, hi)
-            if lml > best[0]:
-                best = (lml, theta)
-        lml, theta = best
-        return np.exp(theta[:d]), float(np.exp(theta[d])), float(np.exp(theta[d + 1])), float(lml)
+        optima = [self._maximise(Xf, yf, theta0, lo, hi) for theta0 in starts]
+        if self.select == "loo":
+            # lowest leave-one-out error; the higher likelihood among equal errors (a tie: the
+            # starts that reach the same optimum)
+            scored = [(_loo_error(self.kernel_, Xf, yf, theta), -lml, i) for i, (theta, lml) in enumerate(optima)]
+            loo, _, i = min(scored)
+        else:
+            i = max(range(len(optima)), key=lambda k: optima[k][1])
+            loo = _loo_error(self.kernel_, Xf, yf, optima[i][0])
+        theta, lml = optima[i]
+        return np.exp(theta[:d]), float(np.exp(theta[d])), float(np.exp(theta[d + 1])), float(lml), float(loo)
 
     def _maximise(self, X: torch.Tensor, y: torch.Tensor, theta0: np.ndarray, lo: np.ndarray,
                   hi: np.ndarray) -> tuple[np.ndarray, float]:
@@ -533,6 +584,11 @@ class GPSpec(StrictModel):
     max_fit_points: int = Field(default=300, ge=10, le=20_000,
                                 description="the hyperparameters are fitted on at most this many labelled points "
                                             "(drawn with the job's seed); the model conditions on all of them")
+    select: Literal[SELECTIONS] = Field(
+        default="loo", description="which local optimum of the likelihood (and which kernel, with auto) is kept: loo, "
+                                   "the one of lowest leave-one-out error on the fitting points; evidence, the one of "
+                                   "highest marginal likelihood (lwl's choice before the leave-one-out selection: on noise-free labels "
+                                   "it can keep an interpolant at the bounds that predicts worse)")
     refit_points: int = Field(default=2000, ge=10, le=20_000,
                               description="where the hyperparameters fitted on the subset do not carry over to every "
                                           "point (the evidence per point falls), they are fitted again on 4x as many "

@@ -195,16 +195,22 @@ def test_closed_form_likelihood_gradient_equals_autograd(kernel):
     np.testing.assert_allclose(grad.numpy(), expected.numpy(), rtol=1e-8, atol=1e-10 * float(expected.abs().max()))
 
 
-def test_auto_keeps_the_kernel_of_higher_evidence_and_serves_it():
-    """kernel="auto" fits both kernels and becomes the fit of higher log marginal likelihood: equal
-    to that kernel's own fit, and its document names the kernel chosen."""
+@pytest.mark.parametrize("select", ["loo", "evidence"])
+def test_auto_keeps_the_kernel_select_prefers_and_serves_it(select):
+    """kernel="auto" fits both kernels and becomes the fit of lower leave-one-out error (select
+    loo) or higher log marginal likelihood (evidence): equal to that kernel's own fit, and its
+    document names the kernel chosen."""
     X, y, Xt = _problem("friedman1", 5, n=80, seed=4)
-    auto = GaussianProcess("auto", restarts=1).fit(X, y)
-    own = {k: GaussianProcess(k, restarts=1).fit(X, y) for k in ("squared_exponential", "matern52")}
-    best = max(own, key=lambda k: own[k].fit_log_marginal_likelihood_[0])
+    auto = GaussianProcess("auto", restarts=1, select=select).fit(X, y)
+    own = {k: GaussianProcess(k, restarts=1, select=select).fit(X, y) for k in ("squared_exponential", "matern52")}
+    if select == "loo":
+        best = min(own, key=lambda k: own[k].fit_loo_error_[0])
+    else:
+        best = max(own, key=lambda k: own[k].fit_log_marginal_likelihood_[0])
     assert auto.kernel_ == best and auto.kernel == "auto"
     assert auto.kernel_evidence_ == {k: pytest.approx(float(g.fit_log_marginal_likelihood_[0]), rel=1e-12)
                                      for k, g in own.items()}
+    assert auto.kernel_loo_error_ == {k: pytest.approx(float(g.fit_loo_error_[0]), rel=1e-12) for k, g in own.items()}
     # fitted on all 80 points: the conditioning factor's evidence is the maximised one, up to the
     # round-off of two computations of an ill-conditioned K_y (Matern's noise is at its lower bound)
     for g in own.values():
@@ -216,7 +222,7 @@ def test_auto_keeps_the_kernel_of_higher_evidence_and_serves_it():
 
 
 def test_auto_conditions_only_the_winner_on_every_point_and_compares_on_the_fitting_subset():
-    """Above max_fit_points the kernels are compared by their maximised evidence on the same
+    """Above max_fit_points the kernels are compared by their leave-one-out error on the same
     fitting subset; the winner alone is factored on all n points, and its
     log_marginal_likelihood_ is the evidence of all of them (equal to _lml_terms')."""
     from lwl.models.gp import _lml_terms
@@ -225,7 +231,8 @@ def test_auto_conditions_only_the_winner_on_every_point_and_compares_on_the_fitt
     auto = GaussianProcess("auto", restarts=0, max_fit_points=60).fit(X, y)
     own = {k: GaussianProcess(k, restarts=0, max_fit_points=60).fit(X, y) for k in ("squared_exponential", "matern52")}
     assert auto.kernel_evidence_ == {k: float(g.fit_log_marginal_likelihood_[0]) for k, g in own.items()}
-    assert auto.kernel_ == max(own, key=lambda k: own[k].fit_log_marginal_likelihood_[0])
+    assert auto.kernel_loo_error_ == {k: float(g.fit_loo_error_[0]) for k, g in own.items()}
+    assert auto.kernel_ == min(own, key=lambda k: own[k].fit_loo_error_[0])
     g = own[auto.kernel_]
     theta = [torch.as_tensor(v, dtype=torch.float64) for v in
              (np.log(g.lengthscale_[0]), np.log(g.output_scale_[0]), np.log(g.noise_[0]))]
@@ -234,14 +241,63 @@ def test_auto_conditions_only_the_winner_on_every_point_and_compares_on_the_fitt
     assert auto.log_marginal_likelihood_[0] == pytest.approx(g.log_marginal_likelihood(), rel=1e-10)
 
 
-def test_auto_picks_the_squared_exponential_on_a_smooth_function_and_matern_on_a_kinked_one():
-    """The evidence tells the kernels apart where they differ: sin(3x) in 2-d (smooth) and
+@pytest.mark.parametrize("select", ["loo", "evidence"])
+def test_auto_picks_the_squared_exponential_on_a_smooth_function_and_matern_on_a_kinked_one(select):
+    """Both criteria tell the kernels apart where they differ: sin(3x) in 2-d (smooth) and
     |x1 - 0.5| + x2 (a kink)."""
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(150, 2))
-    smooth = GaussianProcess("auto", restarts=1).fit(X, np.sin(3 * X[:, 0]) * np.cos(2 * X[:, 1]))
-    kinked = GaussianProcess("auto", restarts=1).fit(X, np.abs(X[:, 0] - 0.5) + X[:, 1])
+    smooth = GaussianProcess("auto", restarts=1, select=select).fit(X, np.sin(3 * X[:, 0]) * np.cos(2 * X[:, 1]))
+    kinked = GaussianProcess("auto", restarts=1, select=select).fit(X, np.abs(X[:, 0] - 0.5) + X[:, 1])
     assert smooth.kernel_ == "squared_exponential" and kinked.kernel_ == "matern52"
+
+
+def test_loo_error_is_the_refit_without_each_point():
+    """_loo_error (R&W eq. 5.12) equals the error of GPs conditioned on n - 1 points at the same
+    hyperparameters and the same constant mean, predicting the point left out."""
+    from lwl.models.gp import _loo_error
+
+    X, y, _ = _problem("friedman1", 5, n=40, seed=7)
+    g = GaussianProcess("matern52", restarts=0).fit(X, y)
+    theta = np.concatenate([np.log(g.lengthscale_[0]), np.log(g.output_scale_), np.log(g.noise_)])
+    residuals = []
+    for i in range(len(X)):
+        keep = np.arange(len(X)) != i
+        h = GaussianProcess("matern52", lengthscale=g.lengthscale_[0], output_scale=float(g.output_scale_[0]),
+                            noise=float(g.noise_[0]), mean=float(g.mean_[0]), optimize=False).fit(X[keep], y[keep])
+        # the latent mean's prediction; the noise of y_i is not in the LOO residual of the mean
+        residuals.append(float(h.predict(X[i:i + 1])[0]) - y[i])
+    expected = np.mean(np.square(residuals)) / np.var(y)
+    got = _loo_error("matern52", torch.as_tensor(X), torch.as_tensor(y), theta)
+    assert got == pytest.approx(expected, rel=1e-8)
+
+
+def test_loo_selection_keeps_a_predictive_optimum_where_the_evidence_keeps_an_interpolant():
+    """On noise-free Friedman-1 labels of Q's mixture (examples/friedman1_budget.json, 2,000
+    points, hyperparameters on 300, seed 2) one start of the Matern fit climbs to the bounds
+    (noise at its lower bound, output scale at its upper one) at the highest likelihood; select
+    evidence keeps it, select loo keeps an optimum inside the bounds, of lower held-out error."""
+    rng = np.random.default_rng([2, 4242])
+    means, covs = [np.zeros(5), np.array([1.0, 0, 1, 0, 1])], [2.0 * np.eye(5), np.eye(5)]
+    oracle = make_oracle({"name": "friedman1"})
+
+    def draw(n):
+        k = rng.integers(0, 2, n)
+        return np.stack([rng.multivariate_normal(means[j], covs[j]) for j in k])
+
+    Xt = draw(2000)
+    yt = oracle.label(Xt)
+    X = draw(2000)
+    y = oracle.label(X)
+    fits = {s: GaussianProcess("matern52", restarts=2, max_fit_points=300, random_state=2, select=s).fit(X, y)
+            for s in ("loo", "evidence")}
+    ev, loo = fits["evidence"], fits["loo"]
+    assert ev.noise_[0] == pytest.approx(1e-6 * np.var(y), rel=1e-6)  # the interpolant at the bounds
+    assert ev.fit_log_marginal_likelihood_[0] > loo.fit_log_marginal_likelihood_[0]
+    assert loo.fit_loo_error_[0] < ev.fit_loo_error_[0]
+    assert loo.noise_[0] > 1e-5 * np.var(y)
+    err = {s: np.sqrt(np.mean((g.predict(Xt) - yt) ** 2) / np.mean(yt**2)) for s, g in fits.items()}
+    assert err["loo"] < 0.9 * err["evidence"], err
 
 
 @pytest.mark.parametrize("kernel", ["auto", "matern52"])
@@ -252,7 +308,7 @@ def test_fit_hyperparameters_learns_what_fit_learns_without_conditioning(kernel)
     full = GaussianProcess(kernel, restarts=1, max_fit_points=50).fit(X, y)
     only = GaussianProcess(kernel, restarts=1, max_fit_points=50).fit_hyperparameters(X, y)
     assert only.kernel_ == full.kernel_
-    for name in ("lengthscale_", "output_scale_", "noise_", "fit_log_marginal_likelihood_"):
+    for name in ("lengthscale_", "output_scale_", "noise_", "fit_log_marginal_likelihood_", "fit_loo_error_"):
         np.testing.assert_array_equal(getattr(only, name), getattr(full, name))
     assert not hasattr(only, "alpha_") and not hasattr(only, "log_marginal_likelihood_")
 
