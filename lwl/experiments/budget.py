@@ -88,6 +88,12 @@ def _with(spec: dict, seed: int, **changes) -> dict:
     return s
 
 
+def paid_labels(res: dict) -> int:
+    """The labels a budgeted job's result holds: its served training set and the points left out of
+    it (still paid; the comparators at equal labels get as many)."""
+    return len(res["training_set"]["labels"]) + len((res.get("left_out") or {}).get("labels") or [])
+
+
 def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> dict:
     """Every budget of one problem and seed, and the unbudgeted design (module docstring)."""
     from lwl.evaluation.equal_labels import equal_labels
@@ -129,7 +135,7 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
         X = np.asarray(res["training_set"]["inputs"])
         y = np.asarray(res["training_set"]["labels"])
         t1 = time.perf_counter()
-        paid = len(y) + len((res.get("left_out") or {}).get("labels") or [])  # left out of the model, still paid
+        paid = paid_labels(res)
         anchor = paid <= cfg["anchor_max"] if "anchor_max" in cfg else None  # None: equal_labels' own limit
         ev = equal_labels(rspec, q, X, y, oracle, draws=cfg["draws"], baselines=["mixture"], anchor=anchor,
                           labels=paid)
@@ -173,7 +179,7 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
             a = q.point_weights(q.heldout, q.weights)
         X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
         t1 = time.perf_counter()
-        paid = len(y) + len((res.get("left_out") or {}).get("labels") or [])  # left out of the model, still paid
+        paid = paid_labels(res)
         anchor = paid <= cfg["anchor_max"] if "anchor_max" in cfg else None
         ev = equal_labels(rspec, q, X, y, oracle, draws=cfg["draws"], baselines=["mixture"], anchor=anchor,
                           labels=paid)

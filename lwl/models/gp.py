@@ -577,8 +577,8 @@ class GPSpec(StrictModel):
 
     name: Literal["gp"] = "gp"
     kernel: Literal[(AUTO, *GP_KERNELS)] = Field(
-        default=AUTO, description="auto: squared exponential and Matern 5/2 both fitted, the one of higher marginal "
-                                  "likelihood kept; or one of them")
+        default=AUTO, description="auto: squared exponential and Matern 5/2 both fitted, the one select prefers "
+                                  "kept; or one of them")
     restarts: int = Field(default=2, ge=0, le=50, description="random starts of the likelihood maximisation "
                                                                 "besides the data-scaled one")
     max_fit_points: int = Field(default=300, ge=10, le=20_000,

@@ -329,7 +329,7 @@ class BudgetedDesign(StepperDefaults):
         n0 = len(state.points.of(INITIAL))  # the initial data: in the training set, not asked for
         used = int(len(y)) - n0 + state.labels_failed  # failed measurements were paid for too
         rows, check = self.served_rows(state)
-        X, y_served = self.training_set(state)
+        X, y_served = state.points.X[rows], y[rows]  # training_set's rows, already at hand
         inc = state.incumbent
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         measure = self.incumbent_measure(state) if inc is not None else self._best_alive_measure(state)
