@@ -167,7 +167,7 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
         cand = result["selected"]["candidate"]
         ell = result["selected"].get("lengthscale")
         model = result.get("model") or {}
-        # a gp job has no single lengthscale: its served model names the kernel its evidence chose
+        # a gp job has no single lengthscale: its served model names the kernel its fit chose
         kernel = f", kernel {model['kernel']}" if model.get("kernel") else ""  # a deeponet has none
         how = (f"lengthscale {ell:.4g}" if ell is not None else
                f"model {model.get('model', 'gp')}{kernel}" if model else

@@ -338,11 +338,12 @@ def markdown_gp(doc: dict) -> str:
     if len(doc["rows"]) < expected:  # a study stopped early: its rows are the first ones of the preset
         lines += [f"**Partial: {len(doc['rows'])} of the preset's {expected} problem runs** (the study was stopped; "
                   "`--resume` continues it).", ""]
-    chosen = ("of lower leave-one-out error" if doc["settings"].get("gp_select") == "loo"
-              else "of higher marginal likelihood (select evidence: made before the leave-one-out selection)")
-    lines += ["Held-out Err of the fitted GP (ARD, the kernel and local optimum of the likelihood "
-             f"{chosen} of the squared exponential and Matern 5/2, hyperparameters by maximum marginal likelihood "
-             "on each training set) trained on the gp job's training set, against the same GP trained on the same number of "
+    chosen = ("the local optimum of the likelihood, and the kernel, of lowest leave-one-out error on the fitting "
+              "points" if doc["settings"].get("gp_select") == "loo" else
+              "the local optimum and the kernel of highest marginal likelihood (select evidence: made before the "
+              "leave-one-out selection)")
+    lines += ["Held-out Err of the fitted GP (ARD, squared exponential or Matern 5/2, hyperparameters by maximum "
+             f"marginal likelihood on each training set, {chosen}) trained on the gp job's training set, against the same GP trained on the same number of "
              f"labels of Q's mixture (over {doc['settings']['draws']} draws) and of the NIPV anchor (the fitted "
              "GP's kernel); better / tie / worse beyond noise (95%). KRR pipeline: the krr job of the committed "
              "study (its training set with its KRR), and that training set with the fitted GP. Wall time "

@@ -34,10 +34,11 @@ lowest closed-form leave-one-out error of the mean on the fitting points (R&W se
 :func:`_loo_error`), not the one of highest likelihood (``"evidence"``, available by name). On
 noise-free labels the likelihood can keep rising along a ridge to the bounds (noise at its
 lower bound, output scale at its upper one: an interpolant with nugget 1e-12), whose predictions
-are worse: on ``examples/friedman1_budget.json``'s Q mixture at 2,000 labels (five draws),
-that mode had the highest likelihood on every draw (0.1-0.37 nats per point above the next) and
-held-out Err 0.086-0.22 against 0.100-0.101 of the next; its LOO error was higher on every draw
-(docs/method.md, "Why so many ties...").
+are mostly worse: on ``examples/friedman1_budget.json``'s Q mixture at 2,000 labels (five draws),
+that mode had the highest likelihood on every draw (0.09-0.36 nats per point above the best
+optimum inside the bounds) and held-out Err 0.086-0.22 against 0.101; its LOO error was higher on
+every draw (docs/method.md, "Which local optimum is kept"). LOO on the fitting points stands in
+for held-out error; it cannot see what conditioning on every point does (the evidence check does).
 
 **Prediction** at fixed hyperparameters (R&W eqs. 2.25-2.26): with alpha = K_y^{-1}(y - c),
 
@@ -272,7 +273,8 @@ class GaussianProcess:
 
     def _refit_on(self, X, y, m: int) -> None:
         """A refit of the evidence check on m points: the kernel already chosen only (``auto``
-        compared the kernels on the subset; ``kernel_evidence_`` keeps that comparison), from two
+        compared the kernels on the subset; ``kernel_loo_error_`` and ``kernel_evidence_`` keep that
+        comparison), from two
         starts: the data's scales and the last fit's optimum, without random starts. On p04's
         2,000 points one fit took 150 s with both kernels and three starts each (each likelihood
         step is an O(m^3) factorisation and inverse at m = 2,000)."""
@@ -396,10 +398,13 @@ class GaussianProcess:
             starts.append(np.clip(warm, lo, hi))
         optima = [self._maximise(Xf, yf, theta0, lo, hi) for theta0 in starts]
         if self.select == "loo":
-            # lowest leave-one-out error; the higher likelihood among equal errors (a tie: the
-            # starts that reach the same optimum)
-            scored = [(_loo_error(self.kernel_, Xf, yf, theta), -lml, i) for i, (theta, lml) in enumerate(optima)]
-            loo, _, i = min(scored)
+            # a start that met the not-positive-definite wall at once is no optimum (its LOO, built
+            # by another kernel routine, could still factor): never kept
+            errors = [_loo_error(self.kernel_, Xf, yf, theta) if lml > -1e299 else math.inf for theta, lml in optima]
+            # lowest leave-one-out error (starts that reach one optimum differ in round-off, so which
+            # of them is kept moves the hyperparameters by about that much; the first of equal ones)
+            i = int(np.argmin(errors))
+            loo = errors[i]
         else:
             i = max(range(len(optima)), key=lambda k: optima[k][1])
             loo = _loo_error(self.kernel_, Xf, yf, optima[i][0])
