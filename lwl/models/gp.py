@@ -180,17 +180,13 @@ def _loo_error(kind: str, X: torch.Tensor, y: torch.Tensor, theta: np.ndarray) -
     value on all points (not re-estimated without i). Returned as mean(r_i^2) / Var(y) (a
     standardised error, comparable across outputs); inf where K_y is not positive definite."""
     d = X.shape[1]
+    t = torch.as_tensor(theta, dtype=X.dtype, device=X.device)
     with torch.no_grad():
-        K = float(np.exp(theta[d])) * ard_kernel(kind, X, X, torch.as_tensor(np.exp(theta[:d]), dtype=X.dtype,
-                                                                            device=X.device))
-        K.diagonal().add_(float(np.exp(theta[d + 1])))
-        L, info = torch.linalg.cholesky_ex(K)
-        if int(info) != 0:
+        try:  # the likelihood's own factor, profiled mean and alpha (one place computes them)
+            _, _, L, alpha = _lml_terms(kind, X, y, t[:d], t[d], t[d + 1])
+        except torch.linalg.LinAlgError:
             return math.inf
-        Kinv = torch.cholesky_inverse(L)
-        ones = torch.ones_like(y)
-        c = (Kinv @ y).sum() / (Kinv @ ones).sum()
-        r = (Kinv @ (y - c)) / torch.diagonal(Kinv)
+        r = alpha / torch.diagonal(torch.cholesky_inverse(L))
         var = float(y.var(correction=0))  # as np.var
         return float((r * r).mean()) / (var if var > 0 else 1.0)
 
