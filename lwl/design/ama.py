@@ -42,7 +42,7 @@ import torch
 from pydantic import Field
 
 from lwl.bound import bound_constant_squared
-from lwl.design.budget.settings import Hedge, MaxRounds, RoundSize, ValidationFraction
+from lwl.design.budget.settings import Explore, Hedge, MaxRounds, RoundSize, ValidationFraction
 from lwl.measures.kle_family import KLEFamily
 from lwl.design.stepper import StepperDefaults
 from lwl.design.validated import SELECTIONS, AMAStateBase, PairModels, Phase, judge
@@ -453,6 +453,7 @@ class AMASpec(StrictModel):
     max_rounds: MaxRounds = 30
     validation_fraction: ValidationFraction = 0.25
     hedge: Hedge = 0.25
+    explore: Explore = 0.25
 
 
 def operator_parts(spec: JobSpec, family: str, family_what: str, oracle_need: str | None) -> None:

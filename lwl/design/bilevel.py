@@ -47,7 +47,7 @@ from lwl.defaults import (
     select_widening,
 )
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient
-from lwl.design.budget.settings import Hedge, MaxRounds, RoundSize, ValidationFraction
+from lwl.design.budget.settings import Explore, Hedge, MaxRounds, RoundSize, ValidationFraction
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
 from lwl.design.schedules import cosine
 from lwl.design.state import Flat, Kept, KeptLayout, StepperState
@@ -1075,6 +1075,7 @@ class BilevelSpec(StrictModel):
     max_rounds: MaxRounds = 30
     validation_fraction: ValidationFraction = 0.25
     hedge: Hedge = 0.25
+    explore: Explore = None
     inner_steps: int = Field(default=0, ge=0, le=100_000,
                              description="budgeted jobs: bilevel steps on a surrogate of G* between two rounds, "
                                          "whose result competes for the next round's labels (0: off; see "

@@ -28,20 +28,25 @@ DRAWS = 3  # training draws per baseline (each a DeepONet trained from scratch)
 
 
 def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = DRAWS,
-                 trainers: dict | None = None) -> dict:
+                 trainers: dict | None = None, labels: int | None = None) -> dict:
     """The evaluation document of a budgeted operator job's training set (X, Y) (module docstring):
     ``{"labels", "err", "err_interval", "comparisons", "draws", "held_out", "audit_labels", ...}``.
 
     ``trainers`` adds comparators that choose their own n solves (pool-based active learning,
     :mod:`lwl.design.active`, which a study passes in: the evaluation does not import designs):
     ``{name: (n, draw) -> (model, solves)}``, a model trained on n solves it asked ``oracle`` for
-    and the number of solves it spent (counted in ``audit_labels``)."""
+    and the number of solves it spent (counted in ``audit_labels``).
+
+    ``labels``: the solves the job holds (None: len(Y)); a job whose left-out check kept paid solves
+    out of (X, Y) passes every one it holds, so the comparators get as many (equal *paid* solves)."""
     q, seed = stepper.q, stepper.spec.seed
     w = np.asarray(stepper.output_weights, dtype=np.float64)
     test_x = np.concatenate(q.heldout)
     test_y = as_numpy(oracle.label(test_x)).reshape(len(test_x), -1)
     sizes, y2 = [len(h) for h in q.heldout], (test_y**2) @ w
-    n = len(Y)
+    n = len(Y) if labels is None else int(labels)
+    if n < len(Y):
+        raise ValueError(f"labels: {n} solves held, fewer than the {len(Y)} rows of the training set")
     audit = len(test_x)
 
     def sq_errors(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -70,7 +75,7 @@ def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = 
     a = q.point_weights(q.heldout, q.weights)
     err = {"optimized": float(np.sqrt(a @ design / (a @ y2)))}
     err.update({name: c.other_err for name, c in comparisons.items()})
-    return {"kind": "equal_solves", "labels": n, "train_size": n, "model": stepper.spec.model.name, "err": err,
+    return {"kind": "equal_solves", "labels": n, "train_size": int(len(Y)), "model": stepper.spec.model.name, "err": err,
             "err_interval": {"level": 0.95, "optimized": list(error_interval(design, y2, sizes, q.weights))},
             "comparisons": {name: c.to_json() for name, c in comparisons.items()},
             "draws": {name: int(len(sq)) for name, sq in rows.items()}, "held_out": int(len(test_x)),
@@ -80,7 +85,8 @@ def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = 
 def evaluate(stepper, state, spec, oracle, out: dict, run=None) -> dict:
     """The ``budgeted_evaluate`` hook of the ama algorithm (:func:`lwl.runner.run_job`)."""
     X, Y = stepper.training_set(state)
-    evaluation = equal_solves(stepper, X, Y, oracle)
+    # the comparators get every solve the job holds, those the left-out check kept out of its model too
+    evaluation = equal_solves(stepper, X, Y, oracle, labels=len(state.points.y))
     own = (out.get("validation_verdict") or {}).get("warnings", [])
     v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own])
     return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

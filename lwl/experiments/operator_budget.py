@@ -113,14 +113,16 @@ PROBLEMS = {"darcy": lambda: copy.deepcopy(DARCY), "ntd": ntd, "burgers": burger
 PRESETS = {
     # the three problems at 250, 1,000 and 4,000 solves, three seeds (several hours on 2 cores)
     "full": dict(problems=("darcy", "ntd", "burgers"), budgets=(250, 1000, 4000), seeds=(0, 1, 2), heldout=500,
-                 unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={}),
+                 unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
+                 explore=0.25),
     # the three problems at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
     "quick": dict(problems=("darcy", "ntd", "burgers"), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500,
-                  unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={}),
+                  unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
+                 explore=0.25),
     # for the test suite: a small DeepONet, one budget, one seed
     "smoke": dict(problems=("darcy",), budgets=(60,), seeds=(0,), heldout=30, unbudgeted=False, draws=2,
                   active=("coreset",), pool_factor=2,
-                  model={"iterations": 20, "branch": [32], "trunk": [32], "latent": 16}),
+                  model={"iterations": 20, "branch": [32], "trunk": [32], "latent": 16}, explore=0.25),
 }
 
 
@@ -129,6 +131,7 @@ def problem_spec(name: str, cfg: dict, seed: int) -> dict:
     spec = PROBLEMS[name]()
     spec["seed"] = seed
     spec["model"].update(cfg["model"])
+    spec["algorithm"]["explore"] = cfg["explore"]
     tests = spec["test_distributions"]
     for m in tests["members"]:
         m["size"] = tests["validation_per_member"] + cfg["heldout"]
@@ -172,6 +175,7 @@ def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
     """One budgeted job and its verdict at equal solves (module docstring)."""
     from lwl.design.budgeted_ama import BudgetedAMA
     from lwl.evaluation.equal_solves import equal_solves
+    from lwl.experiments.budget import paid_labels
     from lwl.spec import parse_job_spec
 
     spec = problem_spec(name, cfg, seed)
@@ -182,7 +186,8 @@ def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
     ts = res["training_set"]
     X, Y = np.asarray(ts["inputs"], dtype=np.float64), np.asarray(ts["labels"], dtype=np.float64)
     t0 = time.perf_counter()
-    ev = equal_solves(stepper, X, Y, oracle, draws=cfg["draws"], trainers=active_trainers(stepper, oracle, cfg))
+    ev = equal_solves(stepper, X, Y, oracle, draws=cfg["draws"], trainers=active_trainers(stepper, oracle, cfg),
+                      labels=paid_labels(res))
     audit_solves = oracle.solves - design_solves  # counted by the solver, not the evaluation's own tally
     return {"budget": B, "labels_used": int(res["labels_used"]), "design_solves": int(design_solves),
             "training_set": int(len(X)),

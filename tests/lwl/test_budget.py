@@ -517,12 +517,12 @@ def test_the_served_gp_is_fitted_to_the_whole_training_set(budget_spec):
 
 def test_a_gp_job_whose_check_leaves_points_out_serves_a_gp_fitted_to_the_rest(budget_spec, monkeypatch):
     """The real gp plug-in with the left-out check forced to leave the dropped candidates' points
-    out (LEAVE_OUT_Z below any z): the served model is the GP fitted to the training set, the left
+    out (leave_out_z below any z): the served model is the GP fitted to the training set, the left
     out points are returned apart, and the audit's comparators get every label the job holds."""
     import lwl.design.budget.design as layer
     from lwl.models import GaussianProcess, from_spec, model_document
 
-    monkeypatch.setattr(layer, "LEAVE_OUT_Z", -math.inf)
+    monkeypatch.setattr(layer.BudgetedDesign, "leave_out_z", -math.inf)
     budget_spec["model"] = {"name": "gp", "restarts": 0, "max_fit_points": 120}
     oracle = counting(budget_spec)
     res = run_job(budget_spec, oracle=oracle)

@@ -100,6 +100,7 @@ class BudgetedDesign(StepperDefaults):
     # labels of more than one value per input (an operator's output field): each row's squared error
     # and squared norm are sums over its values with these quadrature weights; None: one label per input
     output_weights: np.ndarray | None = None
+    leave_out_z = LEAVE_OUT_Z  # standard errors by which the left-out check must favour leaving points out
     selection_rule = "successive halving on two-fold validation, with Q's mixture racing the selected candidate"
 
     def __init__(self, spec: JobSpec, q: MetaTestSamples, family, candidates: list[Candidate]):
@@ -242,10 +243,9 @@ class BudgetedDesign(StepperDefaults):
         n = self.plan.rounds[r - 1]
         seed = self.spec.seed
         xs, src = [], []
-        if state.incumbent is None:  # selection: the round split equally among the live candidates
+        if state.incumbent is None:  # selection: the round split among the live candidates (_selection_counts)
             alive = state.alive
-            counts = [n // len(alive) + (1 if i < n % len(alive) else 0) for i in range(len(alive))]
-            for c, m in zip(alive, counts):
+            for c, m in zip(alive, self._selection_counts(alive, n)):
                 if m:
                     xs.append(self.candidates[c][1].sample(m, [seed, STREAM_BUDGET, r, c]))
                     src.append(np.full(m, c))
@@ -267,6 +267,19 @@ class BudgetedDesign(StepperDefaults):
         out = (np.concatenate(xs), np.concatenate(src).astype(np.int64))
         self._cache = (key, out)
         return out
+
+    def _selection_counts(self, alive: list[int], n: int) -> list[int]:
+        """Labels of a selection round of ``n`` for each live candidate: an equal split, or, with
+        ``algorithm.explore`` (Q's mixture the default, :meth:`_select`), ``explore`` n split equally
+        among the others and the rest to Q's mixture."""
+        q = self._q_mixture_index()
+        explore = getattr(self.algo, "explore", None)
+        if explore is None or q not in alive or len(alive) == 1:
+            return [n // len(alive) + (1 if i < n % len(alive) else 0) for i in range(len(alive))]
+        others = [c for c in alive if c != q]
+        share = max(len(others), int(round(explore * n)))  # at least one point each
+        split = iter([share // len(others) + (1 if i < share % len(others) else 0) for i in range(len(others))])
+        return [n - share if c == q else next(split) for c in alive]
 
     def step(self, state: BudgetedState, labels) -> BudgetedState:
         t0 = time.perf_counter()
@@ -435,7 +448,7 @@ class BudgetedDesign(StepperDefaults):
                 z = (self.improvement_z(sq_kept, sq_all, state.points.y[:nv], val)
                      if sq_all is not None and sq_kept is not None else float("nan"))
                 check.update(score_all=s_all, score_without=s_kept, z=float(z) if np.isfinite(z) else None,
-                             left_out=bool(np.isfinite(z) and z >= LEAVE_OUT_Z))
+                             left_out=bool(np.isfinite(z) and z >= self.leave_out_z))
             out = (np.flatnonzero(keep) if check["left_out"] else everything, check)
         self._served_cache = (key, out)
         return out
@@ -512,21 +525,37 @@ class BudgetedDesign(StepperDefaults):
 
     def _select(self, new: BudgetedState, record: dict) -> BudgetedState:
         """Score the live candidates on everything they were given; keep the better half (the
-        last one left is the incumbent)."""
+        last one left is the incumbent). With ``algorithm.explore``, Q's mixture is the default:
+        it is scored on as many of its points as the others have, never dropped, and the others
+        are halved among themselves; the last of them left becomes the incumbent only when it
+        validates better than Q's mixture at equal numbers of points by ACCEPT_Z standard errors
+        (:meth:`versus`), else Q's mixture does."""
         alive = new.alive
+        q = self._q_mixture_index()
+        default = getattr(self.algo, "explore", None) is not None and q in alive and len(alive) > 1
+        others = [c for c in alive if c != q] if default else alive
         scores, ells = dict(new.scores), dict(new.ell_of)
         for c in alive:
             name = self.candidates[c][0]
             # a candidate's own points only: added to the initial data, a handful of points per
             # candidate changes nothing and selection goes by noise (docs/method.md, initial data)
             given = new.points.of(c)
+            if default and c == q:  # at equal numbers: Q's mixture's extra points would favour it
+                given = given[:max(len(new.points.of(o)) for o in others)]
             scores[name], ells[name] = self.two_fold(new, given, self.lengthscale_grid())
-        ranked = sorted(alive, key=lambda c: (scores[self.candidates[c][0]], c))
-        keep = ranked[:max(1, math.ceil(len(alive) / 2))]
+        ranked = sorted(others, key=lambda c: (scores[self.candidates[c][0]], c))
+        keep = ranked[:max(1, math.ceil(len(others) / 2))]
+        best = min(alive, key=lambda c: (scores[self.candidates[c][0]], c))
+        if default and len(keep) == 1:  # the last challenger of the default: better beyond noise, or out
+            duel = self.versus(new, keep[0], mine=q)
+            record["default_duel"] = {"candidate": self.candidates[keep[0]][0], **(duel or {})}
+            keep = keep if duel is not None and duel["z"] is not None and duel["z"] >= ACCEPT_Z else [q]
+        elif default:
+            keep = [*keep, q]
         new = new.replace(scores=scores, ell_of=ells, alive=sorted(keep))
         record.update(kind="selection", scores={self.candidates[c][0]: scores[self.candidates[c][0]] for c in alive},
                       alive=[self.candidates[c][0] for c in sorted(keep)],
-                      validation_err=scores[self.candidates[ranked[0]][0]])
+                      validation_err=scores[self.candidates[best][0]])
         if len(keep) == 1:
             c = keep[0]
             name = self.candidates[c][0]
@@ -566,13 +595,13 @@ class BudgetedDesign(StepperDefaults):
             record["incumbent"] = name
         return new
 
-    def versus(self, state: BudgetedState, other: int, n: int | None = None) -> dict | None:
-        """The incumbent's points against candidate ``other``'s at equal numbers n (the first n
-        of each; ``n`` None: as many as the smaller side has), each added to the same half of the
-        labelled validation points and scored on the other half (two-fold, paired), as the
-        selection scores: ``{"points_each", "incumbent_score", "rival_score", "z"}``, z > 0 when
-        ``other`` validates better (in standard errors); None when either has no point."""
-        mine = state.points.of(state.incumbent)
+    def versus(self, state: BudgetedState, other: int, n: int | None = None, mine: int | None = None) -> dict | None:
+        """The incumbent's points (or candidate ``mine``'s) against candidate ``other``'s at equal
+        numbers n (the first n of each; ``n`` None: as many as the smaller side has), each added to
+        the same half of the labelled validation points and scored on the other half (two-fold,
+        paired), as the selection scores: ``{"points_each", "incumbent_score", "rival_score", "z"}``,
+        z > 0 when ``other`` validates better (in standard errors); None when either has no point."""
+        mine = state.points.of(state.incumbent if mine is None else mine)
         theirs = state.points.of(other)
         n = min(len(mine), len(theirs), *([n] if n is not None else []))
         if n == 0:

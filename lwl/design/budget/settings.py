@@ -21,3 +21,9 @@ Hedge = Annotated[float, Field(ge=0.0, lt=1.0,
                                description="budgeted jobs: share of each round after selection drawn from Q's mixture "
                                            "while it races the selected candidate at equal numbers of points (0: off; "
                                            "see docs/method.md)")]
+Explore = Annotated[float | None, Field(
+    gt=0.0, lt=1.0,
+    description="budgeted jobs: share of each selection round spent on the candidates other than Q's mixture, "
+                "which gets the rest, is never dropped, and stays the incumbent unless the last candidate left "
+                "validates better beyond noise at equal numbers of points (null: every live candidate gets an "
+                "equal share and Q's mixture is halved like the others; see docs/method.md)")]

@@ -54,7 +54,8 @@ def test_solves_never_exceed_the_budget_counted_by_the_solver(budgeted_ama, budg
     res = run_job(budgeted_ama, oracle=oracle, evaluate=False)
     assert oracle.solves == res["labels_used"] == budget
     X, Y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
-    assert X.shape == (budget, 256) and Y.shape == (budget, 256)  # input fields and solution fields
+    out = np.asarray(res["left_out"]["labels"]).reshape(-1, 256)  # paid, kept out of the served DeepONet
+    assert X.shape == (budget - len(out), 256) and Y.shape == (budget - len(out), 256)  # input and solution fields
     assert res["plan"]["validation_labels"] == 3 * res["plan"]["per_member"]
     assert res["rounds"] == res["plan"]["total_rounds"]
 
@@ -75,7 +76,7 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_ama):
     assert failed == len(range(0, 150, 9)) and res["labels_failed"] == failed
     assert oracle.solves == res["labels_used"] == 150
     Y = np.asarray(res["training_set"]["labels"])
-    assert len(Y) == 150 - failed and np.isfinite(Y).all()
+    assert len(Y) + len(res["left_out"]["labels"]) == 150 - failed and np.isfinite(Y).all()
 
 
 @pytest.mark.slow
@@ -220,7 +221,7 @@ def test_an_http_lab_solves_every_field_and_never_more_than_the_budget(budgeted_
         res = run_job(budgeted_ama, oracle=counted, evaluate=False)
         assert lab.solves == counted.solves == res["labels_used"] == 60
     X, Y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
-    assert X.shape == Y.shape == (60, 256)
+    assert X.shape == Y.shape == (60 - len(res["left_out"]["labels"]), 256)  # the rest: paid, left out
     from lwl.oracles import make_oracle
 
     np.testing.assert_allclose(Y, make_oracle({"name": "darcy"}).label(X), rtol=1e-12)

@@ -26,6 +26,9 @@ def test_the_training_set_is_judged_against_q_law_and_the_initial_distribution_a
     res = run_job(budgeted_ama, oracle=oracle, evaluate=True)
     ev, v = res["evaluation"], res["verdict"]
     assert res["labels_used"] == 100  # the audit's solves are not the job's
+    # the comparators get every solve the job paid for, those left out of its DeepONet too
+    assert ev["labels"] == 100 and ev["train_size"] == len(res["training_set"]["labels"])
+    assert ev["train_size"] + len(res["left_out"]["labels"]) == 100
     assert ev["audit_labels"] == 3 * 40 + 2 * 3 * 100 and oracle.solves == 100 + ev["audit_labels"]
     assert set(ev["comparisons"]) == {"mixture", "initial"} and ev["draws"] == {"mixture": 3, "initial": 3}
     assert v["kind"] == "equal_labels" and set(v["outcomes"]) == {"mixture", "initial"}

@@ -10,7 +10,7 @@ import pytest
 from lwl.design.budget import BudgetedDesign, Candidate
 from lwl.design.budget.ledger import VALIDATION
 from lwl.design.budget.state import Phase
-from lwl.measures import Gaussian, UniformBox
+from lwl.measures import Empirical, Gaussian, UniformBox
 from lwl.models import KernelRidge
 from lwl.q_samples import MetaTestSamples
 from lwl.spec import parse_job_spec
@@ -168,3 +168,78 @@ def test_the_left_out_check_keeps_points_that_do_no_harm(toy):
     res = far.result(state)
     assert "far" in res["left_out"]["check"]["candidates"] and not res["left_out"]["check"]["left_out"]
     assert len(res["training_set"]["labels"]) == 400 and res["left_out"]["labels"] == []
+
+
+def _explore(toy_stepper, cls, explore=0.25):
+    spec = toy_stepper.spec.model_copy(update={"algorithm": toy_stepper.spec.algorithm.model_copy(
+        update={"explore": explore})})
+    return cls(spec, toy_stepper.q)
+
+
+class WithValidationCopies(TwoBoxes):
+    """A candidate drawn from Q's labelled validation inputs themselves, and a KRR of lengthscale
+    0.05 (about a nearest-neighbour rule): labelled copies of scored points are predicted exactly,
+    fresh draws of Q's mixture teach it nothing, so the copies validate better beyond noise."""
+
+    def __init__(self, spec, q):
+        super().__init__(spec, q)
+        self.candidates[1] = Candidate("validation_copies", Empirical(self._val_x), None)
+
+    def scorer(self, state, ell):
+        return lambda X, y: KernelRidge("squared_exponential", 0.05, 1e-6).fit(X, y)
+
+
+def _selection_rounds(stepper, state):
+    return [h for h in state.history if h.get("kind") == "selection"]
+
+
+def test_with_explore_q_mixture_is_the_default_and_gets_the_rest_of_each_selection_round(toy):
+    stepper, _ = toy
+    design = _explore(stepper, TwoBoxes)
+    oracle = CountingOracle(stepper.spec.oracle.build())
+    state = _run(design, oracle)
+    assert oracle.labels == design.result(state)["labels_used"] == 400
+    q = design._q_mixture_index()
+    for h in _selection_rounds(design, state):
+        r = h["round"] - 1  # the round that bought the points this record scored
+        bought = state.points.source[state.points.round_of == r]
+        others = int((bought != q).sum())
+        assert others == max(len(h["scores"]) - 1, round(0.25 * len(bought)))
+        assert "q_mixture" in h["alive"] or h.get("incumbent") is not None  # never dropped while others run
+    # the last candidate left against the default: it takes over only beyond noise (ACCEPT_Z)
+    duel = next(h["default_duel"] for h in state.history if "default_duel" in h)
+    won = duel["z"] is not None and duel["z"] >= 1.645
+    assert design.incumbent_name(state) == (duel["candidate"] if won else "q_mixture")
+
+
+def test_a_candidate_beyond_noise_takes_over_from_the_default_and_q_mixture_races_it(toy):
+    stepper, _ = toy
+    design = _explore(stepper, WithValidationCopies)
+    state = _run(design, CountingOracle(stepper.spec.oracle.build()))
+    duel = next(h["default_duel"] for h in state.history if "default_duel" in h)
+    assert duel["candidate"] == "validation_copies" and duel["z"] >= 1.645
+    assert duel["rival_score"] < duel["incumbent_score"]  # "incumbent": Q's mixture, the default
+    assert design.incumbent_name(state) == "validation_copies"
+    assert any(h.get("rival") == "q_mixture" for h in state.history)
+
+
+def test_a_candidate_within_noise_leaves_q_mixture_the_incumbent_and_its_points_out(toy):
+    stepper, _ = toy
+    design = _explore(stepper, WithFarCandidate)
+    state = _run(design, CountingOracle(stepper.spec.oracle.build()))
+    duel = next(h["default_duel"] for h in state.history if "default_duel" in h)
+    assert duel["z"] is None or duel["z"] < 1.645
+    assert design.incumbent_name(state) == "q_mixture" and state.alive == [design._q_mixture_index()]
+    # the selection rounds went mostly to Q's mixture: its points outnumber both candidates' together
+    q = design._q_mixture_index()
+    assert len(state.points.of(q)) > 2 * sum(len(state.points.of(c)) for c in (0, 1))
+
+
+def test_without_explore_selection_splits_rounds_equally_and_may_drop_q_mixture(toy):
+    stepper, oracle = toy
+    assert stepper.spec.algorithm.explore is None  # bilevel's default: the classic successive halving
+    state = _run(stepper, oracle)
+    first = _selection_rounds(stepper, state)[0]
+    bought = state.points.source[state.points.round_of == first["round"] - 1]
+    counts = np.unique(bought, return_counts=True)[1]
+    assert counts.max() - counts.min() <= 1 and "default_duel" not in first
