@@ -268,6 +268,13 @@ class BudgetedDesign(StepperDefaults):
         self._cache = (key, out)
         return out
 
+    def _default_rule(self) -> str:
+        """The words :attr:`selection_rule` gets when Q's mixture is the default (``explore``)."""
+        explore = getattr(self.algo, "explore", None)
+        return "" if explore is None else (
+            f"; Q's mixture the default (it takes {1 - explore:.0%} of each selection round, the others are halved "
+            f"among themselves, and the last of them replaces it only when better beyond noise)")
+
     def _selection_counts(self, alive: list[int], n: int) -> list[int]:
         """Labels of a selection round of ``n`` for each live candidate: an equal split, or, with
         ``algorithm.explore`` (Q's mixture the default, :meth:`_select`), ``explore`` n split equally
@@ -379,7 +386,7 @@ class BudgetedDesign(StepperDefaults):
                 "plan": self.plan.to_json(), "labels_by_source": counts,
                 "model": self.model_document(state) if state.phase is Phase.DONE and len(y_served) >= 2 else None,
                 "selected": {"candidate": name, "lengthscale": float(state.lengthscale) if self.tunes_lengthscale else None,
-                             "rule": self.selection_rule,
+                             "rule": self.selection_rule + self._default_rule(),
                              "scores": dict(state.scores)},
                 "training_set": {"inputs": X.tolist(), "labels": y_served.tolist()},
                 "left_out": {"check": check, "inputs": state.points.X[out_rows].tolist(),

@@ -198,7 +198,9 @@ def test_with_explore_q_mixture_is_the_default_and_gets_the_rest_of_each_selecti
     design = _explore(stepper, TwoBoxes)
     oracle = CountingOracle(stepper.spec.oracle.build())
     state = _run(design, oracle)
-    assert oracle.labels == design.result(state)["labels_used"] == 400
+    res = design.result(state)
+    assert oracle.labels == res["labels_used"] == 400
+    assert "Q's mixture the default (it takes 75% of each selection round" in res["selected"]["rule"]
     q = design._q_mixture_index()
     for h in _selection_rounds(design, state):
         r = h["round"] - 1  # the round that bought the points this record scored
