@@ -66,9 +66,11 @@ def main() -> None:
                     # the audit offline, with lwl's solver (the lab's labels are not needed for it)
                     offline = parse_job_spec({**spec, "oracle": {"name": "darcy"}})
                     stepper = BudgetedAMA.from_spec(offline, DARCY)
-                    ev = equal_solves(stepper, np.asarray(X), np.asarray(Y), DARCY)
+                    # the comparators get every solve the job paid for, those it left out of its DeepONet too
+                    held = len(Y) + len(result["left_out"]["labels"])
+                    ev = equal_solves(stepper, np.asarray(X), np.asarray(Y), DARCY, labels=held)
                     row = {"seed": seed, "budget": budget, "solves_client": solved, "labels_used": result["labels_used"],
-                           "rounds": result["rounds"], "training_set_shape": [list(np.shape(X)), list(np.shape(Y))],
+                           "rounds": result["rounds"], "training_set_shape": [list(np.shape(X)), list(np.shape(Y))], "left_out": held - len(Y),
                            "selected": result["selected"]["candidate"], "err": ev["err"]["optimized"],
                            "err_interval": ev["err_interval"]["optimized"],
                            "vs": {k: {"err": v["other_err"], "outcome": v["outcome"], "ratio": v["ratio"]}

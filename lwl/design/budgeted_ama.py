@@ -9,7 +9,10 @@ What the AMA design supplies:
   them): the given theta^0; Q's projection onto the family, argmin_theta sum_k w_k W2^2(nu_theta,
   nu'_k) (the transport part of the AMA bound, paper eqn AMAobjective, in closed form for KLE
   Gaussians); and, when Q has several members, each member's own projection. The budget layer adds
-  Q's law itself (the mixture of its KLE members).
+  Q's law itself (the mixture of its KLE members), the default of selection (``explore`` 0.25:
+  three quarters of every selection round; another candidate replaces it only beyond noise).
+- **The served training set**: the dropped candidates' solves are left out of it whenever the
+  DeepONet validates better without them (``leave_out_z`` 0, below).
 - **The model a score trains**: the job's DeepONet, trained on half of the labelled validation
   fields plus the candidate's points; the squared error of a field is its L2 norm with the oracle's
   output quadrature weights (the relative OOD error of SM eqn app_ntd_rel_ood_error).

@@ -15,7 +15,12 @@ when the served model validates better without them). The rounds, in order:
    advance, supplied by the algorithm, and Q's own mixture, which every budgeted design adds. A
    round splits its labels equally among the live candidates; after it, each candidate is scored
    by two-fold validation of the job's model trained on half of the validation points plus *all*
-   of the candidate's points so far, and the better half lives on.
+   of the candidate's points so far, and the better half lives on. With ``algorithm.explore``
+   (the ama default), Q's mixture is the **default** instead: it takes 1 - explore of every
+   selection round and is never dropped, the others are halved among themselves, and the last of
+   them replaces it only when it validates better at equal numbers of points beyond noise
+   (:meth:`BudgetedDesign._select`): where Q's mixture is the answer, exploring costs ``explore``
+   of the selection rounds' labels, not all but 1/K of the first round's (K candidates).
 3. **The race against Q's mixture.** When selection picks another candidate, Q's mixture gets
    a ``hedge`` share of every later round, and after each round the two are compared at equal
    numbers of their own points (two-fold, paired); Q's mixture takes over when it validates
@@ -284,7 +289,8 @@ class BudgetedDesign(StepperDefaults):
         if explore is None or q not in alive or len(alive) == 1:
             return [n // len(alive) + (1 if i < n % len(alive) else 0) for i in range(len(alive))]
         others = [c for c in alive if c != q]
-        share = max(len(others), int(round(explore * n)))  # at least one point each
+        # at least one point each while the round has them (a small last round: the first of them)
+        share = min(n, max(len(others), int(round(explore * n))))
         split = iter([share // len(others) + (1 if i < share % len(others) else 0) for i in range(len(others))])
         return [n - share if c == q else next(split) for c in alive]
 
@@ -410,7 +416,7 @@ class BudgetedDesign(StepperDefaults):
         selection scores' are: the scored fold's labels are a larger share of the smaller arm's
         fitting set, which leans the check a little towards leaving points out), two-fold on the
         labelled validation points and paired (:meth:`improvement_z`); they are left out when it
-        is better by LEAVE_OUT_Z standard errors. A fit that fails leaves every point in. Why: a gp whose hyperparameters are fitted to a
+        is better by :attr:`leave_out_z` standard errors (LEAVE_OUT_Z; the ama design's is 0). A fit that fails leaves every point in. Why: a gp whose hyperparameters are fitted to a
         few heavy-tailed labels far from Q (a broadened candidate's points on Sobol's G) explains
         every label as noise and predicts about the mean (docs/method.md, "Left out of the served
         model"). Kept always: Q's validation points, the initial data, Q's mixture's points, the
@@ -455,7 +461,7 @@ class BudgetedDesign(StepperDefaults):
                 z = (self.improvement_z(sq_kept, sq_all, state.points.y[:nv], val)
                      if sq_all is not None and sq_kept is not None else float("nan"))
                 check.update(score_all=s_all, score_without=s_kept, z=float(z) if np.isfinite(z) else None,
-                             left_out=bool(np.isfinite(z) and z >= self.leave_out_z))
+                             left_out=bool(np.isfinite(z) and z >= self.leave_out_z and z > 0))
             out = (np.flatnonzero(keep) if check["left_out"] else everything, check)
         self._served_cache = (key, out)
         return out
@@ -475,6 +481,11 @@ class BudgetedDesign(StepperDefaults):
         return self.candidates[state.incumbent][1]
 
     def _best_alive(self, state: BudgetedState) -> int:
+        """The candidate returned when the budget ends before selection settles: the lowest score,
+        or Q's mixture while it is the default (``explore``: no other beat it beyond noise yet)."""
+        q = self._q_mixture_index()
+        if getattr(self.algo, "explore", None) is not None and q in state.alive:
+            return q
         scores = state.scores
         return min(state.alive, key=lambda c: (scores.get(self.candidates[c][0], float("inf")), c))
 
@@ -554,8 +565,10 @@ class BudgetedDesign(StepperDefaults):
         keep = ranked[:max(1, math.ceil(len(others) / 2))]
         best = min(alive, key=lambda c: (scores[self.candidates[c][0]], c))
         if default and len(keep) == 1:  # the last challenger of the default: better beyond noise, or out
-            duel = self.versus(new, keep[0], mine=q)
-            record["default_duel"] = {"candidate": self.candidates[keep[0]][0], **(duel or {})}
+            challenger = self.candidates[keep[0]][0]
+            duel = self.versus(new.replace(lengthscale=ells.get(challenger, new.lengthscale)), keep[0], mine=q)
+            # incumbent_score: Q's mixture's; rival_score: the challenger's (versus's names)
+            record["default_duel"] = {"candidate": challenger, **(duel or {})}
             keep = keep if duel is not None and duel["z"] is not None and duel["z"] >= ACCEPT_Z else [q]
         elif default:
             keep = [*keep, q]
@@ -649,6 +662,11 @@ class BudgetedDesign(StepperDefaults):
                        ratio=1.0, outcome="tie", beats_best_baseline=False, returned_initial=True, z=None,
                        points_each=last["points_each"] if last else None)
             out["baselines"] = {"mixture": out["best_baseline_err"]}
+            duel = next((h["default_duel"] for h in state.history if "default_duel" in h), None)
+            if duel is not None and not overtaken and duel.get("z") is not None:
+                out["basis"] += (f"; Q's mixture stayed the default: {words(duel['candidate'], self.spec.family.name)} "
+                                 f"did not validate better beyond noise (z = {duel['z']:.2f} at "
+                                 f"{duel['points_each']} points each)")
             if overtaken:
                 overtook = words(last["overtook"], self.spec.family.name)
                 out["basis"] += (f"; Q's mixture overtook {overtook} in round {overtaken['round']} "

@@ -170,10 +170,22 @@ def test_the_left_out_check_keeps_points_that_do_no_harm(toy):
     assert len(res["training_set"]["labels"]) == 400 and res["left_out"]["labels"] == []
 
 
-def _explore(toy_stepper, cls, explore=0.25):
-    spec = toy_stepper.spec.model_copy(update={"algorithm": toy_stepper.spec.algorithm.model_copy(
-        update={"explore": explore})})
+def _explore(toy_stepper, cls, explore=0.25, budget=None):
+    update = {"algorithm": toy_stepper.spec.algorithm.model_copy(update={"explore": explore})}
+    if budget is not None:
+        update["budget"] = budget
+    spec = toy_stepper.spec.model_copy(update=update)
     return cls(spec, toy_stepper.q)
+
+
+class FiveCandidates(TwoBoxes):
+    """Five candidates besides Q's mixture, so that selection halves them twice before the duel."""
+
+    def __init__(self, spec, q):
+        d = q.dim
+        BudgetedDesign.__init__(self, spec, q, family=None, candidates=[
+            Candidate("narrow_box", UniformBox(np.full(d, 0.4), np.full(d, 0.6)), None),
+            *[Candidate(f"gaussian_{v}", Gaussian(np.zeros(d), cov=v * np.eye(d)), None) for v in (0.5, 1.0, 4.0, 9.0)]])
 
 
 class WithValidationCopies(TwoBoxes):
@@ -189,29 +201,55 @@ class WithValidationCopies(TwoBoxes):
         return lambda X, y: KernelRidge("squared_exponential", 0.05, 1e-6).fit(X, y)
 
 
-def _selection_rounds(stepper, state):
+def _selection_rounds(state):
     return [h for h in state.history if h.get("kind") == "selection"]
+
+
+def _bought(state, record):
+    """Sources of the points of the round a selection record scored."""
+    return state.points.source[state.points.round_of == record["round"] - 1]
 
 
 def test_with_explore_q_mixture_is_the_default_and_gets_the_rest_of_each_selection_round(toy):
     stepper, _ = toy
-    design = _explore(stepper, TwoBoxes)
+    design = _explore(stepper, FiveCandidates)
     oracle = CountingOracle(stepper.spec.oracle.build())
     state = _run(design, oracle)
     res = design.result(state)
     assert oracle.labels == res["labels_used"] == 400
     assert "Q's mixture the default (it takes 75% of each selection round" in res["selected"]["rule"]
     q = design._q_mixture_index()
-    for h in _selection_rounds(design, state):
-        r = h["round"] - 1  # the round that bought the points this record scored
-        bought = state.points.source[state.points.round_of == r]
-        others = int((bought != q).sum())
-        assert others == max(len(h["scores"]) - 1, round(0.25 * len(bought)))
-        assert "q_mixture" in h["alive"] or h.get("incumbent") is not None  # never dropped while others run
+    rounds = _selection_rounds(state)
+    assert [len(h["scores"]) for h in rounds] == [6, 4, 3]  # five others halved to three, then two, then one
+    for h in rounds:
+        others = int((_bought(state, h) != q).sum())
+        assert others == round(0.25 * len(_bought(state, h)))
+    assert all("q_mixture" in h["alive"] for h in rounds[:2])  # never dropped while others run
     # the last candidate left against the default: it takes over only beyond noise (ACCEPT_Z)
-    duel = next(h["default_duel"] for h in state.history if "default_duel" in h)
+    duel = rounds[-1]["default_duel"]
     won = duel["z"] is not None and duel["z"] >= 1.645
     assert design.incumbent_name(state) == (duel["candidate"] if won else "q_mixture")
+    if not won:
+        assert "stayed the default" in res["verdict"]["basis"]
+
+
+def test_a_small_round_never_gives_q_mixture_a_negative_share(toy):
+    stepper, _ = toy
+    design = _explore(stepper, FiveCandidates)
+    alive = list(range(len(design.candidates)))
+    for n in (1, 2, 5, 6, 64):
+        counts = design._selection_counts(alive, n)
+        assert min(counts) >= 0 and sum(counts) == n
+        assert all(c >= 1 for c in counts[:-1]) if n >= 5 else sum(counts[:-1]) == n
+
+
+def test_a_budget_that_ends_during_selection_returns_the_default(toy):
+    stepper, _ = toy
+    design = _explore(stepper, FiveCandidates, budget=150)  # two selection rounds: two others still alive
+    state = _run(design, CountingOracle(stepper.spec.oracle.build()))
+    assert state.incumbent is None and len(state.alive) == 3
+    res = design.result(state)
+    assert res["selected"]["candidate"] == "q_mixture" and res["labels_used"] == 150
 
 
 def test_a_candidate_beyond_noise_takes_over_from_the_default_and_q_mixture_races_it(toy):
@@ -225,23 +263,21 @@ def test_a_candidate_beyond_noise_takes_over_from_the_default_and_q_mixture_race
     assert any(h.get("rival") == "q_mixture" for h in state.history)
 
 
-def test_a_candidate_within_noise_leaves_q_mixture_the_incumbent_and_its_points_out(toy):
+def test_a_candidate_within_noise_leaves_q_mixture_the_incumbent_and_its_points_out_when_they_harm(toy):
     stepper, _ = toy
-    design = _explore(stepper, WithFarCandidate)
-    state = _run(design, CountingOracle(stepper.spec.oracle.build()))
+    design = _explore(stepper, MeanOnFarCandidate)
+    state = _run(design, FarLabels(stepper.spec.oracle.build()))
     duel = next(h["default_duel"] for h in state.history if "default_duel" in h)
     assert duel["z"] is None or duel["z"] < 1.645
     assert design.incumbent_name(state) == "q_mixture" and state.alive == [design._q_mixture_index()]
-    # the selection rounds went mostly to Q's mixture: its points outnumber both candidates' together
-    q = design._q_mixture_index()
-    assert len(state.points.of(q)) > 2 * sum(len(state.points.of(c)) for c in (0, 1))
+    check = design.result(state)["left_out"]["check"]
+    assert "far" in check["candidates"] and check["left_out"]  # the far labels wreck the mean: left out
 
 
-def test_without_explore_selection_splits_rounds_equally_and_may_drop_q_mixture(toy):
+def test_without_explore_selection_splits_every_round_equally(toy):
     stepper, oracle = toy
     assert stepper.spec.algorithm.explore is None  # bilevel's default: the classic successive halving
     state = _run(stepper, oracle)
-    first = _selection_rounds(stepper, state)[0]
-    bought = state.points.source[state.points.round_of == first["round"] - 1]
-    counts = np.unique(bought, return_counts=True)[1]
-    assert counts.max() - counts.min() <= 1 and "default_duel" not in first
+    for h in _selection_rounds(state):
+        counts = np.unique(_bought(state, h), return_counts=True)[1]
+        assert len(counts) == len(h["scores"]) and counts.max() - counts.min() <= 1 and "default_duel" not in h
