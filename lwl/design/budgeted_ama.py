@@ -123,7 +123,7 @@ class BudgetedAMA(BudgetedDesign):
         super().__init__(spec, q, _ThetaFamily(self.kle), candidates)
 
     # the left-out check (BudgetedDesign.served_rows) keeps the dropped candidates' fields out of the
-    # served DeepONet whenever it validates better without them (z >= 0, not 1.645 as for a gp): for a
+    # served DeepONet whenever it validates better without them (z > 0, not 1.645 as for a gp): for a
     # network trained on a few hundred fields, neither set is the safe default, and the fields of a
     # family far from Q take capacity from Q's (docs/method.md, "Operator jobs under a budget")
     leave_out_z = 0.0

@@ -461,7 +461,7 @@ class BudgetedDesign(StepperDefaults):
                 z = (self.improvement_z(sq_kept, sq_all, state.points.y[:nv], val)
                      if sq_all is not None and sq_kept is not None else float("nan"))
                 check.update(score_all=s_all, score_without=s_kept, z=float(z) if np.isfinite(z) else None,
-                             left_out=bool(np.isfinite(z) and z >= self.leave_out_z and z > 0))
+                             left_out=bool(np.isfinite(z) and z > self.leave_out_z))
             out = (np.flatnonzero(keep) if check["left_out"] else everything, check)
         self._served_cache = (key, out)
         return out
