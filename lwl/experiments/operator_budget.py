@@ -118,7 +118,7 @@ PRESETS = {
     # the three problems at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
     "quick": dict(problems=("darcy", "ntd", "burgers"), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500,
                   unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
-                 explore=0.25),
+                  explore=0.25),
     # for the test suite: a small DeepONet, one budget, one seed
     "smoke": dict(problems=("darcy",), budgets=(60,), seeds=(0,), heldout=30, unbudgeted=False, draws=2,
                   active=("coreset",), pool_factor=2,

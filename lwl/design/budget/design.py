@@ -273,9 +273,15 @@ class BudgetedDesign(StepperDefaults):
         self._cache = (key, out)
         return out
 
+    @property
+    def explore(self) -> float | None:
+        """``algorithm.explore``: the others' share of a selection round while Q's mixture is the
+        default (None: the equal split; an algorithm whose spec lacks the field has none)."""
+        return getattr(self.algo, "explore", None)
+
     def _default_rule(self) -> str:
         """The words :attr:`selection_rule` gets when Q's mixture is the default (``explore``)."""
-        explore = getattr(self.algo, "explore", None)
+        explore = self.explore
         return "" if explore is None else (
             f"; Q's mixture the default (it takes {1 - explore:.0%} of each selection round, the others are halved "
             f"among themselves, and the last of them replaces it only when better beyond noise)")
@@ -285,13 +291,12 @@ class BudgetedDesign(StepperDefaults):
         ``algorithm.explore`` (Q's mixture the default, :meth:`_select`), ``explore`` n split equally
         among the others and the rest to Q's mixture."""
         q = self._q_mixture_index()
-        explore = getattr(self.algo, "explore", None)
-        if explore is None or q not in alive or len(alive) == 1:
-            return [n // len(alive) + (1 if i < n % len(alive) else 0) for i in range(len(alive))]
+        if self.explore is None or q not in alive or len(alive) == 1:
+            return _equal_split(n, len(alive))
         others = [c for c in alive if c != q]
         # at least one point each while the round has them (a small last round: the first of them)
-        share = min(n, max(len(others), int(round(explore * n))))
-        split = iter([share // len(others) + (1 if i < share % len(others) else 0) for i in range(len(others))])
+        share = min(n, max(len(others), int(round(self.explore * n))))
+        split = iter(_equal_split(share, len(others)))
         return [n - share if c == q else next(split) for c in alive]
 
     def step(self, state: BudgetedState, labels) -> BudgetedState:
@@ -484,7 +489,7 @@ class BudgetedDesign(StepperDefaults):
         """The candidate returned when the budget ends before selection settles: the lowest score,
         or Q's mixture while it is the default (``explore``: no other beat it beyond noise yet)."""
         q = self._q_mixture_index()
-        if getattr(self.algo, "explore", None) is not None and q in state.alive:
+        if self.explore is not None and q in state.alive:
             return q
         scores = state.scores
         return min(state.alive, key=lambda c: (scores.get(self.candidates[c][0], float("inf")), c))
@@ -550,7 +555,7 @@ class BudgetedDesign(StepperDefaults):
         (:meth:`versus`), else Q's mixture does."""
         alive = new.alive
         q = self._q_mixture_index()
-        default = getattr(self.algo, "explore", None) is not None and q in alive and len(alive) > 1
+        default = self.explore is not None and q in alive and len(alive) > 1
         others = [c for c in alive if c != q] if default else alive
         scores, ells = dict(new.scores), dict(new.ell_of)
         for c in alive:
@@ -764,6 +769,11 @@ class BudgetedDesign(StepperDefaults):
         if moved is None:
             return new
         return new.replace(challenger=float_params(moved), has_challenger=True)
+
+
+def _equal_split(n: int, k: int) -> list[int]:
+    """n labels split among k as equally as they go (the first n mod k get one more)."""
+    return [n // k + (1 if i < n % k else 0) for i in range(k)]
 
 
 def extrapolated_ratio(ratio: float, ratio_half: float, n: int, target: int) -> float:
