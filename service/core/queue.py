@@ -12,6 +12,7 @@ from celery import Celery
 
 from service.core.routing import QUEUE_CPU
 from service.core.settings import Settings
+from service.core.sql_broker import split_url
 from service.core.store import private_sqlite_file
 
 TASK_RUN_SLICE = "lwl.run_slice"
@@ -20,7 +21,10 @@ TASK_RUN_SLICE = "lwl.run_slice"
 def make_celery(settings: Settings, include: list[str] | None = None) -> Celery:
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     private_sqlite_file(settings.resolved_broker_url())  # 0600, like the job store
-    app = Celery("lwl", broker=settings.resolved_broker_url(), include=include or [])
+    broker, transport = split_url(settings.resolved_broker_url())
+    app = Celery("lwl", broker=broker, include=include or [])
+    if transport:  # the SQL broker: kombu's transport made safe for several processes
+        app.conf.broker_transport = transport
     app.conf.update(
         task_serializer="json", accept_content=["json"], result_serializer="json",
         task_ignore_result=True,
