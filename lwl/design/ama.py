@@ -454,6 +454,12 @@ class AMASpec(StrictModel):
     validation_fraction: ValidationFraction = 0.25
     hedge: Hedge = 0.25
     explore: Explore = 0.25
+    pool: Literal["iid", "qbc"] = Field(
+        default="iid", description="budgeted jobs: how the served draws (the incumbent's, and Q's law's share while "
+                                   "it is the default) are chosen: iid, or qbc (query by committee: of pool_factor "
+                                   "times as many draws, those where a committee of DeepONets trained on the "
+                                   "fields paid so far disagree most)")
+    pool_factor: int = Field(default=4, ge=2, le=100, description="budgeted jobs with pool qbc: draws per chosen one")
 
 
 def operator_parts(spec: JobSpec, family: str, family_what: str, oracle_need: str | None) -> None:

@@ -43,6 +43,7 @@ from lwl.spec import JobSpec
 
 HELDOUT_PER_MEMBER = 500  # samples of a KLE member without ``size`` beyond its validation ones (the audit's)
 SAME_THETA = 1e-6  # candidates closer than this (relative) are one
+COMMITTEE = 4  # DeepONets of the QbC pool rule (algorithm.pool "qbc"), as the Burgers study's QbC
 
 
 class _ThetaFamily:
@@ -121,6 +122,19 @@ class BudgetedAMA(BudgetedDesign):
         candidates = [Candidate(name, self.kle.measure(theta), {"theta": theta})
                       for name, theta in start_points(self.kle, members, q.weights)]
         super().__init__(spec, q, _ThetaFamily(self.kle), candidates)
+        if spec.algorithm.pool == "qbc":
+            self.pool_factor = spec.algorithm.pool_factor
+
+    def select_from_pool(self, state, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
+        """Query by committee (:mod:`lwl.design.active`, the Burgers study's QbC): COMMITTEE DeepONets
+        (seeds apart) trained on every field paid so far; the m pool inputs of the largest mean squared
+        L2 deviation of the members from their mean."""
+        from lwl.design.active import qbc_scores
+
+        P = state.points
+        Y = P.y.reshape(len(P.X), -1)
+        models = [self.factory(self.spec.seed + 7919 * k + 31 * key[2]).fit(P.X, Y, self.z) for k in range(COMMITTEE)]
+        return np.argsort(-qbc_scores(models, pool, self.output_weights), kind="stable")[:m]
 
     # the left-out check (BudgetedDesign.served_rows) keeps the dropped candidates' fields out of the
     # served DeepONet whenever it validates better without them (z > 0, not 1.645 as for a gp): for a

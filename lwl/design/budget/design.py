@@ -250,9 +250,13 @@ class BudgetedDesign(StepperDefaults):
         xs, src = [], []
         if state.incumbent is None:  # selection: the round split among the live candidates (_selection_counts)
             alive = state.alive
+            q = self._q_mixture_index() if self.explore is not None else None
             for c, m in zip(alive, self._selection_counts(alive, n)):
                 if m:
-                    xs.append(self.candidates[c][1].sample(m, [seed, STREAM_BUDGET, r, c]))
+                    key = [seed, STREAM_BUDGET, r, c]
+                    measure = self.candidates[c][1]
+                    # the default's share is served data whatever selection decides: chosen from a pool
+                    xs.append(self._pooled(state, measure, m, key) if c == q else measure.sample(m, key))
                     src.append(np.full(m, c))
         else:
             inc = self.incumbent_measure(state)
@@ -260,7 +264,7 @@ class BudgetedDesign(StepperDefaults):
             rival = state.rival
             m_rival = int(round(n * self.algo.hedge)) if rival is not None else 0
             m_rival = min(m_rival, n - m_chal - 1)
-            xs.append(inc.sample(n - m_chal - m_rival, [seed, STREAM_BUDGET, r, len(self.candidates)]))
+            xs.append(self._pooled(state, inc, n - m_chal - m_rival, [seed, STREAM_BUDGET, r, len(self.candidates)]))
             src.append(np.full(n - m_chal - m_rival, state.incumbent))
             if m_rival > 0:
                 xs.append(self.candidates[rival][1].sample(m_rival, [seed, STREAM_BUDGET, r, len(self.candidates) + 2]))
@@ -272,6 +276,22 @@ class BudgetedDesign(StepperDefaults):
         out = (np.concatenate(xs), np.concatenate(src).astype(np.int64))
         self._cache = (key, out)
         return out
+
+    def _pooled(self, state: BudgetedState, measure: Measure, m: int, key: list[int]) -> np.ndarray:
+        """m inputs of ``measure``: i.i.d., or, with ``algorithm.pool`` (:attr:`pool_factor` > 0),
+        the m that :meth:`select_from_pool` picks from ``pool_factor`` m i.i.d. ones. Used for the
+        points that are served whatever the scores say: the incumbent's, and the default's during
+        selection; the other candidates' stay i.i.d. (their points score their law)."""
+        if not self.pool_factor or m <= 0:
+            return measure.sample(m, key)
+        pool = measure.sample(self.pool_factor * m, key)
+        return pool[self.select_from_pool(state, pool, m, key)]
+
+    pool_factor = 0  # pool-based selection of the served draws: a pool this many times their number (0: i.i.d.)
+
+    def select_from_pool(self, state: BudgetedState, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
+        """Indices of the m points of ``pool`` to label (an algorithm with a pool rule supplies it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no pool rule")
 
     @property
     def explore(self) -> float | None:

@@ -127,6 +127,30 @@ def test_candidates_are_the_start_q_fit_and_each_member_fit_and_q_law_races(budg
 
 
 @pytest.mark.slow
+def test_query_by_committee_picks_served_fields_where_the_committee_disagrees_within_the_budget(budgeted_ama):
+    from lwl.design.active import qbc_scores
+    from lwl.design.budgeted_ama import COMMITTEE
+
+    budgeted_ama["algorithm"]["pool"] = "qbc"
+    oracle = solver(budgeted_ama)
+    res = run_job(budgeted_ama, oracle=oracle, evaluate=False)
+    assert oracle.solves == res["labels_used"] == 150  # the pool's inputs cost no solve
+    again = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
+    assert again["training_set"] == res["training_set"]  # committees seeded: the same fields
+    # the rule itself: the m pool inputs of the largest committee disagreement
+    stepper = BudgetedAMA.from_spec(parse_job_spec(budgeted_ama), oracle)
+    assert stepper.pool_factor == 4
+    state = stepper.init()
+    state = stepper.step(state, oracle.label(stepper.queries(state)))  # Q's validation fields
+    pool = stepper.q_law().sample(20, [0, 1, 2])
+    picked = stepper.select_from_pool(state, pool, 5, [0, 15, 1, 0])
+    models = [stepper.factory(stepper.spec.seed + 7919 * k + 31).fit(state.points.X, state.points.y, stepper.z)
+              for k in range(COMMITTEE)]
+    scores = qbc_scores(models, pool, stepper.output_weights)
+    assert len(set(picked.tolist())) == 5 and scores[picked].min() >= np.delete(scores, picked).max()
+
+
+@pytest.mark.slow
 def test_ask_tell_a_client_computes_every_solve_on_the_input_grid(budgeted_ama):
     """An external oracle (ask/tell): the job asks, a client solves, the job never labels itself;
     the DeepONet's output points are the input grid's nodes, Darcy's own output grid."""

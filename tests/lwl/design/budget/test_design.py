@@ -281,3 +281,42 @@ def test_without_explore_selection_splits_every_round_equally(toy):
     for h in _selection_rounds(state):
         counts = np.unique(_bought(state, h), return_counts=True)[1]
         assert len(counts) == len(h["scores"]) and counts.max() - counts.min() <= 1 and "default_duel" not in h
+
+
+class FarthestFromPool(FiveCandidates):
+    """A pool rule (``pool_factor`` 3): of each pool, the points farthest from the origin."""
+
+    pool_factor = 3
+
+    def select_from_pool(self, state, pool, m, key):
+        return np.argsort(-np.linalg.norm(pool, axis=1), kind="stable")[:m]
+
+
+def test_a_pool_rule_chooses_the_served_draws_and_leaves_the_others_scoring_their_law(toy):
+    from lwl.streams import STREAM_BUDGET
+
+    stepper, _ = toy
+    design = _explore(stepper, FarthestFromPool)
+    oracle = CountingOracle(stepper.spec.oracle.build())
+    state = _run(design, oracle)
+    assert oracle.labels == design.result(state)["labels_used"] == 400  # the pool costs no label
+    q, P, seed = design._q_mixture_index(), state.points, stepper.spec.seed
+    selection = len(_selection_rounds(state))
+    assert state.incumbent is not None and selection < design.plan.total_rounds - 1  # rounds after selection too
+
+    def farthest(measure, m, key):
+        pool = measure.sample(3 * m, [seed, STREAM_BUDGET, *key])
+        return pool[np.argsort(-np.linalg.norm(pool, axis=1), kind="stable")[:m]]
+
+    for r in range(1, design.plan.total_rounds):
+        rows = P.round_of == r
+        for c in np.unique(P.source[rows]):
+            X = P.X[rows & (P.source == c)]
+            if r > selection:  # the incumbent's draws: served, from the pool
+                assert c == state.incumbent
+                np.testing.assert_array_equal(X, farthest(design.incumbent_measure(state), len(X),
+                                                          [r, len(design.candidates)]))
+            elif c == q:  # the default's share of a selection round: served, from the pool
+                np.testing.assert_array_equal(X, farthest(design.candidates[c].measure, len(X), [r, c]))
+            else:  # another candidate's: its own law, i.i.d. (they score it)
+                np.testing.assert_array_equal(X, design.candidates[c].measure.sample(len(X), [seed, STREAM_BUDGET, r, c]))
