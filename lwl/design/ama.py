@@ -455,10 +455,10 @@ class AMASpec(StrictModel):
     hedge: Hedge = 0.25
     explore: Explore = 0.25
     pool: Literal["iid", "qbc"] = Field(
-        default="iid", description="budgeted jobs: how the served draws (the incumbent's, and Q's law's share while "
-                                   "it is the default) are chosen: iid, or qbc (query by committee: of pool_factor "
-                                   "times as many draws, those where a committee of DeepONets trained on the "
-                                   "fields paid so far disagree most)")
+        default="qbc", description="budgeted jobs: how the served draws (the incumbent's, and Q's law's share while "
+                                   "it is the default) are chosen: qbc (query by committee: of pool_factor times as "
+                                   "many draws, those where a committee of DeepONets trained on the fields paid so "
+                                   "far disagree most), or iid (independent draws of the law)")
     pool_factor: int = Field(default=4, ge=2, le=100, description="budgeted jobs with pool qbc: draws per chosen one")
 
 

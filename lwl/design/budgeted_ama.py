@@ -11,6 +11,12 @@ What the AMA design supplies:
   Gaussians); and, when Q has several members, each member's own projection. The budget layer adds
   Q's law itself (the mixture of its KLE members), the default of selection (``explore`` 0.25:
   three quarters of every selection round; another candidate replaces it only beyond noise).
+- **The served draws chosen from a pool** (``algorithm.pool``, default ``qbc``): the incumbent's
+  solves, and Q's law's share of the selection rounds, are not i.i.d. draws of their law but the
+  ones of ``pool_factor`` (4) times as many where a committee of four DeepONets trained on every
+  field paid so far disagrees most (query by committee, as the Burgers study's baseline; the
+  inputs cost nothing, only their solves are paid); the other candidates' solves stay i.i.d.,
+  since they score their law. ``iid`` draws them independently (docs/method.md).
 - **The served training set**: the dropped candidates' solves are left out of it whenever the
   DeepONet validates better without them (``leave_out_z`` 0, below).
 - **The model a score trains**: the job's DeepONet, trained on half of the labelled validation
