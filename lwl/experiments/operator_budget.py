@@ -132,7 +132,6 @@ def problem_spec(name: str, cfg: dict, seed: int) -> dict:
     spec["seed"] = seed
     spec["model"].update(cfg["model"])
     spec["algorithm"]["explore"] = cfg["explore"]
-    spec["algorithm"].update(cfg.get("algorithm", {}))
     tests = spec["test_distributions"]
     for m in tests["members"]:
         m["size"] = tests["validation_per_member"] + cfg["heldout"]

@@ -36,8 +36,9 @@ join the pool after the validation round (source INITIAL).
 
 **What an algorithm supplies** (a subclass of :class:`BudgetedDesign`): its family and candidate
 distributions, the model a score trains (:meth:`~BudgetedDesign.scorer`), the model it serves
-(:meth:`~BudgetedDesign.final_model`), and optionally a move (:meth:`~BudgetedDesign.propose`)
-and a lengthscale grid. The plan, the ledger, the rounds, selection, the race, the refinement
+(:meth:`~BudgetedDesign.final_model`), and optionally a move (:meth:`~BudgetedDesign.propose`),
+a lengthscale grid and a pool rule (:meth:`~BudgetedDesign.select_from_pool`: the served draws,
+the incumbent's and the default's, chosen from ``pool_factor`` times as many draws of their law). The plan, the ledger, the rounds, selection, the race, the refinement
 and the validation verdict are here. The bilevel design's is :mod:`lwl.design.budgeted`.
 
 The returned distribution is the final incumbent (for drawing more inputs later); the product
@@ -106,6 +107,8 @@ class BudgetedDesign(StepperDefaults):
     # and squared norm are sums over its values with these quadrature weights; None: one label per input
     output_weights: np.ndarray | None = None
     leave_out_z = LEAVE_OUT_Z  # standard errors by which the left-out check must favour leaving points out
+    # the served draws (_pooled) chosen by select_from_pool from a pool this many times their number (0: i.i.d.)
+    pool_factor = 0
     selection_rule = "successive halving on two-fold validation, with Q's mixture racing the selected candidate"
 
     def __init__(self, spec: JobSpec, q: MetaTestSamples, family, candidates: list[Candidate]):
@@ -278,16 +281,15 @@ class BudgetedDesign(StepperDefaults):
         return out
 
     def _pooled(self, state: BudgetedState, measure: Measure, m: int, key: list[int]) -> np.ndarray:
-        """m inputs of ``measure``: i.i.d., or, with ``algorithm.pool`` (:attr:`pool_factor` > 0),
-        the m that :meth:`select_from_pool` picks from ``pool_factor`` m i.i.d. ones. Used for the
-        points that are served whatever the scores say: the incumbent's, and the default's during
-        selection; the other candidates' stay i.i.d. (their points score their law)."""
+        """m inputs of ``measure``: i.i.d., or, where the algorithm has a pool rule (:attr:`pool_factor`
+        > 0, e.g. the ama design's query by committee), the m that :meth:`select_from_pool` picks from
+        ``pool_factor`` m i.i.d. ones. Used for the points that are served whatever the scores say:
+        the incumbent's, and the default's during selection; the other candidates' stay i.i.d. (their
+        points score their law), as do Q's validation points (they score everything)."""
         if not self.pool_factor or m <= 0:
             return measure.sample(m, key)
         pool = measure.sample(self.pool_factor * m, key)
         return pool[self.select_from_pool(state, pool, m, key)]
-
-    pool_factor = 0  # pool-based selection of the served draws: a pool this many times their number (0: i.i.d.)
 
     def select_from_pool(self, state: BudgetedState, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
         """Indices of the m points of ``pool`` to label (an algorithm with a pool rule supplies it)."""
