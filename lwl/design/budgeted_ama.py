@@ -11,12 +11,14 @@ What the AMA design supplies:
   Gaussians); and, when Q has several members, each member's own projection. The budget layer adds
   Q's law itself (the mixture of its KLE members), the default of selection (``explore`` 0.25:
   three quarters of every selection round; another candidate replaces it only beyond noise).
-- **The served draws chosen from a pool** (``algorithm.pool``, default ``qbc``): the incumbent's
-  solves, and Q's law's share of the selection rounds, are not i.i.d. draws of their law but the
-  ones of ``pool_factor`` (4) times as many where a committee of four DeepONets trained on every
-  field paid so far disagrees most (query by committee, as the Burgers study's baseline; the
-  inputs cost nothing, only their solves are paid); the other candidates' solves stay i.i.d.,
-  since they score their law. ``iid`` draws them independently (docs/method.md).
+- **The served draws chosen from a pool** (``algorithm.pool``, default ``qbc``): of the incumbent's
+  solves, and of Q's law's share of the selection rounds, those not needed to score the law (Q's
+  law is scored on as many i.i.d. points as the largest other share; with a rival, the incumbent
+  keeps as many i.i.d. points as the rival's share for the race) are the ones of ``pool_factor``
+  (4) times as many draws where a committee of four DeepONets trained on every field paid so far
+  disagrees most (query by committee, the Burgers study's baseline; inputs cost nothing, only
+  their solves are paid; source ``pooled`` in the ledger). The other candidates' solves and Q's
+  validation fields stay i.i.d. ``iid`` draws every solve independently (docs/method.md).
 - **The served training set**: the dropped candidates' solves are left out of it whenever the
   DeepONet validates better without them (``leave_out_z`` 0, below).
 - **The model a score trains**: the job's DeepONet, trained on half of the labelled validation
@@ -130,6 +132,8 @@ class BudgetedAMA(BudgetedDesign):
         super().__init__(spec, q, _ThetaFamily(self.kle), candidates)
         if spec.algorithm.pool == "qbc":
             self.pool_factor = spec.algorithm.pool_factor
+            self.selection_rule += (f"; the served solves beyond those that score a law chosen by query by committee "
+                                    f"from {self.pool_factor} times as many draws")
 
     def select_from_pool(self, state, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
         """Query by committee (:mod:`lwl.design.active`, the Burgers study's QbC): COMMITTEE DeepONets

@@ -30,11 +30,20 @@ class Channel(kombu_sql.Channel):
         return super()._open()
 
     def _get_or_create(self, queue):
+        # kombu's own returns an unsaved row when its commit fails (a locked database), which the
+        # next message's commit inserts again; here a failed commit is rolled back and the row read
+        # (another process made it), or the send fails with the session clean
+        found = self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).first()
+        if found is not None:
+            return found
+        obj = self.queue_cls(queue)
+        self.session.add(obj)
         try:
-            return super()._get_or_create(queue)
-        except IntegrityError:  # another process created the queue between our query and our insert
+            self.session.commit()
+        except (IntegrityError, OperationalError):
             self.session.rollback()
             return self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).one()
+        return obj
 
 
 class Transport(kombu_sql.Transport):

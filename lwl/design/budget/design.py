@@ -58,6 +58,7 @@ from lwl.design.budget.ledger import (
     CHALLENGER,
     INITIAL,
     MOVED,
+    POOLED,
     SOURCE_NAMES,
     VALIDATION,
     LabelledPoints,
@@ -107,7 +108,7 @@ class BudgetedDesign(StepperDefaults):
     # and squared norm are sums over its values with these quadrature weights; None: one label per input
     output_weights: np.ndarray | None = None
     leave_out_z = LEAVE_OUT_Z  # standard errors by which the left-out check must favour leaving points out
-    # the served draws (_pooled) chosen by select_from_pool from a pool this many times their number (0: i.i.d.)
+    # the served draws (_served) chosen by select_from_pool from a pool this many times their number (0: i.i.d.)
     pool_factor = 0
     selection_rule = "successive halving on two-fold validation, with Q's mixture racing the selected candidate"
 
@@ -242,10 +243,14 @@ class BudgetedDesign(StepperDefaults):
 
     def _draws(self, state: BudgetedState) -> tuple[np.ndarray, np.ndarray]:
         """The inputs of the current design round and the source of each (a candidate's index,
-        or CHALLENGER); drawn once per round and state."""
+        CHALLENGER or POOLED); drawn once per round and state, or fixed in the state when the last
+        round ended (a pool rule: ``pending_X``)."""
+        if state.pending_X is not None:
+            return state.pending_X, state.pending_source
         r = state.iteration  # rounds done; design round r - 1 of the plan
         key = (r, tuple(state.alive), state.incumbent, state.has_challenger, state.rival,
-               _params_key(state.kept.params if state.kept is not None else None), _params_key(state.challenger))
+               _params_key(state.kept.params if state.kept is not None else None), _params_key(state.challenger),
+               len(state.points.y))
         if self._cache[0] == key:
             return self._cache[1]
         n = self.plan.rounds[r - 1]
@@ -253,22 +258,22 @@ class BudgetedDesign(StepperDefaults):
         xs, src = [], []
         if state.incumbent is None:  # selection: the round split among the live candidates (_selection_counts)
             alive = state.alive
+            counts = self._selection_counts(alive, n)
             q = self._q_mixture_index() if self.explore is not None else None
-            for c, m in zip(alive, self._selection_counts(alive, n)):
+            scored = max((m for c, m in zip(alive, counts) if c != q), default=0)
+            for c, m in zip(alive, counts):
                 if m:
-                    key = [seed, STREAM_BUDGET, r, c]
-                    measure = self.candidates[c][1]
-                    # the default's share is served data whatever selection decides: chosen from a pool
-                    xs.append(self._pooled(state, measure, m, key) if c == q else measure.sample(m, key))
-                    src.append(np.full(m, c))
+                    # the default's share is served whatever selection decides: beyond the i.i.d.
+                    # points that score it at equal numbers with the others, a pool rule's choice
+                    self._served(state, c, m, scored if c == q else m, [seed, STREAM_BUDGET, r, c], xs, src)
         else:
-            inc = self.incumbent_measure(state)
             m_chal = n // 4 if state.has_challenger else 0
             rival = state.rival
             m_rival = int(round(n * self.algo.hedge)) if rival is not None else 0
             m_rival = min(m_rival, n - m_chal - 1)
-            xs.append(self._pooled(state, inc, n - m_chal - m_rival, [seed, STREAM_BUDGET, r, len(self.candidates)]))
-            src.append(np.full(n - m_chal - m_rival, state.incumbent))
+            # with a rival, as many i.i.d. points as its share: the race compares the two laws
+            self._served(state, state.incumbent, n - m_chal - m_rival, m_rival,
+                         [seed, STREAM_BUDGET, r, len(self.candidates)], xs, src)
             if m_rival > 0:
                 xs.append(self.candidates[rival][1].sample(m_rival, [seed, STREAM_BUDGET, r, len(self.candidates) + 2]))
                 src.append(np.full(m_rival, rival))
@@ -280,16 +285,23 @@ class BudgetedDesign(StepperDefaults):
         self._cache = (key, out)
         return out
 
-    def _pooled(self, state: BudgetedState, measure: Measure, m: int, key: list[int]) -> np.ndarray:
-        """m inputs of ``measure``: i.i.d., or, where the algorithm has a pool rule (:attr:`pool_factor`
-        > 0, e.g. the ama design's query by committee), the m that :meth:`select_from_pool` picks from
-        ``pool_factor`` m i.i.d. ones. Used for the points that are served whatever the scores say:
-        the incumbent's, and the default's during selection; the other candidates' stay i.i.d. (their
-        points score their law), as do Q's validation points (they score everything)."""
-        if not self.pool_factor or m <= 0:
-            return measure.sample(m, key)
-        pool = measure.sample(self.pool_factor * m, key)
-        return pool[self.select_from_pool(state, pool, m, key)]
+    def _served(self, state: BudgetedState, c: int, m: int, iid: int, key: list[int], xs: list, src: list) -> None:
+        """Append m draws of candidate ``c`` (the incumbent's law when it is the incumbent) to
+        ``xs``/``src``: all i.i.d. draws of its law (source c), or, where the algorithm has a pool
+        rule (:attr:`pool_factor` > 0, e.g. the ama design's query by committee), the first ``iid``
+        of them i.i.d. and the rest the m - iid that :meth:`select_from_pool` picks from
+        ``pool_factor`` times as many draws (source POOLED: served, never used to score a law).
+        Used for the points that are served whatever the scores say: the incumbent's, and the
+        default's during selection; the other candidates' stay i.i.d., as do Q's validation points."""
+        measure = self.incumbent_measure(state) if c == state.incumbent else self.candidates[c][1]
+        iid = m if not self.pool_factor else min(iid, m)
+        if iid:
+            xs.append(measure.sample(iid, key))
+            src.append(np.full(iid, c))
+        if m > iid:
+            pool = measure.sample(self.pool_factor * (m - iid), [*key, 1])  # a stream apart from the i.i.d. draws
+            xs.append(pool[self.select_from_pool(state, pool, m - iid, key)])
+            src.append(np.full(m - iid, POOLED))
 
     def select_from_pool(self, state: BudgetedState, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
         """Indices of the m points of ``pool`` to label (an algorithm with a pool rule supplies it)."""
@@ -351,7 +363,7 @@ class BudgetedDesign(StepperDefaults):
             x_new, y_new = np.concatenate([x_new, self.X0]), np.concatenate([y_new, self.y0])
             src_new = np.concatenate([src_new, np.full(len(self.y0), INITIAL)])
         new = state.replace(points=state.points.added(x_new, y_new, src_new, r, x[failed]), iteration=r + 1,
-                            labels_failed=n_failed)
+                            labels_failed=n_failed, pending_X=None, pending_source=None)
         record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)),
                                   "labels_used": int(len(new.points.y)) - len(self.y0) + n_failed,
                                   "labels_failed": n_failed}
@@ -374,6 +386,9 @@ class BudgetedDesign(StepperDefaults):
             new = new.replace(phase=Phase.DONE, has_challenger=False, lengthscale=ell)
         elif self.moves and self._movable(new):
             new = self._move(new, record)
+        if self.pool_factor and new.phase is not Phase.DONE:  # the pool rule's choice, fixed now (pending_X)
+            pending_X, pending_source = self._draws(new)
+            new = new.replace(pending_X=pending_X, pending_source=pending_source)
         record["seconds"] = time.perf_counter() - t0
         return new.replace(history=[*state.history, record])
 

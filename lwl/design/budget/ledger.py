@@ -13,9 +13,12 @@ import numpy as np
 
 from lwl.design.state import Flat
 
-# source codes of points besides the candidates' indices (and the incumbent's code once it moved)
-VALIDATION, CHALLENGER, MOVED, INITIAL = -1, -2, -3, -4
-SOURCE_NAMES = {VALIDATION: "validation", CHALLENGER: "challenger", MOVED: "moved", INITIAL: "initial"}
+# source codes of points besides the candidates' indices (and the incumbent's code once it moved);
+# POOLED: served draws an algorithm's pool rule chose (BudgetedDesign.select_from_pool), never used
+# to score a law (they are not draws of it)
+VALIDATION, CHALLENGER, MOVED, INITIAL, POOLED = -1, -2, -3, -4, -5
+SOURCE_NAMES = {VALIDATION: "validation", CHALLENGER: "challenger", MOVED: "moved", INITIAL: "initial",
+                POOLED: "pooled"}
 
 
 @dataclass
@@ -27,7 +30,7 @@ class LabelledPoints:
 
     X: np.ndarray          # (n, d) inputs
     y: np.ndarray          # (n,) labels, or (n, p) where a label is p values (an output field)
-    source: np.ndarray     # (n,) int64: the candidate whose draw a point is, or VALIDATION, CHALLENGER, MOVED, INITIAL
+    source: np.ndarray     # (n,) int64: the candidate whose draw a point is, or VALIDATION, CHALLENGER, MOVED, INITIAL, POOLED
     round_of: np.ndarray   # (n,) int64: the round that bought it (0: the validation round)
     failed_X: np.ndarray   # (m, d) inputs whose label failed (NaN, lwl.outcomes): paid for, never data
 

@@ -44,9 +44,9 @@ class BudgetedState(StepperState):
 
     The flat checkpoint layout is the one the dict state had: the points' arrays under X, y,
     source, round_of, failed_X; the incumbent's parameters under ``inc_<name>``, the
-    challenger's under ``chal_<name>``; ``incumbent_name`` and ``val_ok`` only once set."""
+    challenger's under ``chal_<name>``; ``incumbent_name``, ``val_ok`` and the pending draws only once set."""
 
-    UNTIL_SET = ("incumbent_name", "val_ok")
+    UNTIL_SET = ("incumbent_name", "val_ok", "pending_X", "pending_source")
 
     phase: Phase = Phase.VALIDATION
     points: LabelledPoints
@@ -70,6 +70,11 @@ class BudgetedState(StepperState):
     lengthscale: float  # the model's lengthscale: the incumbent's score's, at the end the final model's
     labels_failed: int = 0  # labels paid for that failed (len(failed_X) where the checkpoint keeps them)
     val_ok: np.ndarray | None = None  # which validation labels came back, when some failed (else all did)
+    # the next round's inputs and their sources, fixed when the last round ended, where the algorithm
+    # has a pool rule: its choice depends on models trained then, which a resumed job (another worker,
+    # another device) must not retrain differently (BudgetedDesign._draws)
+    pending_X: np.ndarray | None = None
+    pending_source: np.ndarray | None = None
 
     def to_flat(self) -> Flat:
         flat = super().to_flat()

@@ -284,39 +284,99 @@ def test_without_explore_selection_splits_every_round_equally(toy):
 
 
 class FarthestFromPool(FiveCandidates):
-    """A pool rule (``pool_factor`` 3): of each pool, the points farthest from the origin."""
+    """A pool rule (``pool_factor`` 3): of each pool, the points farthest from the origin; counts
+    its calls."""
 
     pool_factor = 3
+    calls = 0
 
     def select_from_pool(self, state, pool, m, key):
+        self.calls += 1
         return np.argsort(-np.linalg.norm(pool, axis=1), kind="stable")[:m]
 
 
-def test_a_pool_rule_chooses_the_served_draws_and_leaves_the_others_scoring_their_law(toy):
+class CopiesFromPool(WithValidationCopies):
+    """The same pool rule where a candidate (copies of Q's validation inputs) wins selection, so
+    that Q's mixture races it with a ``hedge`` share."""
+
+    pool_factor = 3
+    select_from_pool = FarthestFromPool.select_from_pool
+    calls = 0
+
+
+def _farthest(design, measure, m, key):
     from lwl.streams import STREAM_BUDGET
 
+    pool = measure.sample(3 * m, [design.spec.seed, STREAM_BUDGET, *key, 1])
+    return pool[np.argsort(-np.linalg.norm(pool, axis=1), kind="stable")[:m]]
+
+
+def _check_pooled_rounds(design, state):
+    """Every design round's points: the laws' i.i.d. draws where they score a law, the pool rule's
+    choice (source POOLED) for the rest of the served draws."""
+    from lwl.design.budget.ledger import POOLED
+    from lwl.streams import STREAM_BUDGET
+
+    q, P, seed, K = design._q_mixture_index(), state.points, design.spec.seed, len(design.candidates)
+    selection = len(_selection_rounds(state))
+    pooled_rounds = 0
+    for r in range(1, design.plan.total_rounds):
+        rows = P.round_of == r
+        src = P.source[rows]
+        if r <= selection:
+            others = [int((src == c).sum()) for c in np.unique(src) if c not in (q, POOLED)]
+            # Q's mixture is scored on as many i.i.d. points as the largest other share
+            assert int((src == q).sum()) == max(others)
+            for c in np.unique(src[src >= 0]):
+                np.testing.assert_array_equal(P.X[rows & (P.source == c)],
+                                              design.candidates[c].measure.sample(int((src == c).sum()),
+                                                                                  [seed, STREAM_BUDGET, r, c]))
+            np.testing.assert_array_equal(P.X[rows & (P.source == POOLED)],
+                                          _farthest(design, design.candidates[q].measure, int((src == POOLED).sum()), [r, q]))
+        else:  # the incumbent's: i.i.d. as many as the rival's share (the race), the rest from the pool
+            inc = design.incumbent_measure(state)
+            rival = int((src == design._q_mixture_index()).sum()) if state.incumbent != q else 0
+            assert int((src == state.incumbent).sum()) == rival
+            np.testing.assert_array_equal(P.X[rows & (P.source == POOLED)],
+                                          _farthest(design, inc, int((src == POOLED).sum()), [r, K]))
+        pooled_rounds += int((src == POOLED).any())
+    return pooled_rounds
+
+
+def test_a_pool_rule_chooses_the_served_draws_and_laws_are_scored_on_their_iid_draws(toy):
     stepper, _ = toy
     design = _explore(stepper, FarthestFromPool)
     oracle = CountingOracle(stepper.spec.oracle.build())
     state = _run(design, oracle)
-    assert oracle.labels == design.result(state)["labels_used"] == 400  # the pool costs no label
-    q, P, seed = design._q_mixture_index(), state.points, stepper.spec.seed
-    selection = len(_selection_rounds(state))
-    assert state.incumbent is not None and selection < design.plan.total_rounds - 1  # rounds after selection too
+    res = design.result(state)
+    assert oracle.labels == res["labels_used"] == 400  # the pool costs no label
+    assert state.incumbent == design._q_mixture_index() and res["labels_by_source"]["pooled"] > 0
+    assert len(_selection_rounds(state)) < design.plan.total_rounds - 1  # rounds after selection too
+    pooled_rounds = _check_pooled_rounds(design, state)
+    assert design.calls == pooled_rounds  # once a round: the draws are cached, then fixed in the state
+    assert len(design.training_set(state)[1]) == 400  # pooled points are served
 
-    def farthest(measure, m, key):
-        pool = measure.sample(3 * m, [seed, STREAM_BUDGET, *key])
-        return pool[np.argsort(-np.linalg.norm(pool, axis=1), kind="stable")[:m]]
 
-    for r in range(1, design.plan.total_rounds):
-        rows = P.round_of == r
-        for c in np.unique(P.source[rows]):
-            X = P.X[rows & (P.source == c)]
-            if r > selection:  # the incumbent's draws: served, from the pool
-                assert c == state.incumbent
-                np.testing.assert_array_equal(X, farthest(design.incumbent_measure(state), len(X),
-                                                          [r, len(design.candidates)]))
-            elif c == q:  # the default's share of a selection round: served, from the pool
-                np.testing.assert_array_equal(X, farthest(design.candidates[c].measure, len(X), [r, c]))
-            else:  # another candidate's: its own law, i.i.d. (they score it)
-                np.testing.assert_array_equal(X, design.candidates[c].measure.sample(len(X), [seed, STREAM_BUDGET, r, c]))
+def test_with_a_rival_the_incumbent_keeps_iid_points_for_the_race(toy):
+    stepper, _ = toy
+    design = _explore(stepper, CopiesFromPool)
+    state = _run(design, CountingOracle(stepper.spec.oracle.build()))
+    assert design.incumbent_name(state) == "validation_copies"
+    assert any(h.get("race") for h in state.history)
+    _check_pooled_rounds(design, state)
+
+
+def test_a_resumed_job_asks_for_the_round_its_checkpoint_fixed_without_choosing_again(toy):
+    from lwl.design.state import pack, unpack
+
+    stepper, _ = toy
+    design = _explore(stepper, FarthestFromPool)
+    oracle = CountingOracle(stepper.spec.oracle.build())
+    state = design.init()
+    for _ in range(2):
+        state = design.step(state, oracle.label(design.queries(state)))
+    assert state.pending_X is not None
+    fresh = _explore(stepper, FarthestFromPool)  # another worker: no cache, a restored state
+    restored = fresh.restore(unpack(pack(state)))
+    np.testing.assert_array_equal(fresh.queries(restored), design.queries(state))
+    assert fresh.calls == 0
