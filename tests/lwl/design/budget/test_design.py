@@ -210,11 +210,15 @@ def _bought(state, record):
     return state.points.source[state.points.round_of == record["round"] - 1]
 
 
+def _explored_run(toy_stepper, cls):
+    """(design, its counting oracle, the finished state) of ``cls`` with ``explore`` 0.25."""
+    design = _explore(toy_stepper, cls)
+    oracle = CountingOracle(toy_stepper.spec.oracle.build())
+    return design, oracle, _run(design, oracle)
+
+
 def test_with_explore_q_mixture_is_the_default_and_gets_the_rest_of_each_selection_round(toy):
-    stepper, _ = toy
-    design = _explore(stepper, FiveCandidates)
-    oracle = CountingOracle(stepper.spec.oracle.build())
-    state = _run(design, oracle)
+    design, oracle, state = _explored_run(toy[0], FiveCandidates)
     res = design.result(state)
     assert oracle.labels == res["labels_used"] == 400
     assert "Q's mixture the default (it takes 75% of each selection round" in res["selected"]["rule"]
@@ -344,10 +348,7 @@ def _check_pooled_rounds(design, state):
 
 
 def test_a_pool_rule_chooses_the_served_draws_and_laws_are_scored_on_their_iid_draws(toy):
-    stepper, _ = toy
-    design = _explore(stepper, FarthestFromPool)
-    oracle = CountingOracle(stepper.spec.oracle.build())
-    state = _run(design, oracle)
+    design, oracle, state = _explored_run(toy[0], FarthestFromPool)
     res = design.result(state)
     assert oracle.labels == res["labels_used"] == 400  # the pool costs no label
     assert state.incumbent == design._q_mixture_index() and res["labels_by_source"]["pooled"] > 0
