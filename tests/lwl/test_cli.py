@@ -120,7 +120,8 @@ def test_run_a_budgeted_ama_job_writes_its_fields_and_every_solve_counted(tmp_pa
     res = json.loads((tmp_path / "result.json").read_text())
     with np.load(tmp_path / "training_set.npz") as z:
         X, Y = z["inputs"], z["labels"]
-    assert X.shape == Y.shape == (120, 256) and res["labels_used"] == 120
+    out = len(res["left_out"]["labels"])  # paid solves of dropped candidates kept out of the served DeepONet
+    assert X.shape == Y.shape == (120 - out, 256) and res["labels_used"] == 120
     assert "labels used: 120 of a budget of 120" in proc.stderr
     assert res["evaluation"]["kind"] == "equal_solves" and set(res["verdict"]["outcomes"]) == {"mixture", "initial"}
     said = " ".join(proc.stderr.split())

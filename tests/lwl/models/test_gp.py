@@ -251,8 +251,13 @@ def test_auto_conditions_only_the_winner_on_every_point_and_compares_on_the_fitt
     theta = [torch.as_tensor(v, dtype=torch.float64) for v in
              (np.log(g.lengthscale_[0]), np.log(g.output_scale_[0]), np.log(g.noise_[0]))]
     expected = float(_lml_terms(g.kernel_, g.X_, torch.as_tensor(y, dtype=torch.float64), *theta)[0])
-    assert auto.log_marginal_likelihood_[0] == pytest.approx(expected, rel=1e-10)
-    assert auto.log_marginal_likelihood_[0] == pytest.approx(g.log_marginal_likelihood(), rel=1e-10)
+    # two factorisations of K_y agree to round-off times its condition number (here ~1e9: the
+    # fitted noise is 1e-9 of the output scale): a few 1e-6 here, while the fitting subset's
+    # evidence differs from all points' by most of a nat
+    diag = g.chol_[0].diagonal()
+    rel = max(1e-10, 50 * np.finfo(np.float64).eps * float(diag.max() / diag.min()) ** 2)
+    assert auto.log_marginal_likelihood_[0] == pytest.approx(expected, rel=rel)
+    assert auto.log_marginal_likelihood_[0] == pytest.approx(g.log_marginal_likelihood(), rel=rel)
 
 
 @pytest.mark.parametrize("select", ["loo", "evidence"])
