@@ -139,7 +139,9 @@ def test_submit_answers_202_with_location_and_idempotency(server, alice):
 
 
 def test_cancel_stops_a_running_job(alice):
-    job_id = alice.submit(small_job(iterations=100_000))
+    spec = small_job(iterations=100_000)
+    spec["algorithm"].update(optimizer="paper", learning_rate=1e-3)  # the plain schedule never stops early
+    job_id = alice.submit(spec)
     wait_until(lambda: alice.job(job_id)["progress"]["iteration"] > 3, 60, 0.1, "job running")
     alice.cancel(job_id)
     wait_until(lambda: alice.job(job_id)["status"] == "cancelled", 20, 0.1, "cancelled")

@@ -38,8 +38,9 @@ join the pool after the validation round (source INITIAL).
 distributions, the model a score trains (:meth:`~BudgetedDesign.scorer`), the model it serves
 (:meth:`~BudgetedDesign.final_model`), and optionally a move (:meth:`~BudgetedDesign.propose`),
 a lengthscale grid and a pool rule (:meth:`~BudgetedDesign.select_from_pool`: the served draws,
-the incumbent's and the default's, chosen from ``pool_factor`` times as many draws of their law). The plan, the ledger, the rounds, selection, the race, the refinement
-and the validation verdict are here. The bilevel design's is :mod:`lwl.design.budgeted`.
+the incumbent's and the default's, chosen from ``pool_factor`` times as many draws of their law).
+The plan, the ledger, the rounds, selection, the race, the refinement and the validation verdict
+are here. The bilevel design's is :mod:`lwl.design.budgeted`.
 
 The returned distribution is the final incumbent (for drawing more inputs later); the product
 is the training set. Every draw derives from (seed, stream, round, slot), so a state restored from
