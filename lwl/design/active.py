@@ -34,6 +34,12 @@ def qbc_scores(models, pool: np.ndarray, output_weights=1.0) -> np.ndarray:
     return dev.sum(-1).mean(0)
 
 
+def train_committee(factory: Callable[[int], object], X: np.ndarray, Y: np.ndarray, z: np.ndarray, *, seed: int,
+              round_: int, size: int) -> list:
+    """``size`` models (seeds 7919 apart, shifted by the round) trained on (X, Y): QbC's committee."""
+    return [factory(seed + 7919 * m + 31 * round_).fit(X, Y, z) for m in range(size)]
+
+
 def branch_features(model, pool: np.ndarray, sketch_dim: int = 32, seed: int = 0) -> np.ndarray:
     """Sketched, normalised last-layer branch features of a DeepONet regressor."""
     with torch.no_grad():
@@ -83,6 +89,6 @@ def active_learning(method: str, pool: np.ndarray, oracle, factory: Callable[[in
             labelled = np.concatenate([labelled, new])
             labels = np.concatenate([labels, np.asarray(oracle.label(pool[new])).reshape(k, -1)])
         size = committee if method == "qbc" else 1
-        models = [factory(seed + 7919 * m + 31 * r).fit(pool[labelled], labels, z) for m in range(size)]
+        models = train_committee(factory, pool[labelled], labels, z, seed=seed, round_=r, size=size)
         out.append((n, models[0]))
     return out

@@ -139,11 +139,11 @@ class BudgetedAMA(BudgetedDesign):
         """Query by committee (:mod:`lwl.design.active`, the Burgers study's QbC): COMMITTEE DeepONets
         (seeds apart) trained on every field paid so far; the m pool inputs of the largest mean squared
         L2 deviation of the members from their mean."""
-        from lwl.design.active import qbc_scores
+        from lwl.design.active import qbc_scores, train_committee
 
         P = state.points
-        Y = P.y.reshape(len(P.X), -1)
-        models = [self.factory(self.spec.seed + 7919 * k + 31 * key[2]).fit(P.X, Y, self.z) for k in range(COMMITTEE)]
+        models = train_committee(self.factory, P.X, P.y.reshape(len(P.X), -1), self.z, seed=self.spec.seed,
+                                 round_=key[2], size=COMMITTEE)
         return np.argsort(-qbc_scores(models, pool, self.output_weights), kind="stable")[:m]
 
     # the left-out check (BudgetedDesign.served_rows) keeps the dropped candidates' fields out of the
