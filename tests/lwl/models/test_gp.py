@@ -370,6 +370,24 @@ def test_the_evidence_check_refits_the_kernel_that_auto_chose_on_the_subset():
     assert checked.fit_points_ == 400 or checked._evidence_gap(400)[0] <= 0
 
 
+def test_a_job_that_names_no_fitting_subset_fits_on_30_points_per_hyperparameter():
+    """GPSpec.max_fit_points None (a job's default): the subset is max(300, 30 (d + 2)) points,
+    what ``train`` and ``fit_hyperparameters`` (a budgeted design's scores) use; a given value is
+    kept. Friedman-1 at d = 12 on 500 points: 420 fitting points, not 300 nor all 500."""
+    from lwl.models import fit_hyperparameters, train
+    from lwl.models.gp import GPSpec, default_fit_points
+
+    assert [default_fit_points(d) for d in (1, 8, 9, 20, 30)] == [300, 300, 330, 660, 960]
+    X, y, _ = _problem("friedman1", 12, n=500, seed=4)
+    spec = GPSpec(kernel="squared_exponential", restarts=0, refit_points=10)
+    assert spec.max_fit_points is None
+    assert train(spec, X, y, ridge=1e-3, seed=0).fit_points_ == 420
+    assert fit_hyperparameters(spec, X, y, seed=0).fit_points_ == 420
+    given = spec.model_copy(update={"max_fit_points": 300})
+    assert train(given, X, y, ridge=1e-3, seed=0).fit_points_ == 300
+    assert GaussianProcess("squared_exponential", restarts=0, max_fit_points=None).fit(X[:200], y[:200]).fit_points_ == 200
+
+
 def test_a_subset_fit_that_carries_over_is_kept():
     X, y, _ = _problem("friedman1", 5, n=400, seed=3)
     g = GaussianProcess("squared_exponential", restarts=1, max_fit_points=100).fit(X, y)
