@@ -8,7 +8,7 @@ weight (d 10), Welch et al. (1992) screening function (d 20), and a smooth funct
 inputs written here (``smooth30``). Each reads u in [0, 1]^d, mapped
 linearly onto the function's physical ranges (Welch: [-0.5, 0.5]^20), so the job's ``domain`` is
 the unit cube (``outside: clip``). Q: K rotated anisotropic Gaussians in u (means in
-[0.3, 0.7]^d, standard deviations 0.04-0.12 along random axes), drawn from the script's own
+[0.3, 0.7]^d, standard deviations 0.04-0.12 along random axes, ``--spread``), drawn from the script's own
 seed; the job sees 2,500 samples per member (250 for validation), labelled by the client
 (``external`` oracle) through :func:`lwl.runner.run_job`.
 
@@ -26,7 +26,7 @@ the cube), relative Err weighted by Q's members;
 better / tie / worse from :func:`lwl.evaluation.comparison.compare` over the draws and the test
 points. The job's own validation verdict (no held-out label) is printed beside.
 
-Usage: OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py [NAMES] [--budget B] [--seed S]
+Usage: OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py [NAMES] [--budget B] [--seed S] [--spread LO,HI]
 """
 
 from __future__ import annotations
@@ -125,11 +125,14 @@ class CountingFunction(Oracle):
         return self.f(x)
 
 
-def q_members(d: int, K: int, rng) -> list[tuple[np.ndarray, np.ndarray]]:
+SPREAD = (0.04, 0.12)  # the members' standard deviations along their axes (--spread)
+
+
+def q_members(d: int, K: int, rng, spread=SPREAD) -> list[tuple[np.ndarray, np.ndarray]]:
     out = []
     for _ in range(K):
         R, _ = np.linalg.qr(rng.standard_normal((d, d)))
-        s = rng.uniform(0.04, 0.12, d)
+        s = rng.uniform(*spread, d)
         out.append((rng.uniform(0.3, 0.7, d), (R * s**2) @ R.T))
     return out
 
@@ -152,10 +155,10 @@ def sklearn_gp_predict(x, y, test_x, seed: int) -> np.ndarray:
         return GaussianProcessRegressor(fitted, normalize_y=True, optimizer=None).fit(x, y).predict(test_x)
 
 
-def run(name: str, budget: int, seed: int) -> dict:
+def run(name: str, budget: int, seed: int, spread=SPREAD) -> dict:
     f, d, K = PROBLEMS[name]
     rng = np.random.default_rng([seed, sum(map(ord, name))])
-    members = q_members(d, K, rng)
+    members = q_members(d, K, rng, spread)
     spec = {"oracle": {"name": "external", "batch_size": 250}, "budget": budget, "seed": seed,
             "domain": {"low": [0.0] * d, "high": [1.0] * d, "outside": "clip"},
             "test_distributions": {"members": [{"gaussian": {"mean": m.tolist(), "cov": C.tolist()}, "size": SIZE}
@@ -182,7 +185,7 @@ def run(name: str, budget: int, seed: int) -> dict:
     vs_lwl = compare(np.repeat(served[None], DRAWS, 0), np.stack(mix_lwl), a, sizes, w)
     data = compare(np.repeat(data_sk[None], DRAWS, 0), np.stack(mix_sk), a, sizes, w)
     v = res.get("verdict") or {}
-    return {"problem": name, "d": d, "K": K, "seed": seed, "budget": budget, "labels_used": n,
+    return {"problem": name, "d": d, "K": K, "seed": seed, "spread": list(spread), "budget": budget, "labels_used": n,
             "labels_client": oracle.labels, "selected": res["selected"]["candidate"],
             "kernel": res["model"].get("kernel"), "err_served": vs_sk.err,
             "err_q_mixture_sklearn_gp": vs_sk.other_err, "ratio": vs_sk.ratio, "ratio_interval": vs_sk.ratio_interval,
@@ -197,10 +200,13 @@ def main() -> None:
     p.add_argument("names", nargs="?", default=",".join(PROBLEMS))
     p.add_argument("--budget", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--spread", default=",".join(map(str, SPREAD)),
+                   help="LO,HI: the range of Q's members' standard deviations in the unit cube")
     args = p.parse_args()
+    spread = tuple(float(v) for v in args.spread.split(","))
     rows = []
     for name in args.names.split(","):
-        rows.append(run(name, args.budget, args.seed))
+        rows.append(run(name, args.budget, args.seed, spread))
         print(json.dumps(rows[-1]), flush=True)
     count = lambda key: "/".join(str(sum(r[key] == o for r in rows)) for o in ("better", "tie", "worse"))  # noqa: E731
     print(f"served vs Q's mixture + scikit-learn GP: {count('outcome_vs_mixture_sklearn_gp')}; vs Q's mixture + "

@@ -247,6 +247,8 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
         cfg["budgets"] = cfg.get(f"{model}_budgets", cfg["budgets"])  # issue #46: the gp study at 2,000 and 8,000
         if model == "gp":  # the fit's choice among local optima (GPSpec.select); a setting: rows made with
             cfg["gp_select"] = "loo"  # the other are not reused
+            # the likelihood's fitting subset (GPSpec.max_fit_points; rows before it: 300 at every d)
+            cfg["gp_fit_points"] = "max(300, 30 (d + 2))"
     reuse = reusable_rows(previous, cfg)
     t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems
