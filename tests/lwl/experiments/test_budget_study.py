@@ -69,6 +69,11 @@ def test_the_gp_study_judges_with_the_gp_and_states_the_krr_pipeline_of_the_krr_
         assert cell["krr_pipeline"]["err"] == krr_row["budgets"]["120"]["err"]
         assert cell["krr_pipeline"]["labels_used"] == krr_row["budgets"]["120"]["labels_used"]
     assert budget.reusable_rows(krr, {**budget.PRESETS["smoke"], "model": "gp"}) == {}
+    # rows fitted on 300 points at every d (before the fitting-subset rule) are not reused either
+    gp_cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in gp["settings"].items()}
+    assert gp["settings"]["gp_fit_points"] == "max(300, 30 (d + 2))" and budget.reusable_rows(gp, gp_cfg)
+    before = dict(gp, settings={k: v for k, v in gp["settings"].items() if k != "gp_fit_points"})
+    assert budget.reusable_rows(before, gp_cfg) == {}
     s = gp["summary"]["120"]["krr_pipeline"]
     assert s["compared"] == 2 and sum(s["lowest"].values()) == 2
     a = gp["summary"]["120"]["validation_verdict"]  # the job's own verdict against the held-out one
