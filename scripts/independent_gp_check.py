@@ -26,7 +26,7 @@ the cube), relative Err weighted by Q's members;
 better / tie / worse from :func:`lwl.evaluation.comparison.compare` over the draws and the test
 points. The job's own validation verdict (no held-out label) is printed beside.
 
-Usage: OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py [NAMES] [--budget B] [--seed S] [--spread LO,HI]
+Usage: OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py [NAMES] [--budget B] [--seed S] [--spread LO,HI] [--explore X]
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def sklearn_gp_predict(x, y, test_x, seed: int) -> np.ndarray:
         return GaussianProcessRegressor(fitted, normalize_y=True, optimizer=None).fit(x, y).predict(test_x)
 
 
-def run(name: str, budget: int, seed: int, spread=SPREAD) -> dict:
+def run(name: str, budget: int, seed: int, spread=SPREAD, explore: float | None = None) -> dict:
     f, d, K = PROBLEMS[name]
     rng = np.random.default_rng([seed, sum(map(ord, name))])
     members = q_members(d, K, rng, spread)
@@ -163,6 +163,8 @@ def run(name: str, budget: int, seed: int, spread=SPREAD) -> dict:
             "domain": {"low": [0.0] * d, "high": [1.0] * d, "outside": "clip"},
             "test_distributions": {"members": [{"gaussian": {"mean": m.tolist(), "cov": C.tolist()}, "size": SIZE}
                                                for m, C in members], "validation_per_member": VALIDATION}}
+    if explore is not None:  # Q's mixture the default of selection (algorithm.explore), not lwl's default
+        spec["algorithm"] = {"name": "bilevel", "explore": explore}
     oracle = CountingFunction(f, d)
     t0 = time.perf_counter()
     res = run_job(spec, oracle=oracle, evaluate=False)
@@ -185,7 +187,7 @@ def run(name: str, budget: int, seed: int, spread=SPREAD) -> dict:
     vs_lwl = compare(np.repeat(served[None], DRAWS, 0), np.stack(mix_lwl), a, sizes, w)
     data = compare(np.repeat(data_sk[None], DRAWS, 0), np.stack(mix_sk), a, sizes, w)
     v = res.get("verdict") or {}
-    return {"problem": name, "d": d, "K": K, "seed": seed, "spread": list(spread), "budget": budget, "labels_used": n,
+    return {"problem": name, "d": d, "K": K, "seed": seed, "spread": list(spread), "explore": explore, "budget": budget, "labels_used": n,
             "labels_client": oracle.labels, "selected": res["selected"]["candidate"],
             "kernel": res["model"].get("kernel"), "err_served": vs_sk.err,
             "err_q_mixture_sklearn_gp": vs_sk.other_err, "ratio": vs_sk.ratio, "ratio_interval": vs_sk.ratio_interval,
@@ -202,11 +204,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--spread", default=",".join(map(str, SPREAD)),
                    help="LO,HI: the range of Q's members' standard deviations in the unit cube")
+    p.add_argument("--explore", type=float, default=None,
+                   help="algorithm.explore of the jobs (default: lwl's, none for bilevel)")
     args = p.parse_args()
     spread = tuple(float(v) for v in args.spread.split(","))
     rows = []
     for name in args.names.split(","):
-        rows.append(run(name, args.budget, args.seed, spread))
+        rows.append(run(name, args.budget, args.seed, spread, args.explore))
         print(json.dumps(rows[-1]), flush=True)
     count = lambda key: "/".join(str(sum(r[key] == o for r in rows)) for o in ("better", "tie", "worse"))  # noqa: E731
     print(f"served vs Q's mixture + scikit-learn GP: {count('outcome_vs_mixture_sklearn_gp')}; vs Q's mixture + "
