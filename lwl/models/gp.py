@@ -74,6 +74,7 @@ DOCUMENT_VERSION = 1
 PREDICT_BLOCK = 4096  # test points per kernel block in predict
 MIN_FIT_POINTS = 300  # the likelihood's fitting subset of a gp job at d <= 8 (default_fit_points)
 FIT_POINTS_PER_HYPERPARAMETER = 30
+FIT_POINTS_RULE = f"max({MIN_FIT_POINTS}, {FIT_POINTS_PER_HYPERPARAMETER} (d + 2))"  # default_fit_points, in words
 
 
 def default_fit_points(d: int) -> int:
