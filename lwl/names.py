@@ -55,9 +55,13 @@ def words(name: str | None, family: str | None = None) -> str:
                 None: "the Gaussian baseline"}.get(family, "Q's moment-matched Gaussian")
     if name == "initial":  # an evaluation's initial distribution
         return "the initial distribution"
-    if name == "q_fit":  # a budgeted operator design's candidate (lwl.design.budgeted_ama)
+    if name == "initial_particles":  # a budgeted particle design's candidate (not the lab's initial data)
+        return "particle AMA's initial particles"
+    if name == "q_fit":  # a budgeted operator design's candidate (lwl.design.budgeted_ama, budgeted_particles)
         return "Q's W2 projection onto the family"
     member, sep, fit = name.removeprefix("member_").partition("_")
+    if name.startswith("member_") and not sep and member.isdigit():  # lwl.design.budgeted_particles
+        return f"Q's member {member}"
     if name.startswith("member_") and sep and fit == "fit" and member.isdigit():
         return f"the family member nearest Q's member {member} (W2)"
     return FIXED.get(name, name)

@@ -42,7 +42,7 @@ import torch
 from pydantic import Field
 
 from lwl.bound import bound_constant_squared
-from lwl.design.budget.settings import Explore, Hedge, MaxRounds, RoundSize, ValidationFraction
+from lwl.design.budget.settings import OperatorBudgetFields
 from lwl.measures.kle_family import KLEFamily
 from lwl.design.stepper import StepperDefaults
 from lwl.design.validated import SELECTIONS, AMAStateBase, PairModels, Phase, judge
@@ -423,8 +423,10 @@ def evaluate(stepper: AMADesign, state: AMAState, spec, oracle, out: dict) -> di
 # -- the job spec's block for this component, and its registration (lwl.registry) --
 
 
-class AMASpec(StrictModel):
-    """Alternating minimisation of the OOD upper bound (paper Alg. 2; see lwl.design.ama)."""
+class AMASpec(OperatorBudgetFields, StrictModel):
+    """Alternating minimisation of the OOD upper bound (paper Alg. 2; see lwl.design.ama). With a
+    ``budget`` the job runs the budgeted AMA design (lwl.design.budgeted_ama), which reads the
+    fields of :class:`~lwl.design.budget.settings.OperatorBudgetFields` and none of the others."""
     name: Literal["ama"] = "ama"
     iterations: int = Field(default=10, ge=1, le=10_000)
     samples_per_iteration: int = Field(default=500, ge=2, le=1_000_000, description="training samples per model step")
@@ -447,19 +449,6 @@ class AMASpec(StrictModel):
                                           "AMA (steps accepted when the bound falls, the last iterate returned)")
     backtracks: int = Field(default=2, ge=0, le=50, description="validation: halvings back towards the kept "
                                                                 "distribution before the design stops")
-    # a job with a ``budget`` runs the budgeted AMA design (lwl.design.budgeted_ama, docs/method.md
-    # "Designs for a label budget"); these fields (lwl.design.budget.settings) are read by it only
-    round_size: RoundSize = None
-    max_rounds: MaxRounds = 30
-    validation_fraction: ValidationFraction = 0.25
-    hedge: Hedge = 0.25
-    explore: Explore = 0.25
-    pool: Literal["iid", "qbc"] = Field(
-        default="qbc", description="budgeted jobs: how the served draws (the incumbent's, and Q's law's share while "
-                                   "it is the default) are chosen: qbc (query by committee: of pool_factor times as "
-                                   "many draws, those where a committee of DeepONets trained on the fields paid so "
-                                   "far disagree most), or iid (independent draws of the law)")
-    pool_factor: int = Field(default=4, ge=2, le=100, description="budgeted jobs with pool qbc: draws per chosen one")
 
 
 def operator_parts(spec: JobSpec, family: str, family_what: str, oracle_need: str | None) -> None:

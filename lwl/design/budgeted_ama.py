@@ -11,22 +11,10 @@ What the AMA design supplies:
   Gaussians); and, when Q has several members, each member's own projection. The budget layer adds
   Q's law itself (the mixture of its KLE members), the default of selection (``explore`` 0.25:
   three quarters of every selection round; another candidate replaces it only beyond noise).
-- **The served draws chosen from a pool** (``algorithm.pool``, default ``qbc``): of the incumbent's
-  solves, and of Q's law's share of the selection rounds, those not needed to score the law (Q's
-  law is scored on as many i.i.d. points as the largest other share; with a rival, the incumbent
-  keeps as many i.i.d. points as the rival's share for the race) are the ones of ``pool_factor``
-  (4) times as many draws where a committee of four DeepONets trained on every field paid so far
-  disagrees most (query by committee, the Burgers study's baseline; inputs cost nothing, only
-  their solves are paid; source ``pooled`` in the ledger). The other candidates' solves and Q's
-  validation fields stay i.i.d. ``iid`` draws every solve independently (docs/method.md).
-- **The served training set**: the dropped candidates' solves are left out of it whenever the
-  DeepONet validates better without them (``leave_out_z`` 0, below).
-- **The model a score trains**: the job's DeepONet, trained on half of the labelled validation
-  fields plus the candidate's points; the squared error of a field is its L2 norm with the oracle's
-  output quadrature weights (the relative OOD error of SM eqn app_ntd_rel_ood_error).
-- **The served model**: the DeepONet trained on the whole training set (``final_model``); its
-  document (weights, widths, query points: :meth:`DeepONetRegressor.to_spec`) is the result's
-  ``model``, served by ``GET /v1/jobs/{id}/model`` and ``POST /predict``.
+- **The DeepONet, the pool rule and the served model** are every operator design's
+  (:mod:`lwl.design.budgeted_operator`): scores by two-fold validation of the job's DeepONet, the
+  served solves chosen by query by committee (``algorithm.pool`` ``qbc``, ``pool_factor`` 4), the
+  dropped candidates' solves left out of the served DeepONet when it validates better without them.
 
 **Ask/tell** (an ``external`` oracle: a lab computes the solves) and the **HTTP callback**
 (``http``: lwl posts each round's inputs to the lab's endpoint): every solve goes through the
@@ -43,15 +31,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lwl.design.budget.design import BudgetedDesign, Candidate
-from lwl.measures import KLEGaussian, Measure, Mixture
+from lwl.design.budget.design import Candidate
+from lwl.design.budgeted_operator import BudgetedOperatorDesign, lab_or_oracle_grid
+from lwl.measures import KLEGaussian, Measure
 from lwl.measures.kle_family import KLEFamily
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
 from lwl.spec import JobSpec
 
 HELDOUT_PER_MEMBER = 500  # samples of a KLE member without ``size`` beyond its validation ones (the audit's)
 SAME_THETA = 1e-6  # candidates closer than this (relative) are one
-COMMITTEE = 4  # DeepONets of the QbC pool rule (algorithm.pool "qbc"), as the Burgers study's QbC
 
 
 class _ThetaFamily:
@@ -111,7 +99,7 @@ def start_points(family: KLEFamily, members: list[KLEGaussian], weights) -> list
     return kept
 
 
-class BudgetedAMA(BudgetedDesign):
+class BudgetedAMA(BudgetedOperatorDesign):
     """The budgeted AMA design as a stepper (module docstring). One step = one round of solves."""
 
     selection_rule = ("successive halving of KLE family members on two-fold validation of the DeepONet, with Q's "
@@ -119,46 +107,16 @@ class BudgetedAMA(BudgetedDesign):
 
     def __init__(self, spec: JobSpec, q: MetaTestSamples, members: list[KLEGaussian], z: np.ndarray,
                  output_weights):
-        from lwl.models.deeponet import deeponet_factory
-
         fam = spec.family
         self.kle = KLEFamily(fam.kle_parameters().measure(), list(fam.free), dict(fam.bounds))
         self.members = members
-        self.z = np.asarray(z, dtype=np.float64)
-        self.output_weights = np.broadcast_to(np.asarray(output_weights, dtype=np.float64), (len(self.z),)).copy()
-        self.factory = deeponet_factory(spec.model, q.dim, self.z.shape[1], spec.device, warm_start=False)
         candidates = [Candidate(name, self.kle.measure(theta), {"theta": theta})
                       for name, theta in start_points(self.kle, members, q.weights)]
-        super().__init__(spec, q, _ThetaFamily(self.kle), candidates)
-        if spec.algorithm.pool == "qbc":
-            self.pool_factor = spec.algorithm.pool_factor
-            self.selection_rule += (f"; the served solves beyond those that score a law chosen by query by committee "
-                                    f"from {self.pool_factor} times as many draws")
+        super().__init__(spec, q, members, z, output_weights, _ThetaFamily(self.kle), candidates)
 
-    def select_from_pool(self, state, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
-        """Query by committee (:mod:`lwl.design.active`, the Burgers study's QbC): COMMITTEE DeepONets
-        (seeds apart) trained on every field paid so far; the m pool inputs of the largest mean squared
-        L2 deviation of the members from their mean."""
-        from lwl.design.active import qbc_scores, train_committee
-
-        P = state.points
-        models = train_committee(self.factory, P.X, P.y.reshape(len(P.X), -1), self.z, seed=self.spec.seed,
-                                 round_=key[2], size=COMMITTEE)
-        return np.argsort(-qbc_scores(models, pool, self.output_weights), kind="stable")[:m]
-
-    # the left-out check (BudgetedDesign.served_rows) keeps the dropped candidates' fields out of the
-    # served DeepONet whenever it validates better without them (z > 0, not 1.645 as for a gp): for a
-    # network trained on a few hundred fields, neither set is the safe default, and the fields of a
-    # family far from Q take capacity from Q's (docs/method.md, "Operator jobs under a budget")
-    leave_out_z = 0.0
-
-    @property
-    def checks_left_out(self) -> bool:
-        return True
-
-    def q_law(self) -> Measure:
-        """Q's law: the mixture of its KLE members (exact, not a fit to their samples)."""
-        return Mixture(self.members, self.q.weights)
+    def initial_law(self) -> Measure:
+        """nu_theta0, the given start of the family."""
+        return self.kle.measure(self.kle.theta0())
 
     @classmethod
     def from_spec(cls, spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> "BudgetedAMA":
@@ -166,21 +124,9 @@ class BudgetedAMA(BudgetedDesign):
         members = [m.model_copy(update={"size": m.size or tests.validation_per_member + HELDOUT_PER_MEMBER})
                    for m in tests.members]
         q = MetaTestSamples.from_spec(tests.model_copy(update={"members": members}), spec.seed, resolve)
-        if spec.oracle.is_lab:  # ask/tell or http: the lab's solver returns each field on its input's grid
-            template = spec.family.kle_parameters().measure()
-            z, out_w = template.nodes(), template.quadrature_weights()
-            if hasattr(oracle, "expect_fields"):  # an http lab: its answers are checked as fields of this width
-                oracle.expect_fields(template.dim)
-        else:
-            z, out_w = oracle.output_grid(q.dim)
+        template = spec.family.kle_parameters().measure()
+        z, out_w = lab_or_oracle_grid(spec, oracle, q.dim, lambda: (template.nodes(), template.quadrature_weights()))
         return cls(spec, q, [m.kle.measure() for m in tests.members], z, out_w)
-
-    def scorer(self, state, ell: float):
-        return lambda X, Y: self.factory(self.spec.seed).fit(X, np.asarray(Y).reshape(len(X), -1), self.z)
-
-    def final_model(self, state):
-        X, y = self.training_set(state)
-        return self.factory(self.spec.seed).fit(X, y.reshape(len(X), -1), self.z)
 
 
 def label_width(spec: JobSpec) -> int:

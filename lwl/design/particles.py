@@ -30,6 +30,7 @@ from pydantic import Field
 
 from lwl.bound import bound_constant_squared
 from lwl.design.ama import operator_parts
+from lwl.design.budget.settings import OperatorBudgetFields
 from lwl.design.stepper import StepperDefaults
 from lwl.design.validated import SELECTIONS, AMAStateBase, PairModels, Phase, judge
 from lwl.lipschitz import lipschitz_ratio
@@ -40,6 +41,8 @@ from lwl.params import StrictModel
 from lwl.q_samples import kle_member_sizes
 from lwl.registry import ALGORITHMS, FAMILIES
 from lwl.spec import JobSpec
+
+STREAM_INITIAL_PARTICLES = 21  # the initial coefficients c (init; the budgeted design's ``initial_particles``)
 
 
 @dataclass(kw_only=True)
@@ -166,7 +169,8 @@ class ParticleAMADesign(PairModels, StepperDefaults):
 
     # -- stepper protocol ---------------------------------------------------------------------
     def init(self) -> ParticleAMAState:
-        c = np.random.default_rng([self.seed, 21]).standard_normal((self.N, self.modes, self.modes)) * self.init_std
+        c = np.random.default_rng([self.seed, STREAM_INITIAL_PARTICLES]).standard_normal(
+            (self.N, self.modes, self.modes)) * self.init_std
         return ParticleAMAState(c=c, eta=self.step_size, lipschitz_oracle=self.lipschitz_oracle,
                                 lipschitz_model=self.lipschitz_model)
 
@@ -356,14 +360,16 @@ class ParticlesFamilySpec(StrictModel):
         return self.grid**2
 
 
-class ParticleAMASpec(StrictModel):
+class ParticleAMASpec(OperatorBudgetFields, StrictModel):
     """Particle AMA (paper Alg. 2 in particle form, Cor. "Wasserstein gradient", SM RTE): train
     the DeepONet on the particles, then move them by c <- c - step_size N grad_c F of the upper
     bound F (exact OT to the members' validation samples, the oracle's adjoint for the data
     term). A step that does not lower F halves step_size, which stays reduced; stop when the step
     norm falls below ``tol``. Needs an oracle with an adjoint solver (``rte``).
     lwl's default step_size is 0.01 (the paper's 1e-6 does not move the particles under lwl's
-    L^2-normalised bound; docs/method.md)."""
+    L^2-normalised bound; docs/method.md). With a ``budget`` the job runs the budgeted particle
+    design (lwl.design.budgeted_particles), which reads the fields of
+    :class:`~lwl.design.budget.settings.OperatorBudgetFields` and none of the particle flow's."""
     name: Literal["particle_ama"] = "particle_ama"
     iterations: int = Field(default=10, ge=1, le=10_000)
     step_size: float = Field(default=0.01, gt=0)
@@ -382,13 +388,27 @@ class ParticleAMASpec(StrictModel):
 def check_particle_ama(spec: JobSpec) -> None:
     """Particle AMA: a particles family on the oracle's grid, a DeepONet, an oracle with an
     adjoint solver (rte), members whose grids include the boundary."""
-    operator_parts(spec, "particles", "particles", "the oracle's adjoint: a built-in solver (rte)")
-    oracle = spec.oracle.build()
-    if not hasattr(oracle, "solver"):
-        raise ValueError(f"oracle.name: particle_ama needs an oracle with an adjoint solver (rte), "
-                         f"not {spec.oracle.name}")
-    if oracle.grid != spec.family.grid:
-        raise ValueError(f"family.grid: {spec.family.grid} does not match the oracle's grid {oracle.grid}")
+    budgeted = spec.budget is not None
+    # with a budget every solve goes through the rounds' queries and no adjoint is taken: any oracle
+    # that returns the density field on the input's grid, ask/tell included (lwl.design.budgeted_particles)
+    operator_parts(spec, "particles", "particles", None if budgeted else "the oracle's adjoint: a built-in solver (rte)")
+    if budgeted:
+        for k, m in enumerate(spec.test_distributions.members):
+            if m.lognormal is None and m.kle is None:
+                raise ValueError(f"test_distributions.members.{k}: a budgeted particle_ama job needs lognormal or kle "
+                                 "members (Q's law, a candidate and a comparator, is their exact mixture)")
+    if not (budgeted and spec.oracle.is_lab):
+        oracle = spec.oracle.build()
+        if not budgeted and not hasattr(oracle, "solver"):
+            raise ValueError(f"oracle.name: particle_ama needs an oracle with an adjoint solver (rte), "
+                             f"not {spec.oracle.name}")
+        if getattr(oracle, "grid", spec.family.grid) != spec.family.grid:
+            raise ValueError(f"family.grid: {spec.family.grid} does not match the oracle's grid {oracle.grid}")
+        if budgeted:
+            try:
+                oracle.output_grid(spec.family.dim)
+            except (AttributeError, ValueError) as exc:
+                raise ValueError(f"oracle.name: {exc}") from None
     if spec.family.modes > spec.family.grid - 2:
         raise ValueError(f"family.modes: at most grid - 2 = {spec.family.grid - 2} sine modes per axis "
                          "on this grid")
@@ -401,4 +421,7 @@ def check_particle_ama(spec: JobSpec) -> None:
 
 FAMILIES.register("particles", ParticlesFamilySpec, moved_by="particle_ama")
 ALGORITHMS.register("particle_ama", ParticleAMASpec, build, check_particle_ama, evaluate=evaluate, final_steps=1,
-                    prefers_gpu=True)
+                    prefers_gpu=True, budgeted="lwl.design.budgeted_particles:build",
+                    budget_needs="lwl.design.budget.plan:check_budget",
+                    budgeted_evaluate="lwl.evaluation.equal_solves:evaluate",
+                    label_width="lwl.design.budgeted_particles:label_width")

@@ -1,7 +1,7 @@
 """The verdict of a budgeted operator job at equal solves (issue #47): the held-out relative error
 of the job's operator model (its DeepONet, trained as the job trains it) on the job's training set,
 against the same model trained on the same number of solves drawn from Q's law and from the
-initial distribution nu_theta0, each over ``draws`` training draws; better / tie / worse beyond
+initial distribution (AMA's nu_theta0, particle AMA's initial particles), each over ``draws`` training draws; better / tie / worse beyond
 noise (:func:`lwl.evaluation.comparison.compare`, the interval over training draws and held-out
 points).
 
@@ -11,7 +11,7 @@ app_ntd_rel_ood_error, squared in the paper's weighting of Q's members, on Q's h
 
 **What counts.** The audit's solves (held-out labels, the baselines' training sets) are not part of
 the job's ``labels_used``; they are reported as ``audit_labels``. The stepper is read, not
-imported (the evaluation sits below the designs): ``q``, ``q_law()``, ``kle`` (its family),
+imported (the evaluation sits below the designs): ``q``, ``q_law()``, ``initial_law()``,
 ``factory``, ``z``, ``output_weights``, ``spec``, ``training_set(state)``.
 """
 
@@ -54,7 +54,7 @@ def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = 
         return ((np.asarray(model.predict(test_x)).reshape(test_y.shape) - test_y) ** 2) @ w
 
     design = sq_errors(X, Y)
-    baselines = {"mixture": stepper.q_law(), "initial": stepper.kle.measure(stepper.kle.theta0())}
+    baselines = {"mixture": stepper.q_law(), "initial": stepper.initial_law()}
     rows = {}
     for name, measure in baselines.items():
         out = []

@@ -1,6 +1,7 @@
 """Operator designs for a solve budget, counted (issue #47; docs/method.md "Operator jobs under a
 budget"): the budgeted ``ama`` job (:mod:`lwl.design.budgeted_ama`) on the paper's three operator
-problems, every PDE solve counted by the oracle itself, judged at equal solves
+problems and the budgeted ``particle_ama`` job (:mod:`lwl.design.budgeted_particles`) on its
+radiative-transport problem, every PDE solve counted by the oracle itself, judged at equal solves
 (:mod:`lwl.evaluation.equal_solves`) against Q's law, the initial distribution and pool-based
 active learning (QbC and CoreSet, :mod:`lwl.design.active`, the Burgers study's baselines), and
 beside the unbudgeted AMA counted with all its solves.
@@ -15,6 +16,8 @@ Problems (job specs below; Q's members drawn as the operator studies draw them,
   omega and tau from the paper's law (SM NtD).
 - **burgers**: viscous Burgers at t = 1 on 128 Fourier nodes, the family's (alpha, tau, sigma) free
   from (3, 1.4, 5), Q four Fourier KLEs with alpha ~ U[2, 2.5], tau ~ U[1.5, 3], sigma ~ U[5, 10].
+- **rte**: examples/rte_particles.json, radiative transport at Knudsen 2 on the 21 x 21 grid (12
+  directions), 40 particles of 10 x 10 sine modes, Q three log-normal fields (SM RTE).
 
 The grids are the quick studies' (the paper's are 128 boundary points for NtD, 64^2 for Darcy and
 8192 for Burgers: a 2-core CPU does not train the many DeepONets of a budgeted design there).
@@ -108,15 +111,30 @@ def burgers(members: int = 4, grid: int = 128) -> dict:
     }
 
 
-PROBLEMS = {"darcy": lambda: copy.deepcopy(DARCY), "ntd": ntd, "burgers": burgers}
+# examples/rte_particles.json (SM RTE, Knudsen 2, grid 21, 12 directions; three log-normal members of Q), as
+# the study runs it: the particle_ama job (lwl.design.budgeted_particles under a budget)
+RTE = {
+    "oracle": {"name": "rte", "params": {"knudsen": 2.0, "grid": 21, "directions": 12}},
+    "test_distributions": {
+        "members": [
+            {"lognormal": {"basis": "sine2d", "grid": 21, "endpoints": True, "alpha": 2.0, "tau": 1.0, "sigma": s,
+                           "shift": m}} for s, m in ((1.0, 0.5), (2.0, 0.0), (3.0, -0.5))],
+        "validation_per_member": 40,
+    },
+    "family": {"name": "particles", "grid": 21, "modes": 10, "particles": 40},
+    "model": {"name": "deeponet", "branch": [100, 100, 64], "trunk": [100, 100, 64], "latent": 32, "iterations": 500},
+    "algorithm": {"name": "particle_ama", "iterations": 3, "step_size": 0.01},
+}
+
+PROBLEMS = {"darcy": lambda: copy.deepcopy(DARCY), "ntd": ntd, "burgers": burgers, "rte": lambda: copy.deepcopy(RTE)}
 
 PRESETS = {
     # the three problems at 250, 1,000 and 4,000 solves, three seeds (several hours on 2 cores)
-    "full": dict(problems=("darcy", "ntd", "burgers"), budgets=(250, 1000, 4000), seeds=(0, 1, 2), heldout=500,
+    "full": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000, 4000), seeds=(0, 1, 2), heldout=500,
                  unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
                  explore=0.25),
     # the three problems at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
-    "quick": dict(problems=("darcy", "ntd", "burgers"), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500,
+    "quick": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500,
                   unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
                   explore=0.25),
     # for the test suite: a small DeepONet, one budget, one seed
@@ -173,16 +191,16 @@ def active_trainers(stepper, oracle, cfg: dict) -> dict:
 
 def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
     """One budgeted job and its verdict at equal solves (module docstring)."""
-    from lwl.design.budgeted_ama import BudgetedAMA
     from lwl.evaluation.equal_solves import equal_solves
     from lwl.experiments.budget import paid_labels
+    from lwl.runner import build_stepper
     from lwl.spec import parse_job_spec
 
     spec = problem_spec(name, cfg, seed)
     spec["budget"] = B
     res, oracle, seconds = _counted(spec, evaluate=False)
     design_solves = oracle.solves
-    stepper = BudgetedAMA.from_spec(parse_job_spec(spec), oracle)
+    stepper = build_stepper(parse_job_spec(spec), oracle=oracle)  # the budgeted design of the problem's algorithm
     ts = res["training_set"]
     X, Y = np.asarray(ts["inputs"], dtype=np.float64), np.asarray(ts["labels"], dtype=np.float64)
     t0 = time.perf_counter()
@@ -228,7 +246,7 @@ def run_problem(name: str, cfg: dict, seed: int, progress=None, done: dict | Non
     return row
 
 
-COMPARATORS = {"mixture": "Q's law", "initial": "initial ν_θ⁰", "qbc": "QbC", "coreset": "CoreSet"}
+COMPARATORS = {"mixture": "Q's law", "initial": "initial law", "qbc": "QbC", "coreset": "CoreSet"}
 
 
 def summary(rows: list[dict], budgets) -> dict:
@@ -332,8 +350,8 @@ def markdown(doc: dict) -> str:
     active = " and ".join(COMPARATORS[k] for k in ("qbc", "coreset") if k in names)
     chosen = f", and chosen from a pool of Q's law by {active}" if active else ""
     intro = ("Held-out relative L2 error (Q's members weighted, the oracle's output grid) of the DeepONet "
-             "trained on the budgeted ama job's training set, against the same DeepONet trained on the same "
-             f"number of solves of Q's law, of the initial distribution{chosen} "
+             "trained on the budgeted job's training set (ama; particle_ama for rte), against the same DeepONet trained on the same "
+             f"number of solves of Q's law, of the initial law (ama's ν_θ⁰, particle AMA's initial particles){chosen} "
              f"({draws} training draws each); better / tie / worse beyond noise (95%). Solves "
              f"counted by the solver itself. Compute time {doc['compute_seconds'] / 60:.1f} min (jobs, audits "
              "and unbudgeted runs).")
@@ -355,7 +373,7 @@ def markdown(doc: dict) -> str:
                          f"{c['err']:.4g} | {comps} | {c['validation_verdict']} | {c['seconds']:.0f} |")
     unb = [r for r in doc["rows"] if r["unbudgeted"]]
     if unb:
-        lines += ["", ("The unbudgeted AMA job (the problem's AMA settings above), every solve counted, its relative "
+        lines += ["", ("The unbudgeted AMA job (the problem's AMA or particle AMA settings above), every solve counted, its relative "
                        "OOD error on fresh samples of Q (its own evaluation):"), "",
                   "| problem | seed | solves | relative OOD error | s |", "|---|---:|---:|---:|---:|"]
         lines += [f"| {r['problem']} | {r['seed']} | {r['unbudgeted']['solves']} | "

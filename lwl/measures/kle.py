@@ -187,6 +187,11 @@ class LogNormal(Measure):
     def dim(self) -> int:
         return self.base.dim
 
+    @property
+    def grid(self) -> int:
+        """The base's grid (a field measure's; AttributeError where the base has none)."""
+        return self.base.grid
+
     def sample(self, n: int, seed: SeedLike) -> np.ndarray:
         return np.exp(self.base.sample(n, seed))
 

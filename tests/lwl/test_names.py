@@ -16,6 +16,8 @@ def test_internal_ids_read_as_words():
     assert words("normal", "gaussian") == "the initial Gaussian"
     assert words("normal", "mixture") == "Q's moment-matched Gaussian"
     assert words("moved (round 6)") == "the design moved by bilevel steps (round 6)"
+    assert words("member_2") == "Q's member 2" and words("member_2_fit") == "the family member nearest Q's member 2 (W2)"
+    assert words("initial_particles") == "particle AMA's initial particles"
     assert words("a_plugin_baseline") == "a_plugin_baseline"  # an id it does not know stays as it is
 
 

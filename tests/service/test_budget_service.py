@@ -218,3 +218,34 @@ def test_an_operator_job_asks_for_fields_and_takes_solution_fields_as_rows(serve
                                  "--url", url])
     assert r.exit_code == 0 and "3 predicted fields (256 values each)" in r.output, r.output
     np.testing.assert_allclose(np.load(tmp_path / "p.npy"), offline[:3], rtol=1e-5, atol=atol)
+
+
+def test_a_particle_job_through_ask_tell_takes_density_fields_and_serves_its_deeponet(server):
+    """A budgeted particle_ama job (issue #47) needs no adjoint: the lab solves the transport
+    equation for every scattering field asked and tells the density fields (grid² values each);
+    the solves it computed are labels_used = budget, and the served DeepONet predicts fields."""
+    from tests.conformance.examples import particle_ama
+
+    spec = particle_ama()
+    rte = make_oracle(spec["oracle"])
+    for m in spec["test_distributions"]["members"]:
+        m["size"] = 30
+    spec.update(oracle={"name": "external", "batch_size": 40}, budget=60)
+    with Client(server.url) as c:
+        job = c.submit(spec)
+        solved = 0
+        while c.job(job)["status"] not in ("succeeded", "failed"):
+            batch = c.ask(job)
+            if batch is None:
+                continue
+            assert batch[1].shape[1] == 81 and (batch[1] > 0).all()
+            solved += len(batch[1])
+            c.tell(job, batch[0], rte.label(batch[1]))
+        result = c.result(job)
+        assert c.job(job)["status"] == "succeeded", result
+        assert solved == result["labels_used"] == 60
+        X, Y = c.training_set(job)
+        assert X.shape == Y.shape and len(X) + len(result["left_out"]["labels"]) == 60
+        np.testing.assert_allclose(Y, rte.label(X), rtol=1e-10)
+        fields, std = c.predict(job, X[:3])
+        assert std is None and fields.shape == (3, 81)

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 RoundSize = Annotated[int | None, Field(
     ge=1, le=1_000_000,
@@ -27,3 +27,22 @@ Explore = Annotated[float | None, Field(
                 "which gets the rest, is never dropped, and stays the incumbent unless the last candidate left "
                 "validates better beyond noise at equal numbers of points (null: every live candidate gets an "
                 "equal share and Q's mixture is halved like the others; see docs/method.md)")]
+Pool = Annotated[Literal["iid", "qbc"], Field(
+    description="budgeted operator jobs: how the served draws (the incumbent's, and Q's law's share while it is the "
+                "default) are chosen: qbc (query by committee: of pool_factor times as many draws, those where a "
+                "committee of DeepONets trained on the fields paid so far disagree most), or iid (independent draws "
+                "of the law)")]
+PoolFactor = Annotated[int, Field(ge=2, le=100, description="budgeted operator jobs with pool qbc: draws per chosen one")]
+
+
+class OperatorBudgetFields(BaseModel):
+    """The budget fields of an operator algorithm's spec block (ama, particle_ama): read by its
+    budgeted design only (docs/job-spec.md)."""
+
+    round_size: RoundSize = None
+    max_rounds: MaxRounds = 30
+    validation_fraction: ValidationFraction = 0.25
+    hedge: Hedge = 0.25
+    explore: Explore = 0.25
+    pool: Pool = "qbc"
+    pool_factor: PoolFactor = 4

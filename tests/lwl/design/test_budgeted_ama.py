@@ -80,22 +80,27 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_ama):
 
 
 @pytest.mark.slow
-def test_the_same_spec_and_seed_give_the_same_training_set_and_a_restart_pays_no_solve_twice(budgeted_ama):
+def check_restart_pays_no_solve_twice(spec: dict, solver) -> None:
+    """The same spec and seed give the same training set; a job lost mid-way resumes from its
+    checkpoint (its fields of labels included) and asks only for the solves it has not paid for.
+    ``solver(spec)``: the job's oracle, counting its solves. Shared by every budgeted operator design."""
     from lwl.design.state import pack, unpack
 
     blobs = []
-    a = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False, checkpoint=blobs.append)
-    b = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
+    a = run_job(spec, oracle=solver(spec), evaluate=False, checkpoint=blobs.append)
+    b = run_job(spec, oracle=solver(spec), evaluate=False)
     assert a["training_set"] == b["training_set"] and a["selected"] == b["selected"]
-    # a worker lost mid-job: the job resumes from its checkpoint (fields of (n, 256) labels
-    # included) and asks only for the solves it has not paid for
     states = [unpack(pack(unpack(blob))) for blob in blobs]
     paid_at = [len(st["y"]) + len(st["failed_X"]) for st in states]
     state, paid = next((st, p) for st, p in zip(states, paid_at) if 0 < p < a["labels_used"])
-    restarted = solver(budgeted_ama)
-    resumed = run_job(budgeted_ama, oracle=restarted, evaluate=False, state=state)
+    restarted = solver(spec)
+    resumed = run_job(spec, oracle=restarted, evaluate=False, state=state)
     assert restarted.solves == a["labels_used"] - paid
     assert resumed["training_set"] == a["training_set"] and resumed["labels_used"] == a["labels_used"]
+
+
+def test_the_same_spec_and_seed_give_the_same_training_set_and_a_restart_pays_no_solve_twice(budgeted_ama):
+    check_restart_pays_no_solve_twice(budgeted_ama, solver)
 
 
 def _family(spec: dict) -> KLEFamily:
@@ -129,7 +134,7 @@ def test_candidates_are_the_start_q_fit_and_each_member_fit_and_q_law_races(budg
 @pytest.mark.slow
 def test_query_by_committee_picks_served_fields_where_the_committee_disagrees_within_the_budget(budgeted_ama):
     from lwl.design.active import qbc_scores
-    from lwl.design.budgeted_ama import COMMITTEE
+    from lwl.design.budgeted_operator import COMMITTEE
 
     budgeted_ama["algorithm"]["pool"] = "qbc"
     oracle = solver(budgeted_ama)

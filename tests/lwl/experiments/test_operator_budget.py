@@ -86,3 +86,25 @@ def test_a_smaller_preset_run_in_a_larger_ones_folder_keeps_its_rows(tmp_path, m
     assert ran == [60, 120] and doc["reused_cells"] == 1 and list(doc["rows"][0]["budgets"]) == ["60"]
     (row,) = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert set(row["budgets"]) == {"60", "120"}  # the larger run's cell is still there
+
+
+def test_the_study_runs_the_rte_example_as_a_budgeted_particle_job():
+    """The inline RTE problem is examples/rte_particles.json but for the members' sizes (the
+    study's held-out samples), and its budgeted job runs the particle design on the budget layer."""
+    import json
+    from pathlib import Path
+
+    from lwl.design.budgeted_particles import BudgetedParticleAMA
+    from lwl.runner import build_stepper
+    from lwl.spec import parse_job_spec
+
+    example = json.loads((Path(__file__).resolve().parents[3] / "examples" / "rte_particles.json").read_text())
+    spec = {**operator_budget.PROBLEMS["rte"](), "seed": example["seed"]}
+    for m in spec["test_distributions"]["members"]:
+        m["size"] = example["test_distributions"]["members"][0]["size"]
+    assert parse_job_spec(spec).model_dump() == parse_job_spec(example).model_dump()
+    cfg = operator_budget.PRESETS["quick"]
+    job = operator_budget.problem_spec("rte", cfg, 1)
+    assert all(m["size"] == 40 + cfg["heldout"] for m in job["test_distributions"]["members"])
+    job["budget"] = 250
+    assert isinstance(build_stepper(parse_job_spec(job)), BudgetedParticleAMA)
