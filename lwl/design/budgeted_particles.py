@@ -17,7 +17,9 @@ advance, no solve spent on choosing them):
   (bounded by their range), the transport part of the AMA bound (paper eqn AMAobjective) in closed
   form for the Gaussian log-fields (:func:`lwl.design.budgeted_ama.w2_projection`).
 
-The budget layer adds Q's law, the exact mixture of its members, the default of selection.
+The budget layer adds Q's law, the exact mixture of its members, the default of selection. The
+served solves are i.i.d. draws of their law (``algorithm.pool`` ``iid``, this algorithm's default;
+``qbc`` by name): on the RTE problem the committee's choice was behind Q's law (docs/method.md).
 
 Why not the particle flow itself: each Wasserstein step of particle AMA (paper Cor. "Wasserstein
 gradient") labels the moved particles and evaluates its training-error term and the adjoint there,

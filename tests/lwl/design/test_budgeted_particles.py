@@ -30,9 +30,11 @@ def solver(spec: dict, fail_every: int = 0) -> CountingOracle:
     return CountingOracle(FailingSolver(inner, fail_every) if fail_every else inner)
 
 
-@pytest.mark.parametrize("budget", [40, 100])  # 40: the minimum (3 x 8 validation + 16)
-def test_solves_never_exceed_the_budget_counted_by_the_solver(budgeted_particles, budget):
+@pytest.mark.parametrize("budget, pool", [(40, None), (100, None), (100, "qbc")])  # 40: the minimum (3 x 8 + 16)
+def test_solves_never_exceed_the_budget_counted_by_the_solver(budgeted_particles, budget, pool):
     budgeted_particles["budget"] = budget
+    if pool is not None:  # the committee's choice of the served solves, by name (the default is i.i.d.)
+        budgeted_particles["algorithm"]["pool"] = pool
     oracle = solver(budgeted_particles)
     res = run_job(budgeted_particles, oracle=oracle, evaluate=False)
     assert oracle.solves == res["labels_used"] == budget
@@ -42,6 +44,7 @@ def test_solves_never_exceed_the_budget_counted_by_the_solver(budgeted_particles
     assert (X > 0).all()  # every input a positive field, as the transport solver needs
     assert sum(res["labels_by_source"].values()) == budget
     assert res["rounds"] == res["plan"]["total_rounds"] and res["model"]["model"] == "deeponet"
+    assert ("pooled" in res["labels_by_source"]) == (pool == "qbc")
 
 
 def test_too_small_a_budget_names_budget_and_the_minimum(budgeted_particles):
