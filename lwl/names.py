@@ -58,6 +58,8 @@ def words(name: str | None, family: str | None = None) -> str:
     if name == "initial_particles":  # a budgeted particle design's candidate (not the lab's initial data)
         return "particle AMA's initial particles"
     if name == "q_fit":  # a budgeted operator design's candidate (lwl.design.budgeted_ama, budgeted_particles)
+        if family == "particles":  # not a member of the particles family: a log-normal law
+            return "the log-normal KLE nearest Q's log-fields (W2)"
         return "Q's W2 projection onto the family"
     member, sep, fit = name.removeprefix("member_").partition("_")
     if name.startswith("member_") and not sep and member.isdigit():  # lwl.design.budgeted_particles

@@ -10,8 +10,8 @@ advance, no solve spent on choosing them):
 - ``initial_particles``: particle AMA's own start, the N particles a_q = exp(L c_q), c ~ N(0, init_std^2)
   of :meth:`lwl.design.particles.ParticleAMADesign.init` (same seed, same particles), drawn with
   replacement as their empirical measure is (:class:`lwl.measures.LogSineParticles`);
-- when Q's members are log-normal fields (``lognormal``, exp of a KLE Gaussian on the sine basis):
-  each member itself (``member_k``), and, with several members that share basis, grid and modes,
+- when Q has several members and all are log-normal fields (``lognormal``, exp of a KLE Gaussian
+  on the sine basis): each member itself (``member_k``), and, when they share basis, grid and modes,
   ``q_fit``: the single log-normal KLE whose log-field is nearest Q's in W2,
   argmin_theta sum_k w_k W2^2(nu_theta, nu'_k) over the KLE parameters in which the members differ
   (bounded by their range), the transport part of the AMA bound (paper eqn AMAobjective) in closed
@@ -83,11 +83,11 @@ class BudgetedParticleAMA(BudgetedOperatorDesign):
                  log_bases: list[KLEGaussian] | None):
         self.initial = initial_particles(spec)
         candidates = [Candidate("initial_particles", self.initial, None)]
-        if log_bases is not None:
-            candidates += [Candidate(f"member_{k}", LogNormal(b), None) for k, b in enumerate(log_bases)]
-            fit = log_field_projection(log_bases, q.weights) if len(log_bases) > 1 else None
+        if log_bases is not None and len(log_bases) > 1:  # one member is Q's law, which the layer adds
+            fit = log_field_projection(log_bases, q.weights)
             if fit is not None:
-                candidates.insert(1, Candidate("q_fit", LogNormal(fit), None))
+                candidates.append(Candidate("q_fit", LogNormal(fit), None))
+            candidates += [Candidate(f"member_{k}", LogNormal(b), None) for k, b in enumerate(log_bases)]
         super().__init__(spec, q, q_members, z, output_weights, NoMoves(), candidates)
 
     def initial_law(self) -> Measure:

@@ -390,8 +390,9 @@ class ParticleAMASpec(OperatorBudgetFields, StrictModel):
 
 
 def check_particle_ama(spec: JobSpec) -> None:
-    """Particle AMA: a particles family on the oracle's grid, a DeepONet, an oracle with an
-    adjoint solver (rte), members whose grids include the boundary."""
+    """Particle AMA: a particles family on the oracle's grid, a DeepONet, members whose grids
+    include the boundary, and an oracle with an adjoint solver (rte); with a ``budget`` no adjoint
+    (any oracle with the field on the input's grid, a lab's included) and lognormal or kle members."""
     budgeted = spec.budget is not None
     # with a budget every solve goes through the rounds' queries and no adjoint is taken: any oracle
     # that returns the density field on the input's grid, ask/tell included (lwl.design.budgeted_particles)

@@ -26,10 +26,11 @@ For every problem, budget B and seed:
 
 - **budgeted**: the job with ``budget: B``; its training set of n <= B solves, every solve counted
   by a counting oracle, and the verdict at equal solves (``draws`` DeepONet training draws per
-  comparator, Q's held-out fields): Q's law and theta0 (fresh samples), QbC and CoreSet (a pool of
+  comparator, Q's held-out fields): Q's law and the initial law (AMA's theta0, particle AMA's initial
+  particles; fresh samples), QbC and CoreSet (a pool of
   ``pool_factor`` n inputs from Q's law, labels bought in three rounds n/4, n/2, n);
-- **unbudgeted**: the paper's AMA job as the example gives it (its own iterations), its solves
-  counted the same way and its relative OOD error on fresh samples of Q (its own evaluation).
+- **unbudgeted**: the paper's AMA (particle AMA for rte) job as the example gives it (its own
+  iterations), its solves counted the same way (particle AMA's through the adjoint's solvers too) and its relative OOD error on fresh samples of Q (its own evaluation).
 
 Wall time of each job. Rows are written as they finish (``out``), so an interrupted study resumes.
 """
@@ -129,11 +130,11 @@ RTE = {
 PROBLEMS = {"darcy": lambda: copy.deepcopy(DARCY), "ntd": ntd, "burgers": burgers, "rte": lambda: copy.deepcopy(RTE)}
 
 PRESETS = {
-    # the three problems at 250, 1,000 and 4,000 solves, three seeds (several hours on 2 cores)
+    # the four problems at 250, 1,000 and 4,000 solves, three seeds (several hours on 2 cores)
     "full": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000, 4000), seeds=(0, 1, 2), heldout=500,
                  unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
                  explore=0.25),
-    # the three problems at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
+    # the four problems at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
     "quick": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500,
                   unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
                   explore=0.25),

@@ -18,6 +18,7 @@ def test_internal_ids_read_as_words():
     assert words("moved (round 6)") == "the design moved by bilevel steps (round 6)"
     assert words("member_2") == "Q's member 2" and words("member_2_fit") == "the family member nearest Q's member 2 (W2)"
     assert words("initial_particles") == "particle AMA's initial particles"
+    assert words("q_fit", "particles") == "the log-normal KLE nearest Q's log-fields (W2)" != words("q_fit", "kle")
     assert words("a_plugin_baseline") == "a_plugin_baseline"  # an id it does not know stays as it is
 
 

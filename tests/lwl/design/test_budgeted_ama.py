@@ -79,7 +79,6 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_ama):
     assert len(Y) + len(res["left_out"]["labels"]) == 150 - failed and np.isfinite(Y).all()
 
 
-@pytest.mark.slow
 def check_restart_pays_no_solve_twice(spec: dict, solver) -> None:
     """The same spec and seed give the same training set; a job lost mid-way resumes from its
     checkpoint (its fields of labels included) and asks only for the solves it has not paid for.
@@ -99,6 +98,7 @@ def check_restart_pays_no_solve_twice(spec: dict, solver) -> None:
     assert resumed["training_set"] == a["training_set"] and resumed["labels_used"] == a["labels_used"]
 
 
+@pytest.mark.slow
 def test_the_same_spec_and_seed_give_the_same_training_set_and_a_restart_pays_no_solve_twice(budgeted_ama):
     check_restart_pays_no_solve_twice(budgeted_ama, solver)
 

@@ -30,7 +30,8 @@ def solver(spec: dict, fail_every: int = 0) -> CountingOracle:
     return CountingOracle(FailingSolver(inner, fail_every) if fail_every else inner)
 
 
-@pytest.mark.parametrize("budget, pool", [(40, None), (100, None), (100, "qbc")])  # 40: the minimum (3 x 8 + 16)
+@pytest.mark.parametrize("budget, pool", [(40, None), pytest.param(100, None, marks=pytest.mark.slow),
+                                          pytest.param(100, "qbc", marks=pytest.mark.slow)])  # 40: the minimum (3 x 8 + 16)
 def test_solves_never_exceed_the_budget_counted_by_the_solver(budgeted_particles, budget, pool):
     budgeted_particles["budget"] = budget
     if pool is not None:  # the committee's choice of the served solves, by name (the default is i.i.d.)
@@ -64,6 +65,7 @@ def test_candidates_are_the_initial_particles_q_fit_and_q_members_and_q_law_race
     assert names == ["initial_particles", "q_fit", "member_0", "member_1", "member_2", "q_mixture"]
     # the initial particles are the unbudgeted particle AMA's own (same seed, same coefficients)
     unbudgeted = ParticleAMADesign.from_spec(spec.model_copy(update={"budget": None}), spec.oracle.build())
+    np.testing.assert_array_equal(stepper.candidates[0].measure.coefficients, unbudgeted.init().c)
     np.testing.assert_array_equal(initial_particles(spec).coefficients, unbudgeted.init().c)
     # Q's law is the exact mixture of its log-normal members; a member candidate is the member itself
     law = stepper.candidates[-1].measure
@@ -85,6 +87,7 @@ def test_the_log_field_projection_recovers_a_member_and_none_when_members_agree(
     assert log_field_projection([bases[0], bases[0]], [0.5, 0.5]) is None
 
 
+@pytest.mark.slow
 def test_failed_solves_are_paid_for_and_never_training_data(budgeted_particles):
     oracle = solver(budgeted_particles, fail_every=7)
     res = run_job(budgeted_particles, oracle=oracle, evaluate=False)
@@ -95,10 +98,12 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_particles):
     assert len(Y) + len(res["left_out"]["labels"]) == 100 - failed and np.isfinite(Y).all()
 
 
+@pytest.mark.slow
 def test_the_same_spec_and_seed_give_the_same_training_set_and_a_restart_pays_no_solve_twice(budgeted_particles):
     check_restart_pays_no_solve_twice(budgeted_particles, solver)
 
 
+@pytest.mark.slow
 def test_ask_tell_a_client_computes_every_solve_on_the_input_grid(budgeted_particles):
     """An external oracle (ask/tell) needs no adjoint: the job asks, a client solves the transport
     equation, the job never labels itself; the DeepONet's output points are the input grid's
@@ -122,6 +127,7 @@ def test_ask_tell_a_client_computes_every_solve_on_the_input_grid(budgeted_parti
     assert solved == res["labels_used"] == 100 and res["verdict"]["kind"] == "validation"
 
 
+@pytest.mark.slow
 def test_the_verdict_at_equal_solves_names_q_law_and_the_initial_particles(budgeted_particles):
     oracle = solver(budgeted_particles)
     res = run_job(budgeted_particles, oracle=oracle, evaluate=True)
@@ -139,10 +145,21 @@ def test_without_a_budget_particle_ama_still_needs_the_adjoint(particle_spec):
     assert exc.value.errors[0][0] == "oracle.name" and "not ask/tell" in exc.value.errors[0][1]
 
 
-def test_a_budgeted_particle_job_refuses_members_without_a_law(budgeted_particles, tmp_path):
+def test_a_budgeted_particle_job_refuses_members_without_a_law(budgeted_particles):
     x = np.exp(np.random.default_rng(0).standard_normal((30, 81)) * 0.1)
-    np.save(tmp_path / "q.npy", x)
     budgeted_particles["test_distributions"]["members"][2] = {"samples": x.tolist()}
     with pytest.raises(SpecError) as exc:
         parse_job_spec(budgeted_particles)
     assert exc.value.errors[0][0] == "test_distributions.members.2" and "lognormal or kle" in exc.value.errors[0][1]
+
+
+def test_one_member_gives_no_duplicate_of_q_law_and_a_built_in_oracle_without_an_adjoint_is_refused(
+        budgeted_particles, particle_spec):
+    one = copy.deepcopy(budgeted_particles)
+    one["test_distributions"]["members"] = one["test_distributions"]["members"][:1]
+    stepper = BudgetedParticleAMA.from_spec(parse_job_spec(one), solver(one))
+    assert [c.name for c in stepper.candidates] == ["initial_particles", "q_mixture"]  # member_0 is Q's law
+    particle_spec["oracle"] = {"name": "darcy"}  # a built-in solver without the transport adjoint
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(particle_spec)
+    assert exc.value.errors[0][0] == "oracle.name" and "adjoint" in exc.value.errors[0][1]
