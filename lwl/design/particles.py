@@ -114,6 +114,9 @@ class ParticleAMADesign(PairModels, StepperDefaults):
     def _solvers(self, c: np.ndarray, a: np.ndarray) -> list:
         if self._cache is not None and self._cache[0] == np.asarray(c).tobytes() and self._cache[2] is not None:
             return self._cache[2]
+        # the adjoint needs each particle's forward solution: a solve again wherever the labels came
+        # without their solvers (the step's labels, computed outside), so it is counted as one
+        self.labels_used += len(a)
         return [self.oracle.solver(row) for row in a]
 
     def cached_labels(self, state: ParticleAMAState) -> np.ndarray | None:
@@ -188,7 +191,10 @@ class ParticleAMADesign(PairModels, StepperDefaults):
         if not np.all(np.isfinite(Y)):
             raise ValueError("labels: values must be finite")
         if self._cache is None or self._cache[0] != np.asarray(state.c).tobytes():
+            # labelled outside (the runner asked the oracle): N solves; labels the last step computed
+            # (cached_labels, which the runner takes instead) were counted when they were solved
             self._cache = (np.asarray(state.c).tobytes(), Y, None)
+            self.labels_used += len(a)
         if state.output_weights is None:
             state = state.replace(output_weights=trapezoid_weights(self.grid) if Y.shape[1] == self.grid**2
                                   else np.full(Y.shape[1], 1.0 / Y.shape[1]))
@@ -248,7 +254,7 @@ class ParticleAMADesign(PairModels, StepperDefaults):
                 stop: bool = False) -> ParticleAMAState:
         release_freed_memory()  # the step's dropped solvers, models and buffers (lwl.memory)
         record.update(objective=objective, seconds=time.perf_counter() - t0)
-        used = state.labels_used + self.N + self.labels_used
+        used = state.labels_used + self.labels_used
         record["labels_used"] = used
         it = state.iteration + 1
         if stop and not final:

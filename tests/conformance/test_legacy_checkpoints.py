@@ -98,7 +98,9 @@ def test_a_checkpoint_from_before_typed_states_resumes_to_the_same_end(path: Pat
         assert_close(resumed.get(key), full.get(key), path=key)
     # AMA keeps the labels of its optimisation samples in memory, not in the checkpoint: a
     # resumed AMA job asks the oracle again for the current iterate's and counts them (honestly)
-    if CASES[case][0]()["algorithm"]["name"] != "ama":
+    # particle AMA's files hold the count from before its adjoint's re-solves were counted: the
+    # resumed job adds today's counts to that (tests/lwl/oracles/test_counting.py checks today's)
+    if CASES[case][0]()["algorithm"]["name"] not in ("ama", "particle_ama"):
         assert resumed.get("labels_used") == full.get("labels_used")
 
 
@@ -114,7 +116,7 @@ def _assert_resumes_with_this_machines_digits(path: Path) -> None:
     assert [r.get("objective") for r in resumed["history"]] == [r.get("objective") for r in full["history"]]
     for key in ("selected", "stopped", "warnings", "labels_failed"):
         assert resumed.get(key) == full.get(key), key
-    if _algorithm(case) != "ama":  # AMA relabels its optimisation samples on resume (see above)
+    if _algorithm(case) not in ("ama", "particle_ama"):  # AMA relabels on resume; particle AMA: its old count (above)
         assert resumed.get("labels_used") == full.get("labels_used")
     # the file as written (another machine's digits) restores to a state of the same layout and steps on
     spec = parse_job_spec(CASES[case][0]())

@@ -88,7 +88,9 @@ def test_particles_are_exponentials_of_sine_series():
 def test_checkpoints_keep_the_layout_of_the_dict_state(case):
     from tests.lwl.design.test_ama import assert_checkpoints_as_before_typed_states
 
-    assert_checkpoints_as_before_typed_states(case)
+    # particle AMA's labels_used counts the adjoint's re-solves since the files were written (every
+    # solve counted, tests/lwl/oracles/test_counting.py): the one value that changed on purpose
+    assert_checkpoints_as_before_typed_states(case, recounted=("labels_used",))
 
 
 def test_the_initial_state_has_the_dict_states_keys():

@@ -30,8 +30,9 @@ class SpyRTE:
 def test_particle_ama_solves_through_the_adjoint_solver_are_counted(particle_spec):
     spy = SpyRTE(parse_job_spec(particle_spec).oracle.build())
     counted = CountingOracle(spy)
-    run_job(particle_spec, oracle=counted, evaluate=False)
+    res = run_job(particle_spec, oracle=counted, evaluate=False)
     assert counted.solves == spy.performed > 0
+    assert res["labels_used"] == spy.performed  # the design's own count: the adjoint's re-solves included
 
 
 def test_an_oracle_without_a_solver_has_none_behind_the_counter():
