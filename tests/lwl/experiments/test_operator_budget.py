@@ -108,3 +108,17 @@ def test_the_study_runs_the_rte_example_as_a_budgeted_particle_job():
     assert all(m["size"] == 40 + cfg["heldout"] for m in job["test_distributions"]["members"])
     job["budget"] = 250
     assert isinstance(build_stepper(parse_job_spec(job)), BudgetedParticleAMA)
+
+
+@pytest.mark.slow
+def test_the_unbudgeted_row_tells_the_designs_solves_from_its_evaluations(tmp_path):
+    """The unbudgeted job's solves are the design's, counted by the solver up to its last step; the
+    held-out solves of its own evaluation are counted apart (Q's validation_per_member per member
+    for ama)."""
+    cfg = {**operator_budget.PRESETS["smoke"], "budgets": (), "unbudgeted": True}
+    row = operator_budget.run_problem("darcy", cfg, 0)
+    unb = row["unbudgeted"]
+    spec = operator_budget.problem_spec("darcy", cfg, 0)
+    tests = spec["test_distributions"]
+    assert unb["evaluation_solves"] == len(tests["members"]) * tests["validation_per_member"]
+    assert unb["solves"] == unb["labels_used"] > 0  # the design's own count agrees with the solver's
