@@ -185,11 +185,12 @@ def test_without_a_budget_ama_still_refuses_ask_tell(ama_spec):
     assert exc.value.errors[0][0] == "oracle.name" and "not ask/tell" in exc.value.errors[0][1]
 
 
-class DarcyLab:
-    """A lab's HTTP endpoint on loopback that solves Darcy for every posted input field and
-    answers the solution fields (JSON rows, or .npy when ``npy``), counting its solves."""
+class SolverLab:
+    """A lab's HTTP endpoint on loopback that solves Darcy (or the built-in solver ``oracle``
+    names) for every posted input field and answers the solution fields (JSON rows, or .npy when
+    ``npy``; only the first ``width`` values of each when given), counting its solves."""
 
-    def __init__(self, npy: bool = False, width: int | None = None):
+    def __init__(self, npy: bool = False, width: int | None = None, oracle: dict | None = None):
         import io
         import json
         import threading
@@ -198,7 +199,7 @@ class DarcyLab:
         from lwl.oracles import make_oracle
         from tests.lwl.test_outbound import free_port
 
-        darcy, lab = make_oracle({"name": "darcy"}), self
+        darcy, lab = make_oracle(oracle or {"name": "darcy"}), self  # another built-in solver by its spec
         self.solves = 0
 
         class Handler(BaseHTTPRequestHandler):
@@ -232,18 +233,12 @@ class DarcyLab:
         self.httpd.shutdown()
 
 
-@pytest.fixture
-def loopback_labs(monkeypatch):
-    monkeypatch.setenv("LWL_ORACLE_ALLOWED_HOSTS", "127.0.0.1")
-    monkeypatch.setenv("LWL_ORACLE_ALLOWED_NETWORKS", "127.0.0.1/32")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("npy", [False, True])
 def test_an_http_lab_solves_every_field_and_never_more_than_the_budget(budgeted_ama, loopback_labs, npy):
     """The HTTP callback oracle with a budgeted ama job: lwl posts each round's input fields, the
     lab answers the solution fields; the lab's own count is labels_used = budget."""
-    with DarcyLab(npy=npy) as lab:
+    with SolverLab(npy=npy) as lab:
         budgeted_ama["oracle"] = {"name": "http", "url": lab.url, "batch_size": 32}
         budgeted_ama["budget"] = 60
         counted = solver(budgeted_ama)  # wrapped, as a study wraps it: the width still reaches the http oracle
@@ -259,7 +254,7 @@ def test_an_http_lab_solves_every_field_and_never_more_than_the_budget(budgeted_
 def test_an_http_lab_answering_the_wrong_width_fails_naming_the_batch(budgeted_ama, loopback_labs):
     from lwl.oracles.http import OracleCallError
 
-    with DarcyLab(width=255) as lab:
+    with SolverLab(width=255) as lab:
         budgeted_ama["oracle"] = {"name": "http", "url": lab.url}
         budgeted_ama["budget"] = 60
         with pytest.raises(OracleCallError, match=r"expected \d+ fields of 256 values, the lab sent shape"):

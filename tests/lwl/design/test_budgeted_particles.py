@@ -12,7 +12,7 @@ from lwl.measures import KLEGaussian
 from lwl.oracles.counting import CountingOracle
 from lwl.runner import run_job
 from lwl.spec import SpecError, parse_job_spec
-from tests.lwl.design.test_budgeted_ama import FailingSolver, check_restart_pays_no_solve_twice
+from tests.lwl.design.test_budgeted_ama import SolverLab, FailingSolver, check_restart_pays_no_solve_twice
 
 
 @pytest.fixture
@@ -163,3 +163,25 @@ def test_one_member_gives_no_duplicate_of_q_law_and_a_built_in_oracle_without_an
     with pytest.raises(SpecError) as exc:
         parse_job_spec(particle_spec)
     assert exc.value.errors[0][0] == "oracle.name" and "adjoint" in exc.value.errors[0][1]
+
+
+@pytest.mark.slow
+def test_an_http_lab_solves_every_density_field_and_never_more_than_the_budget(budgeted_particles, loopback_labs):
+    """The HTTP callback oracle with a budgeted particle job: lwl posts each round's scattering
+    fields, the lab solves the transport equation and answers the density fields; the lab's own
+    count is labels_used = budget, and an answer of the wrong width fails naming the batch."""
+    from lwl.oracles.http import OracleCallError
+
+    rte_spec = budgeted_particles["oracle"]
+    with SolverLab(oracle=rte_spec) as lab:
+        budgeted_particles["oracle"] = {"name": "http", "url": lab.url, "batch_size": 32}
+        counted = CountingOracle(parse_job_spec(budgeted_particles).oracle.build())
+        res = run_job(budgeted_particles, oracle=counted, evaluate=False)
+        assert lab.solves == counted.solves == res["labels_used"] == 100
+    X, Y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    np.testing.assert_allclose(Y, parse_job_spec({**budgeted_particles, "oracle": rte_spec}).oracle.build().label(X),
+                               rtol=1e-10)
+    with SolverLab(oracle=rte_spec, width=80) as lab:
+        budgeted_particles["oracle"] = {"name": "http", "url": lab.url}
+        with pytest.raises(OracleCallError, match=r"expected \d+ fields of 81 values, the lab sent shape"):
+            run_job(budgeted_particles, evaluate=False)
