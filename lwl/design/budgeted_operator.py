@@ -9,7 +9,7 @@ the ledger, the rounds, selection, the race and the verdict are the budget layer
 - **The model a score trains**: the job's DeepONet, trained on half of the labelled validation
   fields plus the candidate's points; the squared error of a field is its L2 norm with the oracle's
   output quadrature weights (the relative OOD error of SM eqn app_ntd_rel_ood_error).
-- **The served draws chosen from a pool** (``algorithm.pool``, default ``qbc``): of the incumbent's
+- **The served draws chosen from a pool** (``algorithm.pool`` ``qbc``: ama's default; particle_ama's is ``iid``): of the incumbent's
   solves, and of Q's law's share of the selection rounds, those not needed to score the law are the
   ones of ``pool_factor`` times as many draws where a committee of COMMITTEE DeepONets trained on
   every field paid so far disagrees most (query by committee; inputs cost nothing, only their
