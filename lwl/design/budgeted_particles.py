@@ -40,7 +40,7 @@ import numpy as np
 from lwl.design.budget.design import Candidate
 from lwl.design.budgeted_ama import w2_projection
 from lwl.design.budgeted_operator import BudgetedOperatorDesign, NoMoves, lab_or_oracle_grid
-from lwl.design.particles import STREAM_INITIAL_PARTICLES
+from lwl.design.particles import initial_coefficients
 from lwl.grids import square_nodes, trapezoid_weights
 from lwl.measures import KLEGaussian, LogSineParticles, Measure
 from lwl.measures.kle import LogNormal
@@ -49,12 +49,10 @@ from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
 from lwl.spec import JobSpec
 
 def initial_particles(spec: JobSpec) -> LogSineParticles:
-    """Particle AMA's initial particles: c ~ N(0, init_std^2), (N, modes, modes), from the same
-    stream as the unbudgeted design's :meth:`~lwl.design.particles.ParticleAMADesign.init`."""
+    """Particle AMA's initial particles (:func:`lwl.design.particles.initial_coefficients`, as the
+    unbudgeted design's :meth:`~lwl.design.particles.ParticleAMADesign.init` draws them)."""
     fam = spec.family
-    c = np.random.default_rng([spec.seed, STREAM_INITIAL_PARTICLES]).standard_normal(
-        (fam.particles, fam.modes, fam.modes)) * fam.init_std
-    return LogSineParticles(c, fam.grid)
+    return LogSineParticles(initial_coefficients(spec.seed, fam.particles, fam.modes, fam.init_std), fam.grid)
 
 
 def log_field_projection(bases: list[KLEGaussian], weights) -> KLEGaussian | None:

@@ -45,6 +45,13 @@ from lwl.spec import JobSpec
 STREAM_INITIAL_PARTICLES = 21  # the initial coefficients c (init; the budgeted design's ``initial_particles``)
 
 
+def initial_coefficients(seed: int, particles: int, modes: int, init_std: float) -> np.ndarray:
+    """The initial particles' coefficients c ~ N(0, init_std^2), (particles, modes, modes): the
+    start of the particle flow and the budgeted design's ``initial_particles`` candidate."""
+    return np.random.default_rng([seed, STREAM_INITIAL_PARTICLES]).standard_normal(
+        (particles, modes, modes)) * init_std
+
+
 @dataclass(kw_only=True)
 class ParticleAMAState(AMAStateBase):
     """Particle AMA's state: the particles' coefficients c, the step size eta and the fields of
@@ -172,8 +179,7 @@ class ParticleAMADesign(PairModels, StepperDefaults):
 
     # -- stepper protocol ---------------------------------------------------------------------
     def init(self) -> ParticleAMAState:
-        c = np.random.default_rng([self.seed, STREAM_INITIAL_PARTICLES]).standard_normal(
-            (self.N, self.modes, self.modes)) * self.init_std
+        c = initial_coefficients(self.seed, self.N, self.modes, self.init_std)
         return ParticleAMAState(c=c, eta=self.step_size, lipschitz_oracle=self.lipschitz_oracle,
                                 lipschitz_model=self.lipschitz_model)
 

@@ -155,6 +155,17 @@ def test_query_by_committee_picks_served_fields_where_the_committee_disagrees_wi
     assert len(set(picked.tolist())) == 5 and scores[picked].min() >= np.delete(scores, picked).max()
 
 
+def ask_tell(stepper, solver) -> tuple[dict, int]:
+    """A client driving an ask/tell job to its end, ``solver`` computing every label it asks for:
+    (the job's result, the labels the client computed)."""
+    state, solved = stepper.init(), 0
+    while not stepper.done(state):
+        x = stepper.queries(state)
+        solved += len(x)
+        state = stepper.step(state, solver.label(x))
+    return stepper.result(state), solved
+
+
 @pytest.mark.slow
 def test_ask_tell_a_client_computes_every_solve_on_the_input_grid(budgeted_ama):
     """An external oracle (ask/tell): the job asks, a client solves, the job never labels itself;
@@ -169,12 +180,7 @@ def test_ask_tell_a_client_computes_every_solve_on_the_input_grid(budgeted_ama):
     z, w = darcy.output_grid(256)
     np.testing.assert_array_equal(stepper.z, z)
     np.testing.assert_array_equal(stepper.output_weights, w)
-    state, solved = stepper.init(), 0
-    while not stepper.done(state):
-        x = stepper.queries(state)
-        solved += len(x)
-        state = stepper.step(state, darcy.label(x))
-    res = stepper.result(state)
+    res, solved = ask_tell(stepper, darcy)
     assert solved == res["labels_used"] == 150 and res["verdict"]["kind"] == "validation"
 
 

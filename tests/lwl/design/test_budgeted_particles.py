@@ -12,7 +12,7 @@ from lwl.measures import KLEGaussian
 from lwl.oracles.counting import CountingOracle
 from lwl.runner import run_job
 from lwl.spec import SpecError, parse_job_spec
-from tests.lwl.design.test_budgeted_ama import SolverLab, FailingSolver, check_restart_pays_no_solve_twice
+from tests.lwl.design.test_budgeted_ama import FailingSolver, SolverLab, ask_tell, check_restart_pays_no_solve_twice
 
 
 @pytest.fixture
@@ -118,12 +118,7 @@ def test_ask_tell_a_client_computes_every_solve_on_the_input_grid(budgeted_parti
     z, w = rte.output_grid(81)
     np.testing.assert_array_equal(stepper.z, z)
     np.testing.assert_array_equal(stepper.output_weights, w)
-    state, solved = stepper.init(), 0
-    while not stepper.done(state):
-        x = stepper.queries(state)
-        solved += len(x)
-        state = stepper.step(state, rte.label(x))
-    res = stepper.result(state)
+    res, solved = ask_tell(stepper, rte)
     assert solved == res["labels_used"] == 100 and res["verdict"]["kind"] == "validation"
 
 
