@@ -320,10 +320,11 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     return _report(budget.write_outputs(doc, out), out)
 
 
-def _operator_budget_study(preset: str, out: Path | None, merge: str | None = None) -> Path:
+def _operator_budget_study(preset: str, out: Path | None, merge: str | None = None, workers: int = 1) -> Path:
     """Budgeted ama jobs at equal solves (lwl.experiments.operator_budget): one tick per problem,
     seed and budget. Rows finished in OUT (an interrupted run) or in the folder ``--merge`` names
-    (the quick preset's, for the full preset) with the same jobs are kept, not run again."""
+    (the quick preset's, for the full preset) with the same jobs are kept, not run again; cells run
+    in ``workers`` processes."""
     from lwl.experiments import operator_budget
 
     if preset not in operator_budget.PRESETS:
@@ -338,7 +339,7 @@ def _operator_budget_study(preset: str, out: Path | None, merge: str | None = No
             console.print(f"[red]--merge: no {Path(merge) / 'rows.json'} to keep rows from")
             raise typer.Exit(2)
         doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), out=out,
-                                  resume_from=Path(merge) if merge else None)
+                                  resume_from=Path(merge) if merge else None, workers=workers)
     console.print(f"kept {doc['reused_cells']} finished job(s) of earlier runs (same jobs; --merge and {out})")
     return _report(operator_budget.write_outputs(doc, out), out)
 
@@ -497,7 +498,7 @@ STUDIES.register("rte", None, lambda o: _rte_study(o.preset, o.out, o.runs, o.kn
                                                    o.resume, o.select))
 STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.models, o.precision))
 STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume, o.model))
-STUDIES.register("operator-budget", None, lambda o: _operator_budget_study(o.preset, o.out, o.merge))
+STUDIES.register("operator-budget", None, lambda o: _operator_budget_study(o.preset, o.out, o.merge, o.workers))
 
 
 @app.command()
@@ -524,7 +525,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
                                                          "validation (validated AMA: Q's validation samples accept "
                                                          "steps and select the returned model)"),
-               workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes"),
+               workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes; operator-budget: cells"),
                q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
                                                                         "parameters, paper (eqn customdist, the "
                                                                         "default) or unit (lwl's earlier law)"),

@@ -130,15 +130,29 @@ RTE = {
 
 PROBLEMS = {"darcy": lambda: copy.deepcopy(DARCY), "ntd": ntd, "burgers": burgers, "rte": lambda: copy.deepcopy(RTE)}
 
+# the DeepONet of every job, comparator and audit in the quick and full presets: lwl's default
+# 2,000 Adam iterations, not the examples' 300-500 (there the model, not the data, sets the error:
+# Burgers' Q's law at 1,000 solves 0.383 at 500 iterations, 0.279 at 2,000; Darcy's at 250 solves
+# 0.094 at 500, 0.062 at 2,000; NtD's 0.113 and 0.089; docs/method.md), and five training draws per
+# comparator (with three, the draw term's 2 degrees of freedom take a t quantile of 4.3: a Darcy cell
+# at 250 solves read 0.055 against the initial law's 1.14 as a tie)
+TRAINED = {"iterations": 2000}
+
 PRESETS = {
-    # the four problems at 250, 1,000 and 4,000 solves, three seeds (several hours on 2 cores)
+    # the three operator problems and rte at 250, 1,000 and 4,000 solves, three seeds (many hours on
+    # 2 cores; resumes from the quick preset's rows: --merge docs/results/operator-budget-quick)
     "full": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000, 4000), seeds=(0, 1, 2), heldout=500,
-                 unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
+                 unbudgeted=True, draws=5, active=("qbc", "coreset"), pool_factor=4, model=TRAINED,
                  explore=0.25),
     # the four problems at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
     "quick": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500,
-                  unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
+                  unbudgeted=True, draws=5, active=("qbc", "coreset"), pool_factor=4, model=TRAINED,
                   explore=0.25),
+    # the quick preset at the examples' own DeepONet iterations (300 Darcy, 500 the others) and three
+    # draws: docs/results/operator-budget-examples, where the model saturates (above)
+    "examples": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000), seeds=(0, 1, 2),
+                     heldout=500, unbudgeted=True, draws=3, active=("qbc", "coreset"), pool_factor=4, model={},
+                     explore=0.25),
     # for the test suite: a small DeepONet, one budget, one seed
     "smoke": dict(problems=("darcy",), budgets=(60,), seeds=(0,), heldout=30, unbudgeted=False, draws=2,
                   active=("coreset",), pool_factor=2,
@@ -224,32 +238,58 @@ def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
             "audit_seconds": time.perf_counter() - t0}
 
 
-def run_problem(name: str, cfg: dict, seed: int, progress=None, done: dict | None = None, save=None) -> dict:
-    """Every budget of one problem and seed, and the unbudgeted AMA (module docstring); budgets in
-    ``done`` (an earlier run's row) are kept; ``save(row)`` after each job."""
-    row: dict = copy.deepcopy(done) if done else {"problem": name, "seed": seed, "budgets": {}, "unbudgeted": None}
-    for B in cfg["budgets"]:
-        if str(B) in row["budgets"]:
-            if progress:
-                progress(f"{name} seed {seed} B={B}: kept from an earlier run")
-            continue
-        cell = row["budgets"][str(B)] = run_budget(name, cfg, seed, B)
-        if save:
-            save(row)
-        if progress:
-            mix = cell["comparisons"]["mixture"]
-            progress(f"{name} seed {seed} B={B}: {cell['err']:.4g} vs Q's law {mix['other_err']:.4g} "
-                     f"({mix['outcome']})")
+def run_unbudgeted(name: str, cfg: dict, seed: int) -> dict:
+    """The problem's unbudgeted AMA (or particle AMA) job, its design's solves counted apart from
+    its evaluation's (module docstring)."""
+    res, oracle, seconds, design_solves = _counted(problem_spec(name, cfg, seed))
+    return {"solves": int(design_solves), "evaluation_solves": int(oracle.solves - design_solves),
+            "labels_used": int(res["labels_used"]), "relative_ood_error": float(res["evaluation"]["relative_ood_error"]),
+            "seconds": seconds}
+
+
+def run_task(kind: str, name: str, cfg: dict, seed: int, B: int | None = None) -> dict:
+    """One piece of a row: the budgeted cell at ``B`` (``kind`` "budget") or the unbudgeted job."""
+    return run_budget(name, cfg, seed, B) if kind == "budget" else run_unbudgeted(name, cfg, seed)
+
+
+def _needs_unbudgeted(cfg: dict, row: dict) -> bool:
     # a row counted before the design's solves were told apart from its evaluation's is counted again
-    if cfg["unbudgeted"] and (row["unbudgeted"] is None or "evaluation_solves" not in row["unbudgeted"]):
-        spec = problem_spec(name, cfg, seed)
-        res, oracle, seconds, design_solves = _counted(spec)
-        row["unbudgeted"] = {"solves": int(design_solves), "evaluation_solves": int(oracle.solves - design_solves),
-                             "labels_used": int(res["labels_used"]),
-                             "relative_ood_error": float(res["evaluation"]["relative_ood_error"]),
-                             "seconds": seconds}
-        if save:
-            save(row)
+    return bool(cfg["unbudgeted"]) and (row["unbudgeted"] is None or "evaluation_solves" not in row["unbudgeted"])
+
+
+def _tasks(cfg: dict, rows: dict) -> list[tuple]:
+    """What is left to run: the budgeted cells smallest budget first (every problem and seed at 250
+    before any at 1,000, so an interrupted study has the cheap cells of every problem), then the
+    unbudgeted jobs."""
+    cells = [("budget", name, cfg, seed, B) for B in cfg["budgets"] for seed in cfg["seeds"] for name in cfg["problems"]
+             if str(B) not in rows[(name, seed)]["budgets"]]
+    return cells + [("unbudgeted", name, cfg, seed, None) for seed in cfg["seeds"] for name in cfg["problems"]
+                    if _needs_unbudgeted(cfg, rows[(name, seed)])]
+
+
+def _place(row: dict, kind: str, B: int | None, piece: dict) -> None:
+    if kind == "budget":
+        row["budgets"][str(B)] = piece
+    else:
+        row["unbudgeted"] = piece
+
+
+def _blank(name: str, seed: int) -> dict:
+    return {"problem": name, "seed": seed, "budgets": {}, "unbudgeted": None}
+
+
+def _report_cell(progress, name: str, seed: int, B: int, cell: dict) -> None:
+    if progress:
+        mix = cell["comparisons"]["mixture"]
+        progress(f"{name} seed {seed} B={B}: {cell['err']:.4g} vs Q's law {mix['other_err']:.4g} ({mix['outcome']})")
+
+
+def run_problem(name: str, cfg: dict, seed: int, done: dict | None = None) -> dict:
+    """Every budget of one problem and seed, and the unbudgeted AMA (module docstring), in one
+    process; budgets in ``done`` (an earlier run's row) are kept."""
+    row: dict = copy.deepcopy(done) if done else _blank(name, seed)
+    for kind, _, _, _, B in _tasks({**cfg, "problems": (name,), "seeds": (seed,)}, {(name, seed): row}):
+        _place(row, kind, B, run_task(kind, name, cfg, seed, B))
     return row
 
 
@@ -312,12 +352,13 @@ def earlier_rows(path: Path, settings: dict) -> dict:
     return out
 
 
-def run(preset: str = "quick", *, progress=None, out=None, resume_from=None) -> dict:
+def run(preset: str = "quick", *, progress=None, out=None, resume_from=None, workers: int = 1) -> dict:
     """The study at ``preset``; with ``out``, rows go to ``out``/rows.json as they finish, and the
     cells already there (or in ``resume_from``/rows.json, e.g. the quick preset's folder for the
     full preset) that made the same jobs are kept, not run again (``reused_cells``). Saving never
     drops a row or budget already in ``out``/rows.json (a smaller preset run in a larger one's
-    folder adds to it)."""
+    folder adds to it). ``workers`` > 1 runs the cells in that many processes of one thread each
+    (every cell is deterministic from its spec and seed), each saved as it finishes."""
     cfg = PRESETS[preset]
     settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
     path = Path(out) / "rows.json" if out is not None else None
@@ -326,6 +367,8 @@ def run(preset: str = "quick", *, progress=None, out=None, resume_from=None) -> 
     everything = _merged([r for f in folders for r in _saved_rows(f / "rows.json", settings)])
     reused = sum(len(r["budgets"]) for r in earlier.values())
     t0 = time.perf_counter()
+    keys = [(name, seed) for name in cfg["problems"] for seed in cfg["seeds"]]
+    rows = {k: copy.deepcopy(earlier[k]) if k in earlier else _blank(*k) for k in keys}
 
     def save(row: dict) -> None:
         everything.update(_merged([*everything.values(), row]))
@@ -333,11 +376,34 @@ def run(preset: str = "quick", *, progress=None, out=None, resume_from=None) -> 
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"settings": settings, "rows": list(everything.values())}))
 
-    rows = [run_problem(name, cfg, seed, progress, earlier.get((name, seed)), save)
-            for name in cfg["problems"] for seed in cfg["seeds"]]
+    if progress:
+        for (name, seed), row in rows.items():
+            for B in row["budgets"]:
+                progress(f"{name} seed {seed} B={B}: kept from an earlier run")
+
+    def finished(task: tuple, piece: dict) -> None:
+        kind, name, _, seed, B = task
+        row = rows[(name, seed)]
+        _place(row, kind, B, piece)
+        if kind == "budget":
+            _report_cell(progress, name, seed, B, piece)
+        save(row)
+
+    todo = _tasks(cfg, rows)
+    if workers > 1:
+        from lwl.experiments.report import as_finished
+
+        for task, piece in as_finished(run_task, todo, workers):
+            finished(task, piece)
+    else:
+        for task in todo:
+            finished(task, run_task(*task))
+    for row in rows.values():  # budgets in the preset's order, whatever order they finished in
+        row["budgets"] = {str(B): row["budgets"][str(B)] for B in cfg["budgets"] if str(B) in row["budgets"]}
+    rows = list(rows.values())
     return {"experiment": "operator-budget", "preset": preset, "settings": settings,
             "rows": rows, "summary": summary(rows, cfg["budgets"]), "reused_cells": reused,
-            "wall_seconds": time.perf_counter() - t0, "compute_seconds": compute_seconds(rows)}
+            "wall_seconds": time.perf_counter() - t0, "compute_seconds": compute_seconds(rows), "workers": workers}
 
 
 def compute_seconds(rows: list[dict]) -> float:

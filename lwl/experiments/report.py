@@ -97,3 +97,15 @@ def in_processes(fn, tasks, workers: int):
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
         yield from pool.map(_single_threaded, [(fn, args) for args in tasks])
+
+
+def as_finished(fn, tasks, workers: int):
+    """``(args, fn(*args))`` for every ``args`` of ``tasks`` in ``workers`` spawned processes, as
+    each finishes (a study that saves every result at once loses none to an interruption)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_single_threaded, (fn, args)): args for args in tasks}
+        for f in as_completed(futures):
+            yield futures[f], f.result()

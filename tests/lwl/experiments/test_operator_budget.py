@@ -122,3 +122,39 @@ def test_the_unbudgeted_row_tells_the_designs_solves_from_its_evaluations(tmp_pa
     tests = spec["test_distributions"]
     assert unb["evaluation_solves"] == len(tests["members"]) * tests["validation_per_member"]
     assert unb["solves"] == unb["labels_used"] > 0  # the design's own count agrees with the solver's
+
+
+@pytest.mark.slow
+def test_cells_in_two_processes_give_the_rows_of_one(tmp_path, monkeypatch):
+    """``workers`` 2 runs the cells in spawned single-threaded processes, saves each as it finishes,
+    and returns the rows a single process gives (every cell is deterministic from its spec and seed),
+    budgets in the preset's order."""
+    import json
+
+    two = {**operator_budget.PRESETS["smoke"], "budgets": (40, 60)}
+    monkeypatch.setitem(operator_budget.PRESETS, "two", two)
+    parallel = operator_budget.run("two", out=tmp_path / "p", workers=2)
+    serial = operator_budget.run("two", out=tmp_path / "s")
+    (p,), (s,) = parallel["rows"], serial["rows"]
+    assert list(p["budgets"]) == list(s["budgets"]) == ["40", "60"]
+    for B in ("40", "60"):
+        assert p["budgets"][B]["labels_used"] == s["budgets"][B]["labels_used"] == int(B)
+        assert p["budgets"][B]["selected"] == s["budgets"][B]["selected"]
+        np.testing.assert_allclose(p["budgets"][B]["err"], s["budgets"][B]["err"], rtol=1e-5)
+    saved = json.loads((tmp_path / "p" / "rows.json").read_text())["rows"]
+    assert set(saved[0]["budgets"]) == {"40", "60"} and parallel["workers"] == 2
+
+
+def test_the_examples_preset_is_the_one_its_committed_rows_were_made_with():
+    """docs/results/operator-budget-examples (the examples' DeepONet iterations) resumes and reruns
+    as ``--preset examples``; the quick and full presets train lwl's default iterations instead."""
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[3] / "docs" / "results" / "operator-budget-examples"
+    saved = json.loads((folder / "rows.json").read_text())["settings"]
+    examples = {k: list(v) if isinstance(v, tuple) else v for k, v in operator_budget.PRESETS["examples"].items()}
+    assert saved == examples
+    assert operator_budget.PRESETS["quick"]["model"] == operator_budget.PRESETS["full"]["model"] == {"iterations": 2000}
+    spec = operator_budget.problem_spec("burgers", operator_budget.PRESETS["quick"], 0)
+    assert spec["model"]["iterations"] == 2000 and spec["model"]["branch"] == [64, 64]
