@@ -95,8 +95,11 @@ def in_processes(fn, tasks, workers: int):
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+    try:
         yield from pool.map(_single_threaded, [(fn, args) for args in tasks])
+    finally:  # a failure or an interrupt stops the queued tasks instead of running them unsaved
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def as_finished(fn, tasks, workers: int):
@@ -105,7 +108,10 @@ def as_finished(fn, tasks, workers: int):
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
+    try:
         futures = {pool.submit(_single_threaded, (fn, args)): args for args in tasks}
         for f in as_completed(futures):
             yield futures[f], f.result()
+    finally:  # a failure or an interrupt stops the queued tasks instead of running them unsaved
+        pool.shutdown(wait=True, cancel_futures=True)
