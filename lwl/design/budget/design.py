@@ -459,7 +459,7 @@ class BudgetedDesign(StepperDefaults):
         selection scores' are: the scored fold's labels are a larger share of the smaller arm's
         fitting set, which leans the check a little towards leaving points out), two-fold on the
         labelled validation points and paired (:meth:`improvement_z`); they are left out when it
-        is better by :attr:`leave_out_z` standard errors (LEAVE_OUT_Z; the ama design's is 0). A fit that fails leaves every point in. Why: a gp whose hyperparameters are fitted to a
+        is better by :attr:`leave_out_z` standard errors (LEAVE_OUT_Z). A fit that fails leaves every point in. Why: a gp whose hyperparameters are fitted to a
         few heavy-tailed labels far from Q (a broadened candidate's points on Sobol's G) explains
         every label as noise and predicts about the mean (docs/method.md, "Left out of the served
         model"). Kept always: Q's validation points, the initial data, Q's mixture's points, the
