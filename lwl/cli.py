@@ -338,8 +338,14 @@ def _operator_budget_study(preset: str, out: Path | None, merge: str | None = No
         if merge and not (Path(merge) / "rows.json").is_file():
             console.print(f"[red]--merge: no {Path(merge) / 'rows.json'} to keep rows from")
             raise typer.Exit(2)
-        doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), out=out,
-                                  resume_from=Path(merge) if merge else None, workers=workers)
+        try:
+            doc = operator_budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), out=out,
+                                      resume_from=Path(merge) if merge else None, workers=workers)
+        except KeyboardInterrupt:  # the finished cells are saved: report them, marked partial
+            _report(operator_budget.write_outputs(operator_budget.saved_study(preset, out), out), out)
+            console.print(f"[yellow]interrupted: the tables in {out} hold the finished cells; "
+                          "the same command runs the rest")
+            raise typer.Exit(130) from None
     console.print(f"kept {doc['reused_cells']} finished job(s) of earlier runs (same jobs; --merge and {out})")
     return _report(operator_budget.write_outputs(doc, out), out)
 

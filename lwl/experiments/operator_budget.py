@@ -406,6 +406,21 @@ def run(preset: str = "quick", *, progress=None, out=None, resume_from=None, wor
             "wall_seconds": time.perf_counter() - t0, "compute_seconds": compute_seconds(rows), "workers": workers}
 
 
+def saved_study(preset: str, folder) -> dict:
+    """The study document of the rows saved in ``folder``/rows.json at ``preset`` (an interrupted
+    run's, to report what finished; its markdown says how much is missing)."""
+    cfg = PRESETS[preset]
+    settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
+    rows = [r for r in _merged(_saved_rows(Path(folder) / "rows.json", settings)).values()
+            if r["problem"] in cfg["problems"] and r["seed"] in cfg["seeds"]]
+    for r in rows:
+        r["budgets"] = {str(B): r["budgets"][str(B)] for B in cfg["budgets"] if str(B) in r["budgets"]}
+    budgets = [B for B in cfg["budgets"] if any(str(B) in r["budgets"] for r in rows)]
+    return {"experiment": "operator-budget", "preset": preset, "settings": settings, "rows": rows,
+            "summary": summary(rows, budgets), "reused_cells": 0, "wall_seconds": None,
+            "compute_seconds": compute_seconds(rows)}
+
+
 def compute_seconds(rows: list[dict]) -> float:
     """Seconds of every job and audit of ``rows`` (across resumed runs)."""
     return float(sum(c["seconds"] + c.get("audit_seconds", 0.0) for r in rows for c in r["budgets"].values())
@@ -428,6 +443,13 @@ def markdown(doc: dict) -> str:
              f"({draws} training draws each); better / tie / worse beyond noise (95%). Solves "
              f"counted by the solver itself. Compute time {doc['compute_seconds'] / 60:.1f} min (jobs, audits "
              "and unbudgeted runs).")
+    st = doc["settings"]
+    planned = len(st["problems"]) * len(st["seeds"]) * len(st["budgets"])
+    done = sum(len(r["budgets"]) for r in doc["rows"])
+    if done < planned:  # an interrupted study, reported from its saved rows (saved_study)
+        intro += (f" **Partial: {done} of the preset's {planned} budgeted cells** (and "
+                  f"{sum(1 for r in doc['rows'] if r['unbudgeted'])} of its unbudgeted jobs); the same command "
+                  "with this folder's rows.json runs the rest.")
     lines = [f"# Operator designs for a solve budget ({doc['preset']})", "", intro, "",
              "| budget | runs | solves ≤ budget | " + " | ".join(f"vs {n} b/t/w" for n in names.values()) + " |",
              "|---:|---:|---|" + "---|" * len(names)]

@@ -168,3 +168,23 @@ def test_the_examples_preset_is_the_one_its_committed_rows_were_made_with():
     assert operator_budget.PRESETS["quick"]["model"] == operator_budget.PRESETS["full"]["model"] == {"iterations": 2000}
     spec = operator_budget.problem_spec("burgers", operator_budget.PRESETS["quick"], 0)
     assert spec["model"]["iterations"] == 2000 and spec["model"]["branch"] == [64, 64]
+
+
+def test_an_interrupted_study_reports_what_finished_and_says_it_is_partial(tmp_path):
+    """saved_study reads the rows an interrupted run saved: only the finished cells are summarised,
+    and the tables say how many of the preset's cells are missing."""
+    import json
+
+    quick = {k: list(v) if isinstance(v, tuple) else v for k, v in operator_budget.PRESETS["quick"].items()}
+    cmp = {k: {"outcome": o, "other_err": 0.1, "ratio": 0.9, "ratio_interval": [0.8, 1.0]}
+           for k, o in (("mixture", "better"), ("initial", "better"), ("qbc", "tie"), ("coreset", "worse"))}
+    cell = {"seconds": 60.0, "audit_seconds": 60.0, "within_budget": True, "comparisons": cmp, "design_solves": 250,
+            "selected": "q_mixture", "err": 0.09, "validation_verdict": "tie"}
+    rows = [{"problem": "ntd", "seed": 1, "budgets": {"250": cell}, "unbudgeted": None}]
+    (tmp_path / "rows.json").write_text(json.dumps({"settings": quick, "rows": rows}))
+    doc = operator_budget.saved_study("quick", tmp_path)
+    assert list(doc["summary"]) == ["250"] and doc["summary"]["250"]["mixture"] == {"better": 1, "tie": 0, "worse": 0}
+    assert doc["compute_seconds"] == 120.0
+    md = operator_budget.markdown(doc)
+    assert "Partial: 1 of the preset's 24 budgeted cells" in md and "| ntd | 1 | 250 | 250 | q_mixture |" in md
+    assert operator_budget.saved_study("examples", tmp_path)["rows"] == []  # other jobs: nothing reported
