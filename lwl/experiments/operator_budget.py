@@ -411,8 +411,8 @@ def saved_study(preset: str, folder) -> dict:
     run's, to report what finished; its markdown says how much is missing)."""
     cfg = PRESETS[preset]
     settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
-    rows = [r for r in _merged(_saved_rows(Path(folder) / "rows.json", settings)).values()
-            if r["problem"] in cfg["problems"] and r["seed"] in cfg["seeds"]]
+    saved = _merged(_saved_rows(Path(folder) / "rows.json", settings))
+    rows = [saved[(name, seed)] for name in cfg["problems"] for seed in cfg["seeds"] if (name, seed) in saved]
     for r in rows:
         r["budgets"] = {str(B): r["budgets"][str(B)] for B in cfg["budgets"] if str(B) in r["budgets"]}
     budgets = [B for B in cfg["budgets"] if any(str(B) in r["budgets"] for r in rows)]
