@@ -79,10 +79,11 @@ class BudgetedOperatorDesign(BudgetedDesign):
 
     # the left-out check (BudgetedDesign.served_rows) keeps the dropped candidates' fields out of the
     # served DeepONet only when it validates better without them beyond noise (LEAVE_OUT_Z, as for a
-    # gp). It was z > 0 while the studies' DeepONets were under-trained; with trained ones (2,000
-    # iterations) a noise-level z of 0.001-0.85 left 31-48 paid fields out on three of four cells at
-    # 250 solves, and keeping them was better on two (RTE seed 1: Err 0.0118 kept, 0.0193 left out;
-    # NtD seed 1: 0.0841, 0.0863), worse on one (NtD seed 2: 0.0852, 0.0840) (docs/method.md,
+    # gp): paid fields are training data unless the validation says otherwise. It was z > 0 while the
+    # studies' DeepONets were under-trained; with trained ones (2,000 iterations) a noise-level z
+    # (0.001, 0.85) left 31-48 paid fields out on two NtD cells at 250 solves, keeping them better on
+    # one (seed 1: Err 0.0841 kept, 0.0863 left out), worse on the other (seed 2: 0.0852, 0.0840); a
+    # large z can be wrong too (RTE seed 1, z 4.6: 0.0118 kept, 0.0193 left out) (docs/method.md,
     # "The study with trained DeepONets")
 
     @property
