@@ -312,6 +312,11 @@ def summary(rows: list[dict], budgets) -> dict:
 RESUMABLE_ACROSS = ("problems", "budgets", "seeds", "unbudgeted")  # settings a resumed study may differ in
 
 
+def _settings(cfg: dict) -> dict:
+    """A preset's settings as JSON stores them (tuples as lists): what rows.json is compared by."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
+
+
 def _same_jobs(a: dict, b: dict) -> bool:
     """Two presets' settings make the same jobs and audits (they may differ in which)."""
     strip = lambda s: {k: v for k, v in s.items() if k not in RESUMABLE_ACROSS}  # noqa: E731
@@ -360,7 +365,7 @@ def run(preset: str = "quick", *, progress=None, out=None, resume_from=None, wor
     folder adds to it). ``workers`` > 1 runs the cells in that many processes of one thread each
     (every cell is deterministic from its spec and seed), each saved as it finishes."""
     cfg = PRESETS[preset]
-    settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
+    settings = _settings(cfg)
     path = Path(out) / "rows.json" if out is not None else None
     folders = [Path(f) for f in (resume_from, out) if f is not None]
     earlier = _merged([r for f in folders for r in earlier_rows(f / "rows.json", settings).values()])
@@ -410,7 +415,7 @@ def saved_study(preset: str, folder) -> dict:
     """The study document of the rows saved in ``folder``/rows.json at ``preset`` (an interrupted
     run's, to report what finished; its markdown says how much is missing)."""
     cfg = PRESETS[preset]
-    settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
+    settings = _settings(cfg)
     saved = _merged(_saved_rows(Path(folder) / "rows.json", settings))
     rows = [saved[(name, seed)] for name in cfg["problems"] for seed in cfg["seeds"] if (name, seed) in saved]
     for r in rows:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 from pathlib import Path
 
@@ -89,29 +91,33 @@ def _single_threaded(task):
         return fn(*args)
 
 
-def in_processes(fn, tasks, workers: int):
-    """``fn(*args)`` for every ``args`` of ``tasks`` in ``workers`` spawned processes, results in
-    order (a study's problems are deterministic from their specs: the same rows as in one process)."""
+@contextlib.contextmanager
+def _spawned(workers: int):
+    """A pool of ``workers`` spawned processes; leaving it (a failure or an interrupt included)
+    cancels the queued tasks instead of running them unsaved."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
     try:
-        yield from pool.map(_single_threaded, [(fn, args) for args in tasks])
-    finally:  # a failure or an interrupt stops the queued tasks instead of running them unsaved
+        yield pool
+    finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def in_processes(fn, tasks, workers: int):
+    """``fn(*args)`` for every ``args`` of ``tasks`` in ``workers`` spawned processes, results in
+    order (a study's problems are deterministic from their specs: the same rows as in one process)."""
+    with _spawned(workers) as pool:
+        yield from pool.map(_single_threaded, [(fn, args) for args in tasks])
 
 
 def as_finished(fn, tasks, workers: int):
     """``(args, fn(*args))`` for every ``args`` of ``tasks`` in ``workers`` spawned processes, as
     each finishes (a study that saves every result at once loses none to an interruption)."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"))
-    try:
+    with _spawned(workers) as pool:
         futures = {pool.submit(_single_threaded, (fn, args)): args for args in tasks}
         for f in as_completed(futures):
             yield futures[f], f.result()
-    finally:  # a failure or an interrupt stops the queued tasks instead of running them unsaved
-        pool.shutdown(wait=True, cancel_futures=True)
