@@ -30,6 +30,19 @@ from lwl.q_samples import MetaTestSamples
 from lwl.spec import JobSpec
 
 COMMITTEE = 4  # DeepONets of the QbC pool rule (algorithm.pool "qbc"), as the Burgers study's QbC
+def explore_share(spec: JobSpec, others: int) -> float:
+    """Solves of the first selection round of the plan (:func:`lwl.design.budget.plan.plan_budget`)
+    each of ``others`` candidates besides Q's law gets (``algorithm.explore`` of the round split
+    among them; without ``explore`` an equal split with Q's law)."""
+    from lwl.design.budget.plan import plan_budget
+
+    if others == 0:
+        return 0.0
+    n = plan_budget(spec).rounds[0]
+    explore = getattr(spec.algorithm, "explore", None)
+    if explore is None:
+        return n / (others + 1)
+    return min(n, max(others, int(round(explore * n)))) / others
 
 
 class NoMoves:
@@ -55,7 +68,16 @@ class BudgetedOperatorDesign(BudgetedDesign):
         self.z = np.asarray(z, dtype=np.float64)
         self.output_weights = np.broadcast_to(np.asarray(output_weights, dtype=np.float64), (len(self.z),)).copy()
         self.factory = deeponet_factory(spec.model, q.dim, self.z.shape[1], spec.device, warm_start=False)
-        super().__init__(spec, q, family, candidates)
+        # algorithm.explore_min (8): with fewer solves each in the first selection round (a 250-solve
+        # budget gives six candidates 2-3 each) their scores are noise and the explore share is solves
+        # the committee does not choose (NtD at 250: Err 0.0865 exploring, 0.077 not; docs/method.md,
+        # "The study with trained DeepONets")
+        least = spec.algorithm.explore_min
+        self.unexplored = candidates if explore_share(spec, len(candidates)) < least else []
+        super().__init__(spec, q, family, [] if self.unexplored else candidates)
+        if self.unexplored:
+            self.selection_rule += (f"; no candidate besides Q's law explored: the budget's first selection round "
+                                    f"gives each of the {len(candidates)} fewer than explore_min = {least} solves")
         if spec.algorithm.pool == "qbc":
             self.pool_factor = spec.algorithm.pool_factor
             self.selection_rule += (f"; the served solves beyond those that score a law chosen by query by committee "

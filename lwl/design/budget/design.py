@@ -290,8 +290,8 @@ class BudgetedDesign(StepperDefaults):
         """Append m draws of candidate ``c`` (the incumbent's law when it is the incumbent) to
         ``xs``/``src``: all i.i.d. draws of its law (source c), or, where the algorithm has a pool
         rule (:attr:`pool_factor` > 0, e.g. the ama design's query by committee), the first ``iid``
-        of them i.i.d. and the rest the m - iid that :meth:`select_from_pool` picks from
-        ``pool_factor`` times as many draws (source POOLED: served, never used to score a law).
+        of them i.i.d. and the rest the m - iid that :meth:`select_from_pool` picks from a pool of
+        :meth:`pool_size` draws (source POOLED: served, never used to score a law).
         Used for the points that are served whatever the scores say: the incumbent's, and the
         default's during selection; the other candidates' stay i.i.d., as do Q's validation points."""
         measure = self.incumbent_measure(state) if c == state.incumbent else self.candidates[c][1]
@@ -300,9 +300,18 @@ class BudgetedDesign(StepperDefaults):
             xs.append(measure.sample(iid, key))
             src.append(np.full(iid, c))
         if m > iid:
-            pool = measure.sample(self.pool_factor * (m - iid), [*key, 1])  # a stream apart from the i.i.d. draws
+            pool = measure.sample(self.pool_size(state, m - iid), [*key, 1])  # a stream apart from the i.i.d. draws
             xs.append(pool[self.select_from_pool(state, pool, m - iid, key)])
             src.append(np.full(m - iid, POOLED))
+
+    def pool_size(self, state: BudgetedState, m: int) -> int:
+        """Draws of the pool that a round's m served points are chosen from: ``pool_factor`` times
+        the design labels left in the plan, this round's included (at least ``pool_factor`` m), as
+        the QbC baseline chooses its n solves from one pool of ``pool_factor`` n draws
+        (:func:`lwl.design.active.active_learning`); a pool of ``pool_factor`` m per round was less
+        selective than that and gained less (NtD at 250 solves: docs/method.md, "The study with
+        trained DeepONets")."""
+        return self.pool_factor * max(m, sum(self.plan.rounds[state.iteration - 1:]))
 
     def select_from_pool(self, state: BudgetedState, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
         """Indices of the m points of ``pool`` to label (an algorithm with a pool rule supplies it)."""

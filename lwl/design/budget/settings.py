@@ -32,6 +32,11 @@ Pool = Annotated[Literal["iid", "qbc"], Field(
                 "default) are chosen: qbc (query by committee: of pool_factor times as many draws, those where a "
                 "committee of DeepONets trained on the fields paid so far disagree most), or iid (independent draws "
                 "of the law)")]
+ExploreMin = Annotated[int, Field(
+    ge=1, le=1_000_000,
+    description="budgeted operator jobs: solves of the first selection round each candidate besides Q's law must "
+                "get for the design to explore the candidates at all; with fewer it spends the whole budget on Q's "
+                "law (its served solves chosen by the pool rule)")]
 PoolFactor = Annotated[int, Field(ge=2, le=100, description="budgeted operator jobs with pool qbc: draws per chosen one")]
 
 
@@ -44,5 +49,6 @@ class OperatorBudgetFields(BaseModel):
     validation_fraction: ValidationFraction = 0.25
     hedge: Hedge = 0.25
     explore: Explore = 0.25
+    explore_min: ExploreMin = 8
     pool: Pool = "qbc"
     pool_factor: PoolFactor = 4

@@ -37,6 +37,9 @@ def budgeted_ama(ama_spec) -> dict:
     s = copy.deepcopy(ama_spec)
     s["model"].update(iterations=20, branch=[32], trunk=[32], latent=16)
     s["budget"] = 150
+    # the selection machinery at a test's budget: a candidate is explored with a solve or more each
+    # (the default explore_min leaves a budget this small to Q's law alone; test_a_small_budget_...)
+    s["algorithm"]["explore_min"] = 1
     return s
 
 
@@ -129,6 +132,37 @@ def test_candidates_are_the_start_q_fit_and_each_member_fit_and_q_law_races(budg
     # Q's law is the mixture of its KLE members themselves
     law = stepper.candidates[-1].measure
     assert [type(c).__name__ for c in law.components] == ["KLEGaussian"] * 3
+
+
+def test_explore_share_is_the_first_selection_rounds_solves_per_candidate(budgeted_ama):
+    from lwl.design.budget.plan import plan_budget
+    from lwl.design.budgeted_operator import explore_share
+
+    spec = parse_job_spec(budgeted_ama)
+    n = plan_budget(spec).rounds[0]
+    assert explore_share(spec, 4) == max(4, round(0.25 * n)) / 4  # explore 0.25 of the round, split among four
+    assert explore_share(spec, 0) == 0.0
+    equal = parse_job_spec({**budgeted_ama, "algorithm": {**budgeted_ama["algorithm"], "explore": None}})
+    assert explore_share(equal, 4) == n / 5  # no default: an equal split with Q's law
+
+
+@pytest.mark.slow
+def test_a_small_budget_explores_nothing_and_spends_every_solve_on_q_law(budgeted_ama):
+    """At the default explore_min (8) a 150-solve job's first selection round gives each candidate
+    fewer than eight solves: no candidate but Q's law, its served fields chosen by the committee;
+    with explore_min 1 the same job explores the candidates."""
+    del budgeted_ama["algorithm"]["explore_min"]
+    oracle = solver(budgeted_ama)
+    stepper = BudgetedAMA.from_spec(parse_job_spec(budgeted_ama), oracle)
+    assert [c.name for c in stepper.candidates] == ["q_mixture"] and len(stepper.unexplored) >= 3
+    res = run_job(budgeted_ama, oracle=oracle, evaluate=False)
+    assert oracle.solves == res["labels_used"] == 150
+    assert set(res["labels_by_source"]) == {"validation", "pooled"}  # every design solve chosen by the committee
+    assert res["selected"]["candidate"] == "q_mixture" and "no candidate besides Q's law" in res["selected"]["rule"]
+    assert len(res["training_set"]["labels"]) == 150 and not res["left_out"]["labels"]
+    budgeted_ama["algorithm"]["explore_min"] = 1
+    explored = run_job(budgeted_ama, oracle=solver(budgeted_ama), evaluate=False)
+    assert {"initial", "q_fit"} <= set(explored["labels_by_source"])
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ def budgeted_particles(particle_spec) -> dict:
     for m in s["test_distributions"]["members"]:
         m["size"] = 30  # 8 validation samples, 22 held out, per member
     s["budget"] = 100
+    s["algorithm"]["explore_min"] = 1  # the selection machinery at a test's budget (as budgeted_ama's)
     return s
 
 

@@ -309,9 +309,13 @@ class CopiesFromPool(WithValidationCopies):
 
 
 def _farthest(design, measure, m, key):
+    """The pool rule's m points of round key[0]: from a pool of pool_factor (3) times the design
+    labels left in the plan, that round's included."""
     from lwl.streams import STREAM_BUDGET
 
-    pool = measure.sample(3 * m, [design.spec.seed, STREAM_BUDGET, *key, 1])
+    left = sum(design.plan.rounds[key[0] - 1:])
+    assert left >= m
+    pool = measure.sample(3 * left, [design.spec.seed, STREAM_BUDGET, *key, 1])
     return pool[np.argsort(-np.linalg.norm(pool, axis=1), kind="stable")[:m]]
 
 
