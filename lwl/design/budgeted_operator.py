@@ -11,9 +11,13 @@ the ledger, the rounds, selection, the race and the verdict are the budget layer
   output quadrature weights (the relative OOD error of SM eqn app_ntd_rel_ood_error).
 - **The served draws chosen from a pool** (``algorithm.pool`` ``qbc``: ama's default; particle_ama's is ``iid``): of the incumbent's
   solves, and of Q's law's share of the selection rounds, those not needed to score the law are the
-  ones of ``pool_factor`` times as many draws where a committee of COMMITTEE DeepONets trained on
-  every field paid so far disagrees most (query by committee; inputs cost nothing, only their
-  solves are paid; source ``pooled`` in the ledger).
+  ones of a pool of ``pool_factor`` draws per design solve left in the plan
+  (:meth:`~lwl.design.budget.design.BudgetedDesign.pool_size`) where a committee of COMMITTEE
+  DeepONets trained on every field paid so far disagrees most (query by committee; inputs cost
+  nothing, only their solves are paid; source ``pooled`` in the ledger).
+- **Exploring only where the budget can score a candidate** (``algorithm.explore_min``, 8): when the
+  first selection round gives each candidate besides Q's law fewer solves than that, the design
+  explores none of them (``unexplored``) and every design solve is Q's law's, chosen by the pool rule.
 - **The served training set**: the dropped candidates' solves are left out of it when the
   DeepONet validates better without them beyond noise (``leave_out_z`` LEAVE_OUT_Z, as for a gp).
 - **The served model**: the DeepONet trained on the whole training set (``final_model``), served by

@@ -434,6 +434,11 @@ def compute_seconds(rows: list[dict]) -> float:
                  + sum(r["unbudgeted"]["seconds"] for r in rows if r["unbudgeted"]))
 
 
+def _num(x) -> str:
+    """A number of a table cell ('–' where the row predates it)."""
+    return "–" if x is None else f"{x:.4g}"
+
+
 def _btw(counts: dict) -> str:
     return f"{counts['better']} / {counts['tie']} / {counts['worse']}"
 
@@ -447,7 +452,8 @@ def markdown(doc: dict) -> str:
     intro = ("Held-out relative L2 error (Q's members weighted, the oracle's output grid) of the DeepONet "
              "trained on the budgeted job's training set (ama; particle_ama for rte), against the same DeepONet trained on the same "
              f"number of solves of Q's law, of the initial law (ama's ν_θ⁰, particle AMA's initial particles){chosen} "
-             f"({draws} training draws each); better / tie / worse beyond noise (95%). Solves "
+             f"({draws} training draws each; the job's training set over as many network starts, its served "
+             f"DeepONet being the first: 'served Err'); better / tie / worse beyond noise (95%). Solves "
              f"counted by the solver itself. Compute time {doc['compute_seconds'] / 60:.1f} min (jobs, audits "
              "and unbudgeted runs).")
     st = doc["settings"]
@@ -463,16 +469,17 @@ def markdown(doc: dict) -> str:
     for B, s in doc["summary"].items():
         lines.append(f"| {B} | {s['runs']} | {'all' if s['within_budget'] else 'NO'} | "
                      + " | ".join(_btw(s[k]) if k in s else "–" for k in names) + " |")
-    header = ("| problem | seed | budget | solves | selected | Err | "
+    header = ("| problem | seed | budget | solves | selected | Err | served Err | "
               + " | ".join(f"{n} Err | vs {n}" for n in names.values()) + " | validation verdict | s |")
     lines += ["", header,
-              "|---|---:|---:|---:|---|---:|" + "---:|---|" * len(names) + "---|---:|"]
+              "|---|---:|---:|---:|---|---:|---:|" + "---:|---|" * len(names) + "---|---:|"]
     for r in doc["rows"]:
         for B, c in r["budgets"].items():
             comps = " | ".join(f"{c['comparisons'][k]['other_err']:.4g} | {c['comparisons'][k]['outcome']}"
                                if k in c["comparisons"] else "– | –" for k in names)
             lines.append(f"| {r['problem']} | {r['seed']} | {B} | {c['design_solves']} | {c['selected']} | "
-                         f"{c['err']:.4g} | {comps} | {c['validation_verdict']} | {c['seconds']:.0f} |")
+                         f"{c['err']:.4g} | {_num(c.get('served_err'))} | {comps} | {c['validation_verdict']} | "
+                         f"{c['seconds']:.0f} |")
     unb = [r for r in doc["rows"] if r["unbudgeted"]]
     if unb:
         lines += ["", ("The unbudgeted AMA job (the problem's AMA or particle AMA settings above), every solve counted by "
