@@ -17,7 +17,8 @@ the ledger, the rounds, selection, the race and the verdict are the budget layer
   nothing, only their solves are paid; source ``pooled`` in the ledger).
 - **Exploring only where the budget can score a candidate** (``algorithm.explore_min``, 8): when the
   first selection round gives each candidate besides Q's law fewer solves than that, the design
-  explores none of them (``unexplored``) and every design solve is Q's law's, chosen by the pool rule.
+  explores none of them (the budget layer's ``unexplored``) and every design solve is Q's law's,
+  chosen by the pool rule.
 - **The served training set**: the dropped candidates' solves are left out of it when the
   DeepONet validates better without them beyond noise (``leave_out_z`` LEAVE_OUT_Z, as for a gp).
 - **The served model**: the DeepONet trained on the whole training set (``final_model``), served by
@@ -34,19 +35,6 @@ from lwl.q_samples import MetaTestSamples
 from lwl.spec import JobSpec
 
 COMMITTEE = 4  # DeepONets of the QbC pool rule (algorithm.pool "qbc"), as the Burgers study's QbC
-def explore_share(spec: JobSpec, others: int) -> float:
-    """Solves of the first selection round of the plan (:func:`lwl.design.budget.plan.plan_budget`)
-    each of ``others`` candidates besides Q's law gets (``algorithm.explore`` of the round split
-    among them; without ``explore`` an equal split with Q's law)."""
-    from lwl.design.budget.plan import plan_budget
-
-    if others == 0:
-        return 0.0
-    n = plan_budget(spec).rounds[0]
-    explore = getattr(spec.algorithm, "explore", None)
-    if explore is None:
-        return n / (others + 1)
-    return min(n, max(others, int(round(explore * n)))) / others
 
 
 class NoMoves:
@@ -72,20 +60,11 @@ class BudgetedOperatorDesign(BudgetedDesign):
         self.z = np.asarray(z, dtype=np.float64)
         self.output_weights = np.broadcast_to(np.asarray(output_weights, dtype=np.float64), (len(self.z),)).copy()
         self.factory = deeponet_factory(spec.model, q.dim, self.z.shape[1], spec.device, warm_start=False)
-        # algorithm.explore_min (8): with fewer solves each in the first selection round (a 250-solve
-        # budget gives six candidates 2-3 each) their scores are noise and the explore share is solves
-        # the committee does not choose (NtD at 250: Err 0.0865 exploring, 0.077 not; docs/method.md,
-        # "The study with trained DeepONets")
-        least = spec.algorithm.explore_min
-        self.unexplored = candidates if explore_share(spec, len(candidates)) < least else []
-        super().__init__(spec, q, family, [] if self.unexplored else candidates)
-        if self.unexplored:
-            self.selection_rule += (f"; no candidate besides Q's law explored: the budget's first selection round "
-                                    f"gives each of the {len(candidates)} fewer than explore_min = {least} solves")
+        super().__init__(spec, q, family, candidates)
         if spec.algorithm.pool == "qbc":
             self.pool_factor = spec.algorithm.pool_factor
             self.selection_rule += (f"; the served solves beyond those that score a law chosen by query by committee "
-                                    f"from {self.pool_factor} times as many draws")
+                                    f"from {self.pool_factor} draws per design solve left")
 
     def initial_law(self) -> Measure:
         """The unbudgeted algorithm's starting distribution (a comparator of the verdict at equal

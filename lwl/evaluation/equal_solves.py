@@ -2,8 +2,9 @@
 of the job's operator model (its DeepONet, trained as the job trains it) on the job's training set,
 against the same model trained on the same number of solves drawn from Q's law and from the
 initial distribution (AMA's nu_theta0, particle AMA's initial particles), each over ``draws`` training draws
-(a comparator's draw r: its inputs and its network's initialisation, seed + r; the job's training set's draw r:
-the same initialisation, draw 0 being the served model's, ``served_err``); better / tie / worse beyond
+(draw r of Q's law and of the initial law: its inputs and its network's initialisation, seed + r; the job's
+training set's draw r: the same initialisation, draw 0 being the served model's, ``served_err``; a
+``trainers`` comparator seeds its own draws); better / tie / worse beyond
 noise (:func:`lwl.evaluation.comparison.compare`, the interval over training draws and held-out
 points).
 

@@ -166,7 +166,7 @@ def problem_spec(name: str, cfg: dict, seed: int) -> dict:
     spec["seed"] = seed
     spec["model"].update(cfg["model"])
     spec["algorithm"]["explore"] = cfg["explore"]
-    if "explore_min" in cfg:  # (the examples preset's rows were made before the field existed)
+    if "explore_min" in cfg:  # the examples preset names none: its jobs get the spec's default
         spec["algorithm"]["explore_min"] = cfg["explore_min"]
     tests = spec["test_distributions"]
     for m in tests["members"]:
