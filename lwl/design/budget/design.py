@@ -11,8 +11,10 @@ when the served model validates better without them). The rounds, in order:
    (:mod:`lwl.design.budget.plan`). They score the candidates (two-fold: train on one half plus
    the candidate's points, score on the other half) and are training data of the returned set.
    Q's samples' *inputs* cost nothing.
-2. **Selection rounds** (successive halving). The candidates are cheap distributions fixed in
-   advance, supplied by the algorithm, and Q's own mixture, which every budgeted design adds. A
+2. **Selection rounds** (successive halving; where the first of them would give a candidate
+   fewer than ``algorithm.explore_min`` labels, an operator design's field, none but Q's mixture
+   runs, and one round of it settles selection: :meth:`BudgetedDesign._explores`). The
+   candidates are cheap distributions fixed in advance, supplied by the algorithm, and Q's own mixture, which every budgeted design adds. A
    round splits its labels equally among the live candidates; after it, each candidate is scored
    by two-fold validation of the job's model trained on half of the validation points plus *all*
    of the candidate's points so far, and the better half lives on. With ``algorithm.explore``
@@ -282,11 +284,13 @@ class BudgetedDesign(StepperDefaults):
             counts = self._selection_counts(alive, n)
             q = self._q_mixture_index() if self.explore is not None else None
             scored = max((m for c, m in zip(alive, counts) if c != q), default=0)
+            lone = alive == [self._q_mixture_index()]  # unexplored (explore_min): every draw the pool rule's
             for c, m in zip(alive, counts):
                 if m:
                     # the default's share is served whatever selection decides: beyond the i.i.d.
                     # points that score it at equal numbers with the others, a pool rule's choice
-                    self._served(state, c, m, scored if c == q else m, [seed, STREAM_BUDGET, r, c], xs, src)
+                    iid = 0 if lone else scored if c == q else m
+                    self._served(state, c, m, iid, [seed, STREAM_BUDGET, r, c], xs, src)
         else:
             m_chal = n // 4 if state.has_challenger else 0
             rival = state.rival
@@ -347,13 +351,16 @@ class BudgetedDesign(StepperDefaults):
     def _default_rule(self) -> str:
         """The words :attr:`selection_rule` gets when Q's mixture is the default (``explore``)."""
         explore = self.explore
-        return "" if explore is None else (
+        return "" if explore is None or self.unexplored else (
             f"; Q's mixture the default (it takes {1 - explore:.0%} of each selection round, the others are halved "
             f"among themselves, and the last of them replaces it only when better beyond noise)")
 
-    def _unexplored_rule(self) -> str:
-        """The words :attr:`selection_rule` gets when no candidate besides Q's mixture runs."""
-        if not self.unexplored:
+    def _unexplored_rule(self, state: BudgetedState) -> str:
+        """The words :attr:`selection_rule` gets when no candidate besides Q's mixture ran (a job
+        started before ``explore_min`` existed resumes exploring: its ledger says so)."""
+        q = self._q_mixture_index()
+        others = [c for c in range(len(self.candidates)) if c != q]
+        if not self.unexplored or state.alive != [q] or np.isin(state.points.source, others).any():
             return ""
         return (f"; no candidate besides Q's mixture explored ({', '.join(self.unexplored)}): the first selection "
                 f"round would give each fewer than explore_min = {self.algo.explore_min} labels")
@@ -472,7 +479,7 @@ class BudgetedDesign(StepperDefaults):
                 "plan": self.plan.to_json(), "labels_by_source": counts,
                 "model": self.model_document(state) if state.phase is Phase.DONE and len(y_served) >= 2 else None,
                 "selected": {"candidate": name, "lengthscale": float(state.lengthscale) if self.tunes_lengthscale else None,
-                             "rule": self.selection_rule + self._default_rule() + self._unexplored_rule(),
+                             "rule": self.selection_rule + self._default_rule() + self._unexplored_rule(state),
                              "scores": dict(state.scores)},
                 "training_set": {"inputs": X.tolist(), "labels": y_served.tolist()},
                 "left_out": {"check": check, "inputs": state.points.X[out_rows].tolist(),
@@ -623,7 +630,8 @@ class BudgetedDesign(StepperDefaults):
 
     def _select(self, new: BudgetedState, record: dict) -> BudgetedState:
         """Score the live candidates on everything they were given; keep the better half (the
-        last one left is the incumbent). With ``algorithm.explore``, Q's mixture is the default:
+        last one left is the incumbent; Q's mixture alone, where nothing is explored, is scored on
+        its pooled points too and becomes it). With ``algorithm.explore``, Q's mixture is the default:
         it is scored on as many of its points as the others have, never dropped, and the others
         are halved among themselves; the last of them left becomes the incumbent only when it
         validates better than Q's mixture at equal numbers of points by ACCEPT_Z standard errors
@@ -640,8 +648,8 @@ class BudgetedDesign(StepperDefaults):
             given = new.points.of(c)
             if default and c == q:  # at equal numbers: Q's mixture's extra points would favour it
                 given = given[:max(len(new.points.of(o)) for o in others)]
-            elif alive == [q]:  # Q's mixture alone (unexplored): scored on every design point it was given, pooled too
-                given = np.flatnonzero(new.points.source != VALIDATION)
+            elif alive == [q]:  # Q's mixture alone (unexplored): scored on its own points and the pooled ones
+                given = np.flatnonzero(np.isin(new.points.source, [q, POOLED]))
             scores[name], ells[name] = self.two_fold(new, given, self.lengthscale_grid())
         ranked = sorted(others, key=lambda c: (scores[self.candidates[c][0]], c))
         keep = ranked[:max(1, math.ceil(len(others) / 2))]

@@ -149,6 +149,20 @@ def test_candidates_are_explored_when_the_first_round_gives_each_explore_min_sol
     assert stepper.init().alive == (everyone if explores else [q])
 
 
+@pytest.mark.parametrize("explore", [0.25, None])
+def test_unexplored_every_design_draw_of_the_first_round_is_the_committees(budgeted_ama, explore):
+    from lwl.design.budget.ledger import POOLED
+
+    budgeted_ama["algorithm"].update(explore_min=16, explore=explore)  # above either split of the first round
+    oracle = solver(budgeted_ama)
+    stepper = BudgetedAMA.from_spec(parse_job_spec(budgeted_ama), oracle)
+    assert stepper.unexplored
+    state = stepper.init()
+    state = stepper.step(state, oracle.label(stepper.queries(state)))  # Q's validation fields
+    x, source = stepper._draws(state)
+    assert len(x) == stepper.plan.rounds[0] and (source == POOLED).all()
+
+
 @pytest.mark.slow
 def test_a_small_budget_explores_nothing_and_spends_every_solve_on_q_law(budgeted_ama):
     """At the default explore_min (8) a 150-solve job's first selection round gives each candidate

@@ -314,6 +314,7 @@ def _farthest(design, measure, m, key):
     from lwl.streams import STREAM_BUDGET
 
     left = sum(design.plan.rounds[key[0] - 1:])
+    assert left >= m  # pool_size's max(m, left) is left here
     pool = measure.sample(3 * left, [design.spec.seed, STREAM_BUDGET, *key, 1])
     return pool[np.argsort(-np.linalg.norm(pool, axis=1), kind="stable")[:m]]
 
