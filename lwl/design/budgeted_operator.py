@@ -11,8 +11,8 @@ the ledger, the rounds, selection, the race and the verdict are the budget layer
   output quadrature weights (the relative OOD error of SM eqn app_ntd_rel_ood_error).
 - **The served draws chosen from a pool** (``algorithm.pool`` ``qbc``: ama's default; particle_ama's is ``iid``): of the incumbent's
   solves, and of Q's law's share of the selection rounds, those not needed to score the law are the
-  ones of a pool of ``pool_factor`` draws per design solve left in the plan
-  (:meth:`~lwl.design.budget.design.BudgetedDesign.pool_size`) where a committee of COMMITTEE
+  ones of the job's one pool of ``pool_factor`` draws per design solve, chosen without replacement
+  over the rounds (:meth:`~lwl.design.budget.design.BudgetedDesign.pool`), where a committee of COMMITTEE
   DeepONets trained on every field paid so far disagrees most (query by committee; inputs cost
   nothing, only their solves are paid; source ``pooled`` in the ledger).
 - **Exploring only where the budget can score a candidate** (``algorithm.explore_min``, 8): when the
@@ -64,7 +64,7 @@ class BudgetedOperatorDesign(BudgetedDesign):
         if spec.algorithm.pool == "qbc":
             self.pool_factor = spec.algorithm.pool_factor
             self.selection_rule += (f"; the served solves beyond those that score a law chosen by query by committee "
-                                    f"from {self.pool_factor} draws per design solve left")
+                                    f"from one pool of {self.pool_factor} draws per design solve, without replacement over the rounds")
 
     def initial_law(self) -> Measure:
         """The unbudgeted algorithm's starting distribution (a comparator of the verdict at equal

@@ -137,17 +137,21 @@ PROBLEMS = {"darcy": lambda: copy.deepcopy(DARCY), "ntd": ntd, "burgers": burger
 # comparator (with three, the draw term's 2 degrees of freedom take a t quantile of 4.3: a Darcy cell
 # at 250 solves read 0.055 against the initial law's 1.14 as a tie)
 TRAINED = {"iterations": 2000}
+# how the committee's pool is drawn, named in the presets' settings so that a study's rows made
+# with the earlier fresh pool per round (docs/results/operator-budget-quick-freshpool) are never
+# reused beside rows of the one pool per job (BudgetedDesign.pool; docs/method.md "One pool")
+POOL_DRAW = "one pool per job"
 
 PRESETS = {
     # the three operator problems and rte at 250, 1,000 and 4,000 solves, three seeds (many hours on
     # 2 cores; resumes from the quick preset's rows: --merge docs/results/operator-budget-quick)
     "full": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000, 4000), seeds=(0, 1, 2), heldout=500,
                  unbudgeted=True, draws=5, active=("qbc", "coreset"), pool_factor=4, model=TRAINED,
-                 explore=0.25, explore_min=8),
+                 explore=0.25, explore_min=8, pool_draw=POOL_DRAW),
     # the four problems at 250 and 1,000 solves, three seeds; 500 held-out fields per member of Q
     "quick": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000), seeds=(0, 1, 2), heldout=500,
                   unbudgeted=True, draws=5, active=("qbc", "coreset"), pool_factor=4, model=TRAINED,
-                  explore=0.25, explore_min=8),
+                  explore=0.25, explore_min=8, pool_draw=POOL_DRAW),
     # the quick preset at the examples' own DeepONet iterations (300 Darcy, 500 the others) and three
     # draws: docs/results/operator-budget-examples, where the model saturates (above)
     "examples": dict(problems=("darcy", "ntd", "burgers", "rte"), budgets=(250, 1000), seeds=(0, 1, 2),

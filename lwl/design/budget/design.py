@@ -40,7 +40,7 @@ join the pool after the validation round (source INITIAL).
 distributions, the model a score trains (:meth:`~BudgetedDesign.scorer`), the model it serves
 (:meth:`~BudgetedDesign.final_model`), and optionally a move (:meth:`~BudgetedDesign.propose`),
 a lengthscale grid and a pool rule (:meth:`~BudgetedDesign.select_from_pool`: the served draws,
-the incumbent's and the default's, chosen from a pool of their law's draws, :meth:`~BudgetedDesign.pool_size`).
+the incumbent's and the default's, chosen from one pool of their law's draws, :meth:`~BudgetedDesign.pool`).
 The plan, the ledger, the rounds, selection, the race, the refinement and the validation verdict
 are here. The bilevel design's is :mod:`lwl.design.budgeted`.
 
@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -111,8 +112,8 @@ class BudgetedDesign(StepperDefaults):
     # and squared norm are sums over its values with these quadrature weights; None: one label per input
     output_weights: np.ndarray | None = None
     leave_out_z = LEAVE_OUT_Z  # standard errors by which the left-out check must favour leaving points out
-    # the served draws (_served) chosen by select_from_pool from a pool of this many draws per design
-    # label left in the plan (pool_size; 0: i.i.d.)
+    # the served draws (_served) chosen by select_from_pool from one pool of this many draws per design
+    # label of the plan (pool; 0: i.i.d.)
     pool_factor = 0
     selection_rule = "successive halving on two-fold validation, with Q's mixture racing the selected candidate"
 
@@ -324,19 +325,28 @@ class BudgetedDesign(StepperDefaults):
             xs.append(measure.sample(iid, key))
             src.append(np.full(iid, c))
         if m > iid:
-            pool = measure.sample(self.pool_size(state, m - iid), [*key, 1])  # a stream apart from the i.i.d. draws
+            pool = self.pool(state, c, measure)
             xs.append(pool[self.select_from_pool(state, pool, m - iid, key)])
             src.append(np.full(m - iid, POOLED))
 
-    def pool_size(self, state: BudgetedState, m: int) -> int:
-        """Draws of the pool that a round's m served points are chosen from: ``pool_factor`` times
-        the design labels left in the plan, this round's included (at least ``pool_factor`` m), as
-        the QbC baseline chooses its n solves from one pool of ``pool_factor`` n draws
-        (:func:`lwl.design.active.active_learning`), in total; a round picks from it more selectively
-        than the baseline's first rounds (64 of 3,400 draws at 1,000 solves, where the baseline picks
-        250 of 4,000). A pool of ``pool_factor`` m per round gained less (NtD at 250 solves, the only
-        budget measured: docs/method.md, "Committee first")."""
-        return self.pool_factor * max(m, sum(self.plan.rounds[state.iteration - 1:]))
+    def pool_size(self) -> int:
+        """Draws of a law's pool: ``pool_factor`` per design label of the plan, as the QbC
+        baseline chooses its n solves from one pool of ``pool_factor`` n draws
+        (:func:`lwl.design.active.active_learning`)."""
+        return self.pool_factor * sum(self.plan.rounds)
+
+    def pool(self, state: BudgetedState, c: int, measure: Measure) -> np.ndarray:
+        """The draws of law ``c`` that a round's pooled points are chosen from: one pool of
+        :meth:`pool_size` draws for the whole job (the stream of round 0, which no design round
+        draws from), less the pooled points already labelled, so the rounds choose without replacement as
+        the QbC baseline does. A fresh pool of ``pool_factor`` times the labels left at every round
+        picked the first rounds' 64 of 3,360 draws, too few and too alike: Burgers at 1,000 solves
+        ended 3-3.5% behind Q's law's i.i.d. draws (seeds 0, 1: Err 0.302, 0.298); with one pool
+        0.289, 0.287, a tie, and NtD at 250 held (0.0741, 0.0704 against 0.0746, 0.0705)
+        (docs/method.md, "One pool"). The designs with a pool rule do not move their laws (a moved
+        incumbent would keep its candidate's pool)."""
+        pool = measure.sample(self.pool_size(), [self.spec.seed, STREAM_BUDGET, 0, c, 1])
+        return pool[_not_taken(pool, state.points.X[state.points.source == POOLED])]
 
     def select_from_pool(self, state: BudgetedState, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
         """Indices of the m points of ``pool`` to label (an algorithm with a pool rule supplies it)."""
@@ -854,6 +864,19 @@ class BudgetedDesign(StepperDefaults):
         if moved is None:
             return new
         return new.replace(challenger=float_params(moved), has_challenger=True)
+
+
+def _not_taken(pool: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """Mask of the rows of ``pool`` left when each row of ``taken`` removes one equal row (a
+    multiset difference: a discrete law's pool repeats its atoms, and one label takes one draw)."""
+    count = Counter(row.tobytes() for row in np.ascontiguousarray(taken, dtype=pool.dtype))
+    keep = np.ones(len(pool), dtype=bool)
+    for i, row in enumerate(pool):
+        b = row.tobytes()
+        if count[b]:
+            count[b] -= 1
+            keep[i] = False
+    return keep
 
 
 def _equal_split(n: int, k: int) -> list[int]:

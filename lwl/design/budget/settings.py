@@ -29,7 +29,7 @@ Explore = Annotated[float | None, Field(
                 "equal share and Q's mixture is halved like the others; see docs/method.md)")]
 Pool = Annotated[Literal["iid", "qbc"], Field(
     description="budgeted operator jobs: how the served draws (the incumbent's, and Q's law's share while it is the "
-                "default) are chosen: qbc (query by committee: of a pool of pool_factor draws per design solve left, those where a "
+                "default) are chosen: qbc (query by committee: of one pool of pool_factor draws per design solve, those not yet chosen where a "
                 "committee of DeepONets trained on the fields paid so far disagree most), or iid (independent draws "
                 "of the law)")]
 ExploreMin = Annotated[int, Field(
@@ -37,8 +37,9 @@ ExploreMin = Annotated[int, Field(
     description="budgeted operator jobs: solves of the first selection round each candidate besides Q's law must "
                 "get for the design to explore the candidates at all; with fewer every design solve is Q's law's "
                 "(chosen by the pool rule)")]
-PoolFactor = Annotated[int, Field(ge=2, le=100, description="budgeted operator jobs with pool qbc: draws of each round's "
-                                                            "pool per design solve left in the plan")]
+PoolFactor = Annotated[int, Field(ge=2, le=100, description="budgeted operator jobs with pool qbc: draws of the job's "
+                                                            "pool per design solve of the plan (one pool for the job, "
+                                                            "chosen from without replacement over the rounds)")]
 
 
 class OperatorBudgetFields(BaseModel):

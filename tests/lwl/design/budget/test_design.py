@@ -308,14 +308,23 @@ class CopiesFromPool(WithValidationCopies):
     calls = 0
 
 
-def _farthest(design, measure, m, key):
-    """The pool rule's m points of round key[0]: from a pool of pool_factor (3) times the design
-    labels left in the plan, that round's included."""
+def _farthest(design, state, c, r, m):
+    """The pool rule's m points of round r from law c: of the job's one pool of law c
+    (pool_factor (3) draws per design label of the plan), less those pooled before round r."""
     from lwl.streams import STREAM_BUDGET
 
-    left = sum(design.plan.rounds[key[0] - 1:])
-    assert left >= m  # pool_size's max(m, left) is left here
-    pool = measure.sample(3 * left, [design.spec.seed, STREAM_BUDGET, *key, 1])
+    measure = design.incumbent_measure(state) if c == state.incumbent else design.candidates[c].measure
+    pool = measure.sample(3 * sum(design.plan.rounds), [design.spec.seed, STREAM_BUDGET, 0, c, 1])
+    from lwl.design.budget.ledger import POOLED
+
+    P = state.points
+    taken = [row.tobytes() for row in P.X[(P.round_of < r) & (P.source == POOLED)]]
+    keep = []
+    for row in pool:  # each pooled label of an earlier round takes one draw of the pool
+        keep.append(row.tobytes() not in taken)
+        if not keep[-1]:
+            taken.remove(row.tobytes())
+    pool = pool[keep]
     return pool[np.argsort(-np.linalg.norm(pool, axis=1), kind="stable")[:m]]
 
 
@@ -325,7 +334,7 @@ def _check_pooled_rounds(design, state):
     from lwl.design.budget.ledger import POOLED
     from lwl.streams import STREAM_BUDGET
 
-    q, P, seed, K = design._q_mixture_index(), state.points, design.spec.seed, len(design.candidates)
+    q, P, seed = design._q_mixture_index(), state.points, design.spec.seed
     selection = len(_selection_rounds(state))
     pooled_rounds = 0
     for r in range(1, design.plan.total_rounds):
@@ -340,13 +349,12 @@ def _check_pooled_rounds(design, state):
                                               design.candidates[c].measure.sample(int((src == c).sum()),
                                                                                   [seed, STREAM_BUDGET, r, c]))
             np.testing.assert_array_equal(P.X[rows & (P.source == POOLED)],
-                                          _farthest(design, design.candidates[q].measure, int((src == POOLED).sum()), [r, q]))
+                                          _farthest(design, state, q, r, int((src == POOLED).sum())))
         else:  # the incumbent's: i.i.d. as many as the rival's share (the race), the rest from the pool
-            inc = design.incumbent_measure(state)
             rival = int((src == design._q_mixture_index()).sum()) if state.incumbent != q else 0
             assert int((src == state.incumbent).sum()) == rival
             np.testing.assert_array_equal(P.X[rows & (P.source == POOLED)],
-                                          _farthest(design, inc, int((src == POOLED).sum()), [r, K]))
+                                          _farthest(design, state, state.incumbent, r, int((src == POOLED).sum())))
         pooled_rounds += int((src == POOLED).any())
     return pooled_rounds
 
