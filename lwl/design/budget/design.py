@@ -133,6 +133,7 @@ class BudgetedDesign(StepperDefaults):
         self._cache: tuple = (None, None)
         self._val_cache: tuple = (None, None)
         self._served_cache: tuple = (None, None)
+        self._pools: dict[int, np.ndarray] = {}  # each law's pool for the job (pool), drawn once
         # initial data (the lab's labelled points): joins the pool after the validation round
         if spec.initial_data is not None:
             self.X0, self.y0 = spec.initial_data.arrays()
@@ -343,10 +344,16 @@ class BudgetedDesign(StepperDefaults):
         picked the first rounds' 64 of 3,360 draws, too few and too alike: Burgers at 1,000 solves
         ended 3-3.5% behind Q's law's i.i.d. draws (seeds 0, 1: Err 0.302, 0.298); with one pool
         0.289, 0.287, a tie, and NtD at 250 held (0.0741, 0.0704 against 0.0746, 0.0705)
-        (docs/method.md, "One pool"). The designs with a pool rule do not move their laws (a moved
-        incumbent would keep its candidate's pool)."""
-        pool = measure.sample(self.pool_size(), [self.spec.seed, STREAM_BUDGET, 0, c, 1])
-        return pool[_not_taken(pool, state.points.X[state.points.source == POOLED])]
+        (docs/method.md, "One pool"). A failed solve takes its draw too (the committee, trained on
+        the fields that came back, would pick it again). The ledger does not say which law a pooled
+        point was drawn from, so a law's pool loses every pooled point equal to one of its draws: laws
+        with common atoms would take each other's (the laws of today's pool rules are continuous)."""
+        if c < 0:  # a moved incumbent (source MOVED): no design with a pool rule moves its law yet
+            raise ValueError(f"{type(self).__name__}: a pool rule needs a candidate's law, not source {c}")
+        if c not in self._pools:
+            self._pools[c] = measure.sample(self.pool_size(), [self.spec.seed, STREAM_BUDGET, 0, c, 1])
+        pool, P = self._pools[c], state.points
+        return pool[_not_taken(pool, np.concatenate([P.X[P.source == POOLED], P.failed_X]))]
 
     def select_from_pool(self, state: BudgetedState, pool: np.ndarray, m: int, key: list[int]) -> np.ndarray:
         """Indices of the m points of ``pool`` to label (an algorithm with a pool rule supplies it)."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lwl.design.budget import BudgetedDesign, Candidate
-from lwl.design.budget.ledger import VALIDATION
+from lwl.design.budget.ledger import POOLED, VALIDATION
 from lwl.design.budget.state import Phase
 from lwl.measures import Empirical, Gaussian, UniformBox
 from lwl.models import KernelRidge
@@ -315,8 +315,6 @@ def _farthest(design, state, c, r, m):
 
     measure = design.incumbent_measure(state) if c == state.incumbent else design.candidates[c].measure
     pool = measure.sample(3 * sum(design.plan.rounds), [design.spec.seed, STREAM_BUDGET, 0, c, 1])
-    from lwl.design.budget.ledger import POOLED
-
     P = state.points
     taken = [row.tobytes() for row in P.X[(P.round_of < r) & (P.source == POOLED)]]
     keep = []
@@ -331,7 +329,6 @@ def _farthest(design, state, c, r, m):
 def _check_pooled_rounds(design, state):
     """Every design round's points: the laws' i.i.d. draws where they score a law, the pool rule's
     choice (source POOLED) for the rest of the served draws."""
-    from lwl.design.budget.ledger import POOLED
     from lwl.streams import STREAM_BUDGET
 
     q, P, seed = design._q_mixture_index(), state.points, design.spec.seed
@@ -368,6 +365,33 @@ def test_a_pool_rule_chooses_the_served_draws_and_laws_are_scored_on_their_iid_d
     pooled_rounds = _check_pooled_rounds(design, state)
     assert design.calls == pooled_rounds  # once a round: the draws are cached, then fixed in the state
     assert len(design.training_set(state)[1]) == 400  # pooled points are served
+    pooled = state.points.X[state.points.source == POOLED]
+    assert len(np.unique(pooled, axis=0)) == len(pooled)  # one pool, chosen from without replacement
+
+
+def test_the_pool_loses_the_draws_it_labelled_failed_ones_too(toy):
+    """The job's one pool of a law (pool_factor draws per design label of the plan) less every
+    pooled point labelled so far, and less the failed ones (paid, never data: the committee would
+    pick them again)."""
+    from dataclasses import replace
+
+    from lwl.streams import STREAM_BUDGET
+
+    design = _explore(toy[0], FarthestFromPool)
+    oracle = CountingOracle(toy[0].spec.oracle.build())
+    state = design.init()
+    for _ in range(2):
+        state = design.step(state, oracle.label(design.queries(state)))
+    q, measure = design._q_mixture_index(), design.candidates[design._q_mixture_index()].measure
+    full = measure.sample(3 * sum(design.plan.rounds), [design.spec.seed, STREAM_BUDGET, 0, q, 1])
+    pooled = state.points.X[state.points.source == POOLED]
+    left = design.pool(state, q, measure)
+    assert len(pooled) > 0 and len(left) == len(full) - len(pooled)
+    assert not ({r.tobytes() for r in left} & {r.tobytes() for r in pooled})
+    failed = replace(state.points, failed_X=np.concatenate([state.points.failed_X, left[:3]]))
+    np.testing.assert_array_equal(design.pool(state.replace(points=failed), q, measure), left[3:])
+    with pytest.raises(ValueError, match="pool rule"):
+        design.pool(state, -3, measure)  # a moved incumbent has no pool
 
 
 def test_with_a_rival_the_incumbent_keeps_iid_points_for_the_race(toy):
