@@ -284,9 +284,10 @@ class BudgetedDesign(StepperDefaults):
         if state.incumbent is None:  # selection: the round split among the live candidates (_selection_counts)
             alive = state.alive
             counts = self._selection_counts(alive, n)
-            q = self._q_mixture_index() if self.explore is not None else None
+            q_mix = self._q_mixture_index()
+            q = q_mix if self.explore is not None else None
             scored = max((m for c, m in zip(alive, counts) if c != q), default=0)
-            lone = alive == [self._q_mixture_index()]  # unexplored (explore_min): every draw the pool rule's
+            lone = alive == [q_mix]  # unexplored (explore_min): every draw the pool rule's
             for c, m in zip(alive, counts):
                 if m:
                     # the default's share is served whatever selection decides: beyond the i.i.d.
@@ -326,7 +327,7 @@ class BudgetedDesign(StepperDefaults):
             xs.append(measure.sample(iid, key))
             src.append(np.full(iid, c))
         if m > iid:
-            pool = self.pool(state, c, measure)
+            pool = self.pool(state, c)
             xs.append(pool[self.select_from_pool(state, pool, m - iid, key)])
             src.append(np.full(m - iid, POOLED))
 
@@ -336,7 +337,7 @@ class BudgetedDesign(StepperDefaults):
         (:func:`lwl.design.active.active_learning`)."""
         return self.pool_factor * sum(self.plan.rounds)
 
-    def pool(self, state: BudgetedState, c: int, measure: Measure) -> np.ndarray:
+    def pool(self, state: BudgetedState, c: int) -> np.ndarray:
         """The draws of law ``c`` that a round's pooled points are chosen from: one pool of
         :meth:`pool_size` draws for the whole job (the stream of round 0, which no design round
         draws from), less the pooled points already labelled, so the rounds choose without replacement as
@@ -351,7 +352,8 @@ class BudgetedDesign(StepperDefaults):
         if c < 0:  # a moved incumbent (source MOVED): no design with a pool rule moves its law yet
             raise ValueError(f"{type(self).__name__}: a pool rule needs a candidate's law, not source {c}")
         if c not in self._pools:
-            self._pools[c] = measure.sample(self.pool_size(), [self.spec.seed, STREAM_BUDGET, 0, c, 1])
+            law = self.candidates[c].measure
+            self._pools[c] = law.sample(self.pool_size(), [self.spec.seed, STREAM_BUDGET, 0, c, 1])
         pool, P = self._pools[c], state.points
         return pool[_not_taken(pool, np.concatenate([P.X[P.source == POOLED], P.failed_X]))]
 

@@ -382,16 +382,16 @@ def test_the_pool_loses_the_draws_it_labelled_failed_ones_too(toy):
     state = design.init()
     for _ in range(2):
         state = design.step(state, oracle.label(design.queries(state)))
-    q, measure = design._q_mixture_index(), design.candidates[design._q_mixture_index()].measure
-    full = measure.sample(3 * sum(design.plan.rounds), [design.spec.seed, STREAM_BUDGET, 0, q, 1])
+    q = design._q_mixture_index()
+    full = design.candidates[q].measure.sample(3 * sum(design.plan.rounds), [design.spec.seed, STREAM_BUDGET, 0, q, 1])
     pooled = state.points.X[state.points.source == POOLED]
-    left = design.pool(state, q, measure)
+    left = design.pool(state, q)
     assert len(pooled) > 0 and len(left) == len(full) - len(pooled)
     assert not ({r.tobytes() for r in left} & {r.tobytes() for r in pooled})
     failed = replace(state.points, failed_X=np.concatenate([state.points.failed_X, left[:3]]))
-    np.testing.assert_array_equal(design.pool(state.replace(points=failed), q, measure), left[3:])
+    np.testing.assert_array_equal(design.pool(state.replace(points=failed), q), left[3:])
     with pytest.raises(ValueError, match="pool rule"):
-        design.pool(state, -3, measure)  # a moved incumbent has no pool
+        design.pool(state, -3)  # a moved incumbent has no pool
 
 
 def test_with_a_rival_the_incumbent_keeps_iid_points_for_the_race(toy):
