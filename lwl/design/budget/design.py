@@ -128,7 +128,7 @@ class BudgetedDesign(StepperDefaults):
         # the candidates selection does not run (explore_min): the list stays whole, so a ledger's
         # and a checkpoint's candidate indices mean the same whatever the budget
         self.unexplored = [] if self._explores() else [c.name for c in self.candidates if c.name != Q_MIXTURE]
-        self._val_x = np.concatenate(self.qv.validation)
+        self._val_x = self.validation_points()
         self._member_all = np.repeat(np.arange(len(q.members)), self.plan.per_member)
         self._cache: tuple = (None, None)
         self._val_cache: tuple = (None, None)
@@ -207,6 +207,29 @@ class BudgetedDesign(StepperDefaults):
         """The served model's document (``result["model"]``), without its training set."""
         return self.final_model(state).to_spec(training_set=False)
 
+    # -- what a point is, where one point costs several oracle solves (plan.solves_per_label) --
+    @property
+    def point_dim(self) -> int:
+        """Values of one point's row in the ledger (Q's dimension unless a point is more than an input)."""
+        return self.q.dim
+
+    def validation_points(self) -> np.ndarray:
+        """The validation round's points, ``plan.per_member`` of each member in member order: the
+        first of Q's validation samples."""
+        return np.concatenate(self.qv.validation)
+
+    def solve_rows(self, points: np.ndarray) -> np.ndarray:
+        """The oracle's rows for ``points`` (``plan.solves_per_label`` rows each, in point order)."""
+        return points
+
+    def point_labels(self, labels: np.ndarray, points: np.ndarray) -> np.ndarray:
+        """The labels of :meth:`solve_rows`'s rows folded back into one row per point."""
+        return labels
+
+    def fold_sq_errors(self, model, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Squared error of ``model`` at each point (X, y) of a scored fold (:meth:`two_fold`)."""
+        return self._sq(np.asarray(model.predict(X)).reshape(y.shape) - y)
+
     # -- squared errors and norms of a row of labels ------------------------------------------
     def _sq(self, residual: np.ndarray) -> np.ndarray:
         """Squared error of each row of ``residual`` (prediction - label)."""
@@ -238,7 +261,7 @@ class BudgetedDesign(StepperDefaults):
         ell = self.initial_lengthscale()
         width = None if self.output_weights is None else len(self.output_weights)
         alive = [self._q_mixture_index()] if self.unexplored else list(range(len(self.candidates)))
-        return BudgetedState(points=LabelledPoints.empty(self.q.dim, width), alive=alive, lengthscale=ell)
+        return BudgetedState(points=LabelledPoints.empty(self.point_dim, width), alive=alive, lengthscale=ell)
 
     def _explores(self) -> bool:
         """Selection runs the candidates besides Q's mixture: always, unless the spec's
@@ -260,11 +283,20 @@ class BudgetedDesign(StepperDefaults):
         return state.phase is Phase.DONE
 
     def queries(self, state: BudgetedState) -> np.ndarray:
+        return self.solve_rows(self._round_points(state))
+
+    def _round_points(self, state: BudgetedState) -> np.ndarray:
+        """The points the current round labels (the validation points, then each round's draws)."""
         if state.phase is Phase.VALIDATION:
             return self._val_x.copy()
         if state.phase is Phase.DONE:
-            return np.zeros((0, self.q.dim))
+            return np.zeros((0, self.point_dim))
         return self._draws(state)[0].copy()
+
+    def labels_spent(self, state: BudgetedState) -> int:
+        """Oracle solves paid for so far (failed ones included; the initial data's not asked for)."""
+        P = state.points
+        return (int(len(P.y)) - len(self.y0) + state.labels_failed) * self.plan.solves_per_label
 
     def _draws(self, state: BudgetedState) -> tuple[np.ndarray, np.ndarray]:
         """The inputs of the current design round and the source of each (a candidate's index,
@@ -401,8 +433,8 @@ class BudgetedDesign(StepperDefaults):
         t0 = time.perf_counter()
         if state.phase is Phase.DONE:
             raise ValueError("step: the design is finished")
-        labels = np.asarray(labels, dtype=np.float64)
-        x = self.queries(state)
+        x = self._round_points(state)
+        labels = self.point_labels(np.asarray(labels, dtype=np.float64), x)
         if self.output_weights is None:
             labels = labels.reshape(-1)
         elif labels.ndim == 0 or labels.reshape(len(labels), -1).shape[1] != len(self.output_weights):
@@ -428,9 +460,9 @@ class BudgetedDesign(StepperDefaults):
             src_new = np.concatenate([src_new, np.full(len(self.y0), INITIAL)])
         new = state.replace(points=state.points.added(x_new, y_new, src_new, r, x[failed]), iteration=r + 1,
                             labels_failed=n_failed, pending_X=None, pending_source=None)
-        record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)),
-                                  "labels_used": int(len(new.points.y)) - len(self.y0) + n_failed,
-                                  "labels_failed": n_failed}
+        s = self.plan.solves_per_label
+        record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)) * s,
+                                  "labels_used": self.labels_spent(new), "labels_failed": n_failed * s}
         if failed.any():
             record["failed"] = int(failed.sum())
         if state.phase is Phase.VALIDATION:
@@ -459,16 +491,15 @@ class BudgetedDesign(StepperDefaults):
     def result(self, state: BudgetedState) -> dict[str, Any]:
         y = state.points.y
         n0 = len(state.points.of(INITIAL))  # the initial data: in the training set, not asked for
-        used = int(len(y)) - n0 + state.labels_failed  # failed measurements were paid for too
+        used = self.labels_spent(state)  # failed measurements were paid for too
         rows, check = self.served_rows(state)
         X, y_served = state.points.X[rows], y[rows]  # training_set's rows, already at hand
         inc = state.incumbent
         name = self.incumbent_name(state) or self._source_name(self._best_alive(state))
         measure = self.incumbent_measure(state) if inc is not None else self._best_alive_measure(state)
         warnings = []
-        if used + self.plan.initial < self.plan.budget and state.phase is Phase.DONE:
-            warnings.append(f"the design used {used} of the {self.plan.budget - self.plan.initial} labels its "
-                            f"budget left to ask for")
+        if used < self.plan.askable and state.phase is Phase.DONE:
+            warnings.append(f"the design used {used} of the {self.plan.askable} labels its budget left to ask for")
         if len(self.X0) and self.spec.domain is not None:
             outside = int((~self.spec.domain.build().contains(self.X0)).sum())
             if outside:  # a lab's earlier measurements are data wherever they were taken; a unit slip shows here
@@ -476,8 +507,10 @@ class BudgetedDesign(StepperDefaults):
                                 f"they are training data all the same (new inputs stay inside it)")
         failed_X = state.points.failed_X
         if len(failed_X):
-            warnings.append(f"{len(failed_X)} of the {used} labels asked for failed: counted against the budget, "
-                            f"left out of the training set")
+            what = (f"{len(failed_X)} of the {used // self.plan.solves_per_label} points asked for had a failed solve: their "
+                    f"{len(failed_X) * self.plan.solves_per_label} solves are" if self.plan.solves_per_label > 1 else
+                    f"{len(failed_X)} of the {used} labels asked for failed:")
+            warnings.append(f"{what} counted against the budget, left out of the training set")
         out_rows = np.setdiff1d(np.arange(len(y)), rows)
         if check is not None and check["left_out"]:
             warnings.append(f"{check['points']} paid labels (the points of {', '.join(check['candidates'])}, which the design "
@@ -492,7 +525,8 @@ class BudgetedDesign(StepperDefaults):
             warnings += v["warnings"]
         return {"distribution": measure.to_spec(), "history": [dict(h) for h in state.history],
                 "verdict": v, "validation_verdict": v,
-                "labels_used": used, "initial_labels": n0, "labels_failed": int(len(failed_X)),
+                "labels_used": used, "initial_labels": n0,
+                "labels_failed": int(len(failed_X)) * self.plan.solves_per_label,
                 "budget": self.plan.budget,
                 "rounds": int(state.iteration),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
@@ -628,7 +662,7 @@ class BudgetedDesign(StepperDefaults):
                     model = fit_ell(X, Y)
                 except np.linalg.LinAlgError:
                     break
-                sq[test] = self._sq(np.asarray(model.predict(Xv[test])).reshape(yv[test].shape) - yv[test])
+                sq[test] = self.fold_sq_errors(model, Xv[test], yv[test])
             score = float(np.sqrt(a @ sq / (a @ self._y2(yv))))
             if np.isfinite(score) and score < best[0]:
                 best = (score, ell, sq)
