@@ -106,6 +106,9 @@ class BudgetedOperatorDesign(BudgetedDesign):
         X, y = self.training_set(state)
         return self.factory(self.spec.seed).fit(X, y.reshape(len(X), -1), self.z)
 
+    def train_draw(self, X: np.ndarray, y: np.ndarray, r: int):
+        return self.factory(self.spec.seed + r).fit(X, np.asarray(y).reshape(len(X), -1), self.z)
+
 
 def lab_or_oracle_grid(spec: JobSpec, oracle, dim: int, lab_grid) -> tuple[np.ndarray, np.ndarray]:
     """(output points, quadrature weights) of the solution fields: a lab's (ask/tell, http) are on

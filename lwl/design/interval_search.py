@@ -26,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from lwl.design.budget.settings import CandidateBudgetFields
 from lwl.design.state import StepperState
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import UniformBox
@@ -236,12 +237,15 @@ class IntervalFamilySpec(StrictModel):
         return 1
 
 
-class IntervalSearchSpec(StrictModel):
+class IntervalSearchSpec(CandidateBudgetFields, StrictModel):
     """Validation-driven search for the position of an interval family (lwl.design.interval_search):
     a grid of ``candidates`` positions, then ``refine`` rounds of midpoints around the best; each
     candidate trains the model on ``samples_per_candidate`` conductivities with ``pairs`` boundary
     data each and is scored by its relative L^1 error on ``validation_samples`` conductivities
-    whose frequencies come from Q's validation samples. Needs the ``eit`` oracle and ``amino``."""
+    whose frequencies come from Q's validation samples. Needs the ``eit`` oracle and ``amino``.
+    With a ``budget`` (in solves) the job runs the budgeted search (lwl.design.budgeted_interval),
+    which reads ``candidates``, ``pairs`` and the fields of
+    :class:`~lwl.design.budget.settings.CandidateBudgetFields`, and none of the others."""
     name: Literal["interval_search"] = "interval_search"
     candidates: int = Field(default=13, ge=2, le=1000)
     refine: int = Field(default=1, ge=0, le=20)
@@ -255,6 +259,11 @@ class IntervalSearchSpec(StrictModel):
         before them are no iteration)."""
         return self.candidates + 2 * self.refine
 
+    @property
+    def solves_per_label(self) -> int:
+        """A budgeted search's point is a conductivity with its L pairs: L solves (lwl.design.budget.plan)."""
+        return self.pairs
+
 
 def check_interval_search(spec: JobSpec) -> None:
     """Interval search: an interval family, AMINO, the eit oracle, scalar members of Q."""
@@ -266,10 +275,15 @@ def check_interval_search(spec: JobSpec) -> None:
         raise ValueError("oracle.name: interval_search designs the Dirichlet data of the eit oracle")
     if spec.evaluation.baselines:
         raise ValueError("evaluation.baselines: interval_search has no baselines (set [])")
+    if spec.initial_data is not None:
+        raise ValueError("initial_data: interval_search takes no initial data (its points are conductivities with "
+                         "their boundary-data pairs)")
     if spec.algorithm.samples_per_candidate < spec.model.batch_size:
         raise ValueError("algorithm.samples_per_candidate: fewer samples than one batch of the model")
 
 
 FAMILIES.register("interval", IntervalFamilySpec, moved_by="interval_search")
 ALGORITHMS.register("interval_search", IntervalSearchSpec, build, check_interval_search, evaluate=evaluate,
-                    final_steps=0, prefers_gpu=True)
+                    final_steps=0, prefers_gpu=True,
+                    budgeted="lwl.design.budgeted_interval:build", budget_needs="lwl.design.budget.plan:check_budget",
+                    budgeted_evaluate="lwl.evaluation.equal_solves:evaluate")

@@ -12,10 +12,16 @@ Err^2 = sum_k w_k mean_{i in k} ||G_hat(u_i) - G*(u_i)||^2 / sum_k w_k mean_{i i
 the L2 norms with the oracle's output quadrature weights: the relative OOD error of SM eqn
 app_ntd_rel_ood_error, squared in the paper's weighting of Q's members, on Q's held-out samples.
 
+Where a point costs several solves (an EIT point: a conductivity with its L boundary-data pairs,
+``plan.solves_per_label``) the comparators get as many points, and the error of a point is the
+design's own (:meth:`~lwl.design.budget.design.BudgetedDesign.fold_sq_errors`: AMINO's relative
+L^1 error of the conductivity, squared; its norm 1).
+
 **What counts.** The audit's solves (held-out labels, the baselines' training sets) are not part of
 the job's ``labels_used``; they are reported as ``audit_labels``. The stepper is read, not
 imported (the evaluation sits below the designs): ``q``, ``q_law()``, ``initial_law()``,
-``factory``, ``z``, ``output_weights``, ``spec``, ``training_set(state)``.
+``heldout_points()``, ``label_points(oracle, x)``, ``train_draw(x, y, r)``,
+``fold_sq_errors(model, x, y)``, ``sq_norms(y)``, ``plan``, ``spec``, ``training_set(state)``.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import numpy as np
 
 from lwl.evaluation.comparison import compare, error_interval
 from lwl.evaluation.equal_labels import verdict
-from lwl.oracles import as_numpy
 from lwl.streams import STREAM_AUDIT
 
 DRAWS = 3  # training draws per baseline (each a DeepONet trained from scratch)
@@ -43,19 +48,22 @@ def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = 
     ``labels``: the solves the job holds (None: len(Y)); a job whose left-out check kept paid solves
     out of (X, Y) passes every one it holds, so the comparators get as many (equal *paid* solves)."""
     q, seed = stepper.q, stepper.spec.seed
-    w = np.asarray(stepper.output_weights, dtype=np.float64)
-    test_x = np.concatenate(q.heldout)
-    test_y = as_numpy(oracle.label(test_x)).reshape(len(test_x), -1)
-    sizes, y2 = [len(h) for h in q.heldout], (test_y**2) @ w
+    per = stepper.plan.solves_per_label
+    heldout = stepper.heldout_points()
+    test_x = np.concatenate(heldout)
+    test_y = stepper.label_points(oracle, test_x)
+    sizes, y2 = [len(h) for h in heldout], stepper.sq_norms(test_y)
     n = len(Y) if labels is None else int(labels)
     if n < len(Y):
         raise ValueError(f"labels: {n} solves held, fewer than the {len(Y)} rows of the training set")
-    audit = len(test_x)
+    audit = len(test_x) * per
+
+    def held_out_sq(model) -> np.ndarray:
+        return stepper.fold_sq_errors(model, test_x, test_y)
 
     def sq_errors(x: np.ndarray, y: np.ndarray, r: int) -> np.ndarray:
-        """Squared held-out errors of the DeepONet of training draw r (initialised from seed + r)."""
-        model = stepper.factory(seed + r).fit(x, np.asarray(y).reshape(len(x), -1), stepper.z)
-        return ((np.asarray(model.predict(test_x)).reshape(test_y.shape) - test_y) ** 2) @ w
+        """Squared held-out errors of the model of training draw r (initialised from seed + r)."""
+        return held_out_sq(stepper.train_draw(x, y, r))
 
     # the job's training set over as many network initialisations as the comparators' draws: on
     # one fixed set the initialisation alone moved Err by 15% (Burgers at 250 solves: 0.293-0.339),
@@ -67,21 +75,21 @@ def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = 
         out = []
         for r in range(draws):  # draw r of every baseline: its inputs and its network's start (common random numbers)
             x = measure.sample(n, [seed, STREAM_AUDIT, r])
-            out.append(sq_errors(x, as_numpy(oracle.label(x)), r))
-            audit += n
+            out.append(sq_errors(x, stepper.label_points(oracle, x), r))
+            audit += n * per
         rows[name] = np.stack(out)
     for name, train in (trainers or {}).items():
         out = []
         for r in range(draws):
             model, solves = train(n, r)
-            out.append(((np.asarray(model.predict(test_x)).reshape(test_y.shape) - test_y) ** 2) @ w)
+            out.append(held_out_sq(model))
             audit += int(solves)
         rows[name] = np.stack(out)
     comparisons = {name: compare(design, sq, y2, sizes, q.weights) for name, sq in rows.items()}
-    a = q.point_weights(q.heldout, q.weights)
+    a = q.point_weights(heldout, q.weights)
     err = {"optimized": float(np.sqrt(a @ design.mean(0) / (a @ y2)))}
     err.update({name: c.other_err for name, c in comparisons.items()})
-    return {"kind": "equal_solves", "labels": n, "train_size": int(len(Y)), "model": stepper.spec.model.name, "err": err,
+    return {"kind": "equal_solves", "labels": n * per, "train_size": int(len(Y)), "model": stepper.spec.model.name, "err": err,
             "err_interval": {"level": 0.95, "optimized": list(error_interval(design, y2, sizes, q.weights))},
             "comparisons": {name: c.to_json() for name, c in comparisons.items()},
             "served_err": float(np.sqrt(a @ design[0] / (a @ y2))),  # the served DeepONet's (draw 0)

@@ -230,12 +230,28 @@ class BudgetedDesign(StepperDefaults):
         """Squared error of ``model`` at each point (X, y) of a scored fold (:meth:`two_fold`)."""
         return self._sq(np.asarray(model.predict(X)).reshape(y.shape) - y)
 
+    # -- what the verdict at equal solves reads (lwl.evaluation.equal_solves) --
+    def heldout_points(self) -> list[np.ndarray]:
+        """Held-out points of each member of Q (the audit's test set): Q's held-out samples."""
+        return list(self.q.heldout)
+
+    def label_points(self, oracle, X: np.ndarray) -> np.ndarray:
+        """The oracle's labels of the points X, one row (or value) per point."""
+        from lwl.oracles import as_numpy
+
+        y = self.point_labels(np.asarray(as_numpy(oracle.label(self.solve_rows(X))), dtype=np.float64), X)
+        return y.reshape(len(X)) if self.output_weights is None else y.reshape(len(X), -1)
+
+    def train_draw(self, X: np.ndarray, y: np.ndarray, r: int):
+        """The job's model trained on (X, y), training draw r (initialised from seed + r; r = 0 the served model's)."""
+        raise NotImplementedError(f"{type(self).__name__} has no verdict at equal solves")
+
     # -- squared errors and norms of a row of labels ------------------------------------------
     def _sq(self, residual: np.ndarray) -> np.ndarray:
         """Squared error of each row of ``residual`` (prediction - label)."""
         return residual**2 if self.output_weights is None else (residual**2) @ self.output_weights
 
-    def _y2(self, y: np.ndarray) -> np.ndarray:
+    def sq_norms(self, y: np.ndarray) -> np.ndarray:
         """Squared norm of each row of labels ``y``."""
         return y**2 if self.output_weights is None else (y**2) @ self.output_weights
 
@@ -663,7 +679,7 @@ class BudgetedDesign(StepperDefaults):
                 except np.linalg.LinAlgError:
                     break
                 sq[test] = self.fold_sq_errors(model, Xv[test], yv[test])
-            score = float(np.sqrt(a @ sq / (a @ self._y2(yv))))
+            score = float(np.sqrt(a @ sq / (a @ self.sq_norms(yv))))
             if np.isfinite(score) and score < best[0]:
                 best = (score, ell, sq)
         return best if residuals else best[:2]
@@ -674,7 +690,7 @@ class BudgetedDesign(StepperDefaults):
         labelled validation points ``val``, stratified by Q's members; as
         :meth:`BilevelDesign.improvement_z`)."""
         a = val.weights
-        den = float(a @ self._y2(y))
+        den = float(a @ self.sq_norms(y))
         diff = sq_new - sq_old
         var = sum((w / den) ** 2 * float(diff[val.member == k].var(ddof=1)) / val.counts[k]
                   for k, w in enumerate(self.q.weights) if val.counts[k] > 1)

@@ -42,9 +42,10 @@ PoolFactor = Annotated[int, Field(ge=2, le=100, description="budgeted operator j
                                                             "chosen from without replacement over the rounds)")]
 
 
-class OperatorBudgetFields(BaseModel):
-    """The budget fields of an operator algorithm's spec block (ama, particle_ama): read by its
-    budgeted design only (docs/job-spec.md)."""
+class CandidateBudgetFields(BaseModel):
+    """The budget fields of an algorithm whose budgeted design selects among fixed candidate laws
+    with Q's law the default (interval_search; the operator algorithms add a pool rule): read by
+    its budgeted design only (docs/job-spec.md)."""
 
     round_size: RoundSize = None
     max_rounds: MaxRounds = 30
@@ -52,5 +53,11 @@ class OperatorBudgetFields(BaseModel):
     hedge: Hedge = 0.25
     explore: Explore = 0.25
     explore_min: ExploreMin = 8
+
+
+class OperatorBudgetFields(CandidateBudgetFields):
+    """The budget fields of an operator algorithm's spec block (ama, particle_ama): read by its
+    budgeted design only (docs/job-spec.md)."""
+
     pool: Pool = "qbc"
     pool_factor: PoolFactor = 4
