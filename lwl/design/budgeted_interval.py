@@ -28,6 +28,11 @@ What the interval search supplies:
 - **The served model**: AMINO trained on the whole training set. Its weights are not served yet
   (``result["model"]`` is None); ``training_set`` holds the points and their Neumann data.
 
+**Ask/tell** (an ``external`` oracle: a lab computes the solves) and the **HTTP callback**
+(``http``): every solve goes through the rounds' queries, rows ``[omega, theta, c_1..c_4]`` as the
+``eit`` oracle's, the lab answering each with its Neumann data on the 4M - 4 boundary nodes of its
+M x M grid (``algorithm.grid``).
+
 No move between rounds (the unbudgeted search's midpoint refinement would need its own round of
 scores per midpoint); the candidates are the grid.
 """
@@ -111,11 +116,13 @@ class BudgetedIntervalSearch(BudgetedDesign):
         super().__init__(spec, q, family, candidates)
 
     @classmethod
-    def from_spec(cls, spec: JobSpec, resolve: DatasetResolver = _no_datasets) -> "BudgetedIntervalSearch":
+    def from_spec(cls, spec: JobSpec, oracle=None, resolve: DatasetResolver = _no_datasets) -> "BudgetedIntervalSearch":
         from lwl.models.amino import amino_factory
 
         q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, resolve)
-        grid = spec.oracle.build().grid
+        grid = spec_grid(spec)
+        if hasattr(oracle, "expect_fields"):  # an http lab's answers are checked as Neumann data of this width
+            oracle.expect_fields(4 * grid - 4)
         return cls(spec, q, grid, amino_factory(spec.model, grid, spec.device))
 
     # -- what a point is ------------------------------------------------------------------------
@@ -198,6 +205,17 @@ class BudgetedIntervalSearch(BudgetedDesign):
         return self.candidates[0].measure
 
 
+def spec_grid(spec: JobSpec) -> int:
+    """M of the job's M x M grid: a lab's (``algorithm.grid``), else the eit oracle's."""
+    return int(spec.algorithm.grid) if spec.oracle.is_lab else int(spec.oracle.build().grid)
+
+
+def label_width(spec: JobSpec) -> int:
+    """Values per label a lab returns: the Neumann data of one pair on the 4M - 4 boundary nodes
+    (the ``label_width`` hook of the interval_search algorithm, read by the service's tell route)."""
+    return 4 * spec_grid(spec) - 4
+
+
 def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BudgetedIntervalSearch:
     """The stepper of an ``interval_search`` job with a ``budget`` (the ``budgeted`` entry of the algorithm)."""
-    return BudgetedIntervalSearch.from_spec(spec, resolve)
+    return BudgetedIntervalSearch.from_spec(spec, oracle, resolve)

@@ -252,6 +252,11 @@ class IntervalSearchSpec(CandidateBudgetFields, StrictModel):
     pairs: int = Field(default=16, ge=1, le=10_000, description="L: boundary data pairs per conductivity")
     samples_per_candidate: int = Field(default=256, ge=2, le=1_000_000)
     validation_samples: int = Field(default=64, ge=1, le=1_000_000)
+    grid: int | None = Field(
+        default=None, ge=4, le=512,
+        description="budgeted jobs whose solves a lab computes (external, http): M of the lab's M x M grid, whose "
+                    "4M - 4 boundary nodes (counter-clockwise from (0, 0), as the eit oracle's) its Neumann data "
+                    "are on; with the built-in eit oracle its own grid (null, or equal to it)")
 
     @property
     def iterations(self) -> int:
@@ -271,8 +276,15 @@ def check_interval_search(spec: JobSpec) -> None:
         raise ValueError("family.name: interval_search moves an interval family ('interval')")
     if spec.model.name != "amino":
         raise ValueError("model.name: interval_search trains AMINO ('amino')")
-    if spec.oracle.name != "eit":
-        raise ValueError("oracle.name: interval_search designs the Dirichlet data of the eit oracle")
+    a = spec.algorithm
+    if spec.oracle.is_lab and spec.budget is not None:  # every solve goes through the rounds' queries
+        if a.grid is None:
+            raise ValueError("algorithm.grid: a lab's solves (external, http) need the M of its M x M grid")
+    elif spec.oracle.name != "eit":
+        raise ValueError("oracle.name: interval_search designs the Dirichlet data of the eit oracle"
+                         + ("" if spec.budget is not None else " (a lab's solver: with a budget)"))
+    elif a.grid is not None and a.grid != spec.oracle.build().grid:
+        raise ValueError(f"algorithm.grid: {a.grid}, but the eit oracle's grid is {spec.oracle.build().grid}")
     if spec.evaluation.baselines:
         raise ValueError("evaluation.baselines: interval_search has no baselines (set [])")
     if spec.initial_data is not None:
@@ -286,4 +298,5 @@ FAMILIES.register("interval", IntervalFamilySpec, moved_by="interval_search")
 ALGORITHMS.register("interval_search", IntervalSearchSpec, build, check_interval_search, evaluate=evaluate,
                     final_steps=0, prefers_gpu=True,
                     budgeted="lwl.design.budgeted_interval:build", budget_needs="lwl.design.budget.plan:check_budget",
-                    budgeted_evaluate="lwl.evaluation.equal_solves:evaluate")
+                    budgeted_evaluate="lwl.evaluation.equal_solves:evaluate",
+                    label_width="lwl.design.budgeted_interval:label_width")

@@ -122,3 +122,59 @@ def test_the_verdict_at_equal_solves_names_q_law_and_the_first_interval(budgeted
     assert all(0 < e < 10 for e in ev["err"].values())  # relative L1 errors of conductivities
     # the audit's solves (held-out points and the comparators' training sets, in solves) are counted apart
     assert oracle.solves == 200 + ev["audit_labels"] and ev["audit_labels"] == HELDOUT_POINTS * PAIRS + 2 * 3 * 200
+
+
+def lab_spec(spec: dict, oracle: dict) -> dict:
+    """The budgeted search with its solves computed by a lab on the eit oracle's grid."""
+    out = {**spec, "oracle": oracle, "algorithm": {**spec["algorithm"], "grid": spec["oracle"]["params"]["grid"]}}
+    out["evaluation"] = {**spec.get("evaluation", {}), "enabled": False}
+    return out
+
+
+def test_ask_tell_a_client_computes_every_solve(budgeted_interval):
+    """An external oracle (ask/tell): the job asks for the pairs' rows, a client solves them with
+    the eit solver, the job never labels itself; the lab's grid is ``algorithm.grid``."""
+    from lwl.runner import label_width
+    from tests.lwl.design.test_budgeted_ama import ask_tell
+
+    eit = parse_job_spec(budgeted_interval).oracle.build()
+    spec = parse_job_spec(lab_spec(budgeted_interval, {"name": "external"}))
+    assert label_width(spec) == 4 * eit.grid - 4
+    res, solved = ask_tell(build_stepper(spec), eit)
+    assert solved == res["labels_used"] == 200 and res["verdict"]["kind"] == "validation"
+    built_in = run_job(budgeted_interval, oracle=solver(budgeted_interval), evaluate=False)
+    assert res["training_set"] == built_in["training_set"]  # the same solves, whoever computes them
+
+
+def test_a_lab_without_its_grid_or_with_another_is_refused(budgeted_interval):
+    doc = lab_spec(budgeted_interval, {"name": "external"})
+    del doc["algorithm"]["grid"]
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(doc)
+    assert exc.value.errors[0][0] == "algorithm.grid"
+    budgeted_interval["algorithm"]["grid"] = budgeted_interval["oracle"]["params"]["grid"] + 1
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(budgeted_interval)
+    assert exc.value.errors[0][0] == "algorithm.grid" and "the eit oracle's grid" in exc.value.errors[0][1]
+    unbudgeted = lab_spec(budgeted_interval, {"name": "external"})
+    del unbudgeted["budget"]
+    with pytest.raises(SpecError) as exc:
+        parse_job_spec(unbudgeted)
+    assert exc.value.errors[0][0] == "oracle.name"
+
+
+@pytest.mark.slow
+def test_an_http_lab_solves_every_pair_and_never_more_than_the_budget(budgeted_interval, loopback_labs):
+    from lwl.oracles.http import OracleCallError
+    from tests.lwl.design.test_budgeted_ama import SolverLab
+
+    eit = budgeted_interval["oracle"]
+    with SolverLab(oracle=eit) as lab:
+        spec = lab_spec(budgeted_interval, {"name": "http", "url": lab.url, "batch_size": 64})
+        counted = CountingOracle(parse_job_spec(spec).oracle.build())
+        res = run_job(spec, oracle=counted, evaluate=False)
+        assert lab.solves == counted.solves == res["labels_used"] == 200
+    width = 4 * eit["params"]["grid"] - 4
+    with SolverLab(oracle=eit, width=width - 1) as lab:
+        with pytest.raises(OracleCallError, match=rf"of {width} values, the lab sent shape"):
+            run_job(lab_spec(budgeted_interval, {"name": "http", "url": lab.url}), evaluate=False)
