@@ -25,8 +25,9 @@ What the interval search supplies:
   plus the candidate's; the error of a point is AMINO's relative L^1 error of its conductivity
   (paper eqn app_amino_error), so a score is the root mean square of those errors over Q's
   validation points, weighted by member (the layer's Err with a norm of 1 per point).
-- **The served model**: AMINO trained on the whole training set. Its weights are not served yet
-  (``result["model"]`` is None); ``training_set`` holds the points and their Neumann data.
+- **The served model**: AMINO trained on the whole training set, served with its weights
+  (:class:`lwl.models.amino.AMINOOperator`: rows of L frequencies and their Neumann data in, the
+  conductivity on the grid out); ``training_set`` holds the points and their Neumann data.
 
 **Ask/tell** (an ``external`` oracle: a lab computes the solves) and the **HTTP callback**
 (``http``): every solve goes through the rounds' queries, rows ``[omega, theta, c_1..c_4]`` as the
@@ -190,7 +191,9 @@ class BudgetedIntervalSearch(BudgetedDesign):
         return self._fit(X, y, self.spec.seed)
 
     def model_document(self, state) -> dict | None:
-        return None  # AMINO's weights are not served yet (module docstring)
+        from lwl.models.amino import AMINOOperator
+
+        return AMINOOperator(self.final_model(state), self.pairs).to_spec()
 
     # -- the verdict at equal solves (lwl.evaluation.equal_solves) ---------------------------------
     def heldout_points(self) -> list[np.ndarray]:

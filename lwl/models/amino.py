@@ -239,6 +239,109 @@ class AMINORegressor:
         return relative_l1(pred, torch.as_tensor(np.asarray(a, dtype=np.float64))).numpy()
 
 
+def _wire_dtype(t: torch.Tensor) -> str:
+    """A weight's dtype in the document: float32, or complex64 (the spectral convolution's)."""
+    return "<c8" if t.is_complex() else "<f4"
+
+
+class AMINOOperator:
+    """A trained AMINO served as a model (``GET /v1/jobs/{id}/model``, ``POST /predict``; a
+    budgeted EIT interval search's, lwl.design.budgeted_interval): one input row is a measurement of
+    one conductivity, ``[omega_1..omega_L, g_1..g_L]``, the frequencies of its L Dirichlet data
+    f_l = cos(omega_l (x cos theta_l + y sin theta_l)), theta_l = 2 pi l / L, and their Neumann
+    data, each on the 4M - 4 boundary nodes (counter-clockwise from (0, 0), as the ``eit``
+    oracle's); the prediction is the conductivity a on the M x M nodes, flattened ([i, j] = (x_i,
+    y_j), row-major): (m, M^2). No predictive standard deviation."""
+
+    def __init__(self, regressor: AMINORegressor, pairs: int):
+        self.regressor, self.pairs = regressor, int(pairs)
+        self.grid = regressor.grid
+
+    @property
+    def input_dim(self) -> int:
+        return self.pairs * (1 + 4 * self.grid - 4)
+
+    def arrays(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(f, g), (m, L, 4M - 4) each, of input rows ``X`` (class docstring)."""
+        from lwl.oracles.eit import angles, dirichlet_data
+
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.input_dim:
+            raise ValueError(f"inputs: expected (m, {self.input_dim}) rows of {self.pairs} frequencies and their "
+                             f"Neumann data, got shape {list(X.shape)}")
+        L, B = self.pairs, 4 * self.grid - 4
+        f = dirichlet_data(X[:, :L], angles(L), self.grid)
+        return f, X[:, L:].reshape(len(X), L, B)
+
+    def predict(self, X: np.ndarray, return_std: bool = False):
+        mean = self.regressor.predict(*self.arrays(X)).reshape(len(X), -1)
+        return (mean, None) if return_std else mean
+
+    def to_spec(self, training_set: bool = False) -> dict:
+        """The versioned model document: AMINO's sizes, L, and every weight (its state dict, the
+        data scales included) as base64 of little-endian float32 (complex64 for the spectral
+        convolution's) with its shape and dtype."""
+        import base64
+
+        from lwl import __version__
+        from lwl.models.gp import DOCUMENT_KIND, DOCUMENT_VERSION
+
+        if training_set:
+            raise ValueError("training_set: an AMINO document carries its weights, not its training data")
+        r = self.regressor
+        weights = {k: {"shape": list(v.shape), "dtype": _wire_dtype(v),
+                       "data": base64.b64encode(np.ascontiguousarray(v.detach().cpu().numpy(), dtype=_wire_dtype(v))
+                                                .tobytes()).decode("ascii")}
+                   for k, v in r.net_.state_dict().items()}
+        return {"kind": DOCUMENT_KIND, "version": DOCUMENT_VERSION, "lwl_version": __version__, "model": "amino",
+                "kernel": None, "grid": r.grid, "pairs": self.pairs, "channels": list(r.channels),
+                "trunk_layers": r.trunk_layers, "trunk_width": r.trunk_width, "latent": r.latent,
+                "fno_channels": r.fno_channels, "fno_modes": r.fno_modes, "precision": r.precision,
+                "input_dim": self.input_dim, "weights": weights,
+                "std": "none: AMINO gives no predictive standard deviation",
+                "prediction": "the conductivity on the M x M nodes, (m, M^2), for (m, L (4M - 3)) rows "
+                              "[omega_1..omega_L, Neumann data of pair 1..L]"}
+
+    @classmethod
+    def from_spec(cls, doc: dict, device: str = "cpu") -> "AMINOOperator":
+        """The AMINO of a model document (:meth:`to_spec`), weights as written."""
+        import base64
+        import binascii
+
+        sizes = ("grid", "pairs", "channels", "trunk_layers", "trunk_width", "latent", "fno_channels", "fno_modes")
+        for key in (*sizes, "weights"):
+            if key not in doc:
+                raise ValueError(f"{key}: an amino document needs it")
+        try:
+            reg = AMINORegressor(int(doc["grid"]), channels=doc["channels"], trunk_layers=int(doc["trunk_layers"]),
+                                 trunk_width=int(doc["trunk_width"]), latent=int(doc["latent"]),
+                                 fno_channels=int(doc["fno_channels"]), fno_modes=int(doc["fno_modes"]),
+                                 device=device, precision=doc.get("precision", "float32"))
+            net = reg._net()
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"channels: {exc}") from None
+        expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+        dtypes = {k: _wire_dtype(v) for k, v in net.state_dict().items()}
+        if set(doc["weights"]) != set(expected):
+            raise ValueError(f"weights: expected the tensors {sorted(expected)}, got {sorted(doc['weights'])}")
+        state = {}
+        for k, w in doc["weights"].items():
+            if w.get("dtype") != dtypes[k]:
+                raise ValueError(f"weights.{k}.dtype: expected {dtypes[k]!r}, got {w.get('dtype')!r}")
+            if tuple(w.get("shape", ())) != expected[k]:
+                raise ValueError(f"weights.{k}.shape: expected {list(expected[k])}, got {w.get('shape')}")
+            try:
+                a = np.frombuffer(base64.b64decode(w["data"], validate=True), dtype=dtypes[k])
+            except (binascii.Error, ValueError, KeyError) as exc:
+                raise ValueError(f"weights.{k}.data: not base64 of {dtypes[k]} values ({exc})") from None
+            if a.size != int(np.prod(expected[k])):
+                raise ValueError(f"weights.{k}: {a.size} values for shape {list(expected[k])}")
+            state[k] = torch.as_tensor(a.reshape(expected[k]).copy())
+        net.load_state_dict(state)
+        reg.net_ = net.to(resolve_device(device))
+        return cls(reg, int(doc["pairs"]))
+
+
 def amino_factory(model_spec, grid: int, device: str = "auto"):
     """``seed -> AMINORegressor`` for a job's ``model`` block (AMINOSpec below)."""
     m = model_spec
@@ -277,4 +380,4 @@ class AMINOSpec(StrictModel):
                                        "(about 6x faster for AMINO on an H100; no effect on a CPU)")
 
 
-MODELS.register("amino", AMINOSpec)
+MODELS.register("amino", AMINOSpec, document="lwl.models.amino:AMINOOperator.from_spec")

@@ -34,11 +34,13 @@ class ModelDocument(OpenDocument):
     ``mean``), a ``krr`` its ``lengthscale`` and ``sigma2``; both condition on the
     ``training_set``. A ``deeponet`` (an operator job's) carries ``branch`` and ``trunk`` widths,
     ``query_points`` and ``weights`` (base64 float32 per tensor, with shapes); its training set
-    is there for reference."""
+    is there for reference. An ``amino`` (an EIT interval search's) carries its sizes, ``pairs`` L,
+    ``input_dim`` (rows of L frequencies and their Neumann data) and ``weights``; it predicts the
+    conductivity on the grid."""
 
     kind: str = Field(description='"lwl.model"')
     version: int = Field(description="version of the model document format")
-    model: str = Field(description="gp | krr | deeponet (GET /v1/catalog lists the models)")
+    model: str = Field(description="gp | krr | deeponet | amino (GET /v1/catalog lists the models)")
     kernel: str | None = Field(default=None, description="the kernel of a gp or krr; null for a deeponet")
     training_set: dict = Field(description='{"inputs": (n, d), "labels": (n,) or (n, Q) fields}')
 
@@ -134,7 +136,8 @@ async def post_predict(job_id: str, request: Request, store: StoreDep, owner: Ow
             raise Problem(422, "Ragged inputs", "every row of inputs must have the same length", field="inputs")
     x = np.asarray(x, dtype=np.float64)
     doc = job_model_document(job_id, store, owner)
-    d = int(np.asarray(doc["training_set"]["inputs"]).shape[1])
+    # a model whose inputs are not its training points' (an AMINO: frequencies and Neumann data) says its own
+    d = int(doc.get("input_dim") or np.asarray(doc["training_set"]["inputs"]).shape[1])
     if x.ndim == 1 and d == 1:
         x = x[:, None]
     if x.ndim != 2 or x.shape[1] != d:

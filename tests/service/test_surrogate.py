@@ -192,3 +192,26 @@ def test_lwl_predict_writes_mean_and_std(api, results, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     mean, std = from_spec(client.get(f"/v1/jobs/{job}/model").json()).predict(x, return_std=True)
     np.testing.assert_array_equal(np.load(out), np.stack([mean, std], 1))
+
+
+def test_an_eit_search_serves_its_amino_predicting_conductivities(api, eit_spec):
+    """A budgeted interval search's model is its AMINO: the route serves its weights, and
+    ``/predict`` takes rows of L frequencies and their Neumann data (the document's ``input_dim``,
+    not the training points' width) and answers the conductivity fields of ``from_spec``."""
+    client, store = api
+    eit_spec["algorithm"].update(pairs=4, explore_min=1, round_size=16)
+    eit_spec["budget"] = 120
+    eit_spec["evaluation"] = {"baselines": [], "enabled": False}
+    res = run_job(eit_spec)
+    job = _job(client, store, res, spec=eit_spec)
+    doc = client.get(f"/v1/jobs/{job}/model", headers=HOST).json()
+    assert doc["model"] == "amino" and doc["input_dim"] == 4 * (1 + 4 * 9 - 4)
+    X, Y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    rows = np.concatenate([X[:5, 4:], Y[:5]], axis=1)
+    r = client.post(f"/v1/jobs/{job}/predict", content=json.dumps({"inputs": rows.tolist()}), headers=JSON)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["outputs"] == 81 and body["std"] is None
+    np.testing.assert_array_equal(body["mean"], from_spec(doc).predict(rows))
+    wrong = client.post(f"/v1/jobs/{job}/predict", content=json.dumps({"inputs": X[:2].tolist()}), headers=JSON)
+    assert f"(m, {doc['input_dim']})" in _problem(wrong, 422, "inputs")["detail"]

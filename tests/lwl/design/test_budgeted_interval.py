@@ -42,7 +42,7 @@ def test_solves_never_exceed_the_budget_counted_by_the_solver(budgeted_interval,
     assert X.shape == (50, MAX_TERMS + PAIRS) and Y.shape == (50, PAIRS * (4 * grid - 4))
     assert (np.abs(X[:, :MAX_TERMS]) <= 1).all()  # the prior's coefficients
     assert sum(res["labels_by_source"].values()) == 50 and res["rounds"] == res["plan"]["total_rounds"]
-    assert res["model"] is None  # AMINO's weights are not served (said in the module docstring)
+    assert res["model"]["model"] == "amino" and res["model"]["pairs"] == PAIRS
 
 
 def test_a_point_is_a_conductivity_with_its_pairs_and_candidates_are_the_intervals(budgeted_interval):
@@ -178,3 +178,29 @@ def test_an_http_lab_solves_every_pair_and_never_more_than_the_budget(budgeted_i
     with SolverLab(oracle=eit, width=width - 1) as lab:
         with pytest.raises(OracleCallError, match=rf"of {width} values, the lab sent shape"):
             run_job(lab_spec(budgeted_interval, {"name": "http", "url": lab.url}), evaluate=False)
+
+
+def test_the_served_amino_predicts_offline_what_the_job_trained(budgeted_interval):
+    """The model document holds AMINO's weights: ``lwl.models.from_spec`` rebuilds it from JSON, and
+    its conductivities from (frequencies, Neumann data) rows are the job's own model's."""
+    import json
+
+    from lwl.models import from_spec, model_document
+
+    res = run_job(budgeted_interval, oracle=solver(budgeted_interval), evaluate=False)
+    doc = json.loads(json.dumps(model_document(res)))
+    model = from_spec(doc)
+    X, Y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
+    rows = np.concatenate([X[:, MAX_TERMS:], Y], axis=1)
+    assert doc["input_dim"] == rows.shape[1]
+    mean, std = model.predict(rows, return_std=True)
+    stepper = build_stepper(parse_job_spec(budgeted_interval))
+    job_model = stepper._fit(X, Y, stepper.spec.seed)  # the served model: AMINO on the training set, the job's seed
+    f, g, a = stepper._arrays(X, Y)
+    np.testing.assert_allclose(mean, job_model.predict(f, g).reshape(len(X), -1), rtol=1e-6)
+    assert std is None and mean.shape == (len(X), stepper.grid**2) and (mean > 0).all()
+    with pytest.raises(ValueError, match="inputs: expected"):
+        model.predict(rows[:, :-1])
+    broken = {**doc, "weights": {k: v for k, v in list(doc["weights"].items())[1:]}}
+    with pytest.raises(ValueError, match="weights: expected the tensors"):
+        from_spec(broken)
