@@ -89,7 +89,17 @@ def test_a_budget_beside_an_invalid_oracle_is_a_spec_error(budget_spec):
     assert exc.value.errors[0][0].startswith("oracle")
 
 
-def test_budget_is_refused_where_no_budgeted_design_exists(eit_spec):
+def test_budget_is_refused_where_no_budgeted_design_exists(eit_spec, monkeypatch):
+    """Every built-in algorithm takes a budget (interval_search since #47); one registered
+    without a budgeted design is refused at ``budget``, naming the algorithms that take one."""
+    from dataclasses import replace
+
+    from lwl.registry import ALGORITHMS
+
+    assert all("budgeted" in e.extra for e in ALGORITHMS.entries())
+    entry = ALGORITHMS.get("interval_search")
+    bare = replace(entry, extra={k: v for k, v in entry.extra.items() if not k.startswith("budget")})
+    monkeypatch.setitem(ALGORITHMS._entries, "interval_search", bare)
     eit_spec["budget"] = 1000
     with pytest.raises(SpecError) as exc:
         parse_job_spec(eit_spec)
