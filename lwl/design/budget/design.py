@@ -41,6 +41,12 @@ distributions, the model a score trains (:meth:`~BudgetedDesign.scorer`), the mo
 (:meth:`~BudgetedDesign.final_model`), and optionally a move (:meth:`~BudgetedDesign.propose`),
 a lengthscale grid and a pool rule (:meth:`~BudgetedDesign.select_from_pool`: the served draws,
 the incumbent's and the default's, chosen from one pool of their law's draws, :meth:`~BudgetedDesign.pool`).
+Where a labelled point is more than one oracle row (an EIT point: a conductivity with its L
+boundary-data pairs, L solves; ``plan.solves_per_label``), it also says what a point is: its
+oracle rows (:meth:`~BudgetedDesign.solve_rows`), its labels folded back
+(:meth:`~BudgetedDesign.point_labels`), the validation points, and the error of a point
+(:meth:`~BudgetedDesign.fold_sq_errors`, :meth:`~BudgetedDesign.sq_norms`); the budget and every
+count are then in solves (:mod:`lwl.design.budgeted_interval`).
 The plan, the ledger, the rounds, selection, the race, the refinement and the validation verdict
 are here. The bilevel design's is :mod:`lwl.design.budgeted`.
 
