@@ -82,10 +82,11 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_ama):
     assert len(Y) + len(res["left_out"]["labels"]) == 150 - failed and np.isfinite(Y).all()
 
 
-def check_restart_pays_no_solve_twice(spec: dict, solver) -> None:
+def check_restart_pays_no_solve_twice(spec: dict, solver, solves_per_point: int = 1) -> None:
     """The same spec and seed give the same training set; a job lost mid-way resumes from its
     checkpoint (its fields of labels included) and asks only for the solves it has not paid for.
-    ``solver(spec)``: the job's oracle, counting its solves. Shared by every budgeted operator design."""
+    ``solver(spec)``: the job's oracle, counting its solves; a point of the ledger costs
+    ``solves_per_point`` of them. Shared by every budgeted operator design."""
     from lwl.design.state import pack, unpack
 
     blobs = []
@@ -93,7 +94,7 @@ def check_restart_pays_no_solve_twice(spec: dict, solver) -> None:
     b = run_job(spec, oracle=solver(spec), evaluate=False)
     assert a["training_set"] == b["training_set"] and a["selected"] == b["selected"]
     states = [unpack(pack(unpack(blob))) for blob in blobs]
-    paid_at = [len(st["y"]) + len(st["failed_X"]) for st in states]
+    paid_at = [solves_per_point * (len(st["y"]) + len(st["failed_X"])) for st in states]
     state, paid = next((st, p) for st, p in zip(states, paid_at) if 0 < p < a["labels_used"])
     restarted = solver(spec)
     resumed = run_job(spec, oracle=restarted, evaluate=False, state=state)

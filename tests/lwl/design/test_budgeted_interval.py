@@ -11,7 +11,7 @@ from lwl.oracles.counting import CountingOracle
 from lwl.oracles.eit import MAX_TERMS
 from lwl.runner import build_stepper, run_job
 from lwl.spec import SpecError, parse_job_spec
-from tests.lwl.design.test_budgeted_ama import FailingSolver
+from tests.lwl.design.test_budgeted_ama import FailingSolver, check_restart_pays_no_solve_twice
 
 PAIRS = 4  # the conformance example's L: one point = 4 solves
 
@@ -97,19 +97,7 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_interval):
 
 @pytest.mark.slow
 def test_the_same_spec_and_seed_give_the_same_training_set_and_a_restart_pays_no_solve_twice(budgeted_interval):
-    from lwl.design.state import pack, unpack
-
-    blobs = []
-    a = run_job(budgeted_interval, oracle=solver(budgeted_interval), evaluate=False, checkpoint=blobs.append)
-    b = run_job(budgeted_interval, oracle=solver(budgeted_interval), evaluate=False)
-    assert a["training_set"] == b["training_set"] and a["selected"] == b["selected"]
-    states = [unpack(pack(unpack(blob))) for blob in blobs]
-    paid = [PAIRS * (len(st["y"]) + len(st["failed_X"])) for st in states]
-    state, spent = next((st, p) for st, p in zip(states, paid) if 0 < p < a["labels_used"])
-    restarted = solver(budgeted_interval)
-    resumed = run_job(budgeted_interval, oracle=restarted, evaluate=False, state=state)
-    assert restarted.solves == a["labels_used"] - spent
-    assert resumed["training_set"] == a["training_set"] and resumed["labels_used"] == a["labels_used"]
+    check_restart_pays_no_solve_twice(budgeted_interval, solver, solves_per_point=PAIRS)
 
 
 @pytest.mark.slow
