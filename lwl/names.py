@@ -9,6 +9,7 @@ A job's documents name its candidates by internal ids (``broadened_4``, ``q_mixt
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 # ids whose words do not depend on the family
@@ -53,8 +54,11 @@ def words(name: str | None, family: str | None = None) -> str:
     if name == "normal":  # a Gaussian family's theta^0, any other family's Q's moment-matched Gaussian
         return {"gaussian": "the initial Gaussian",
                 None: "the Gaussian baseline"}.get(family, "Q's moment-matched Gaussian")
-    if name == "initial":  # an evaluation's initial distribution
-        return "the initial distribution"
+    if name == "initial":  # an evaluation's initial distribution; the interval search's first interval
+        return "the search's first interval of ω" if family == "interval" else "the initial distribution"
+    lo = name.removeprefix("interval_")
+    if family == "interval" and lo != name and _is_number(lo):  # lwl.design.budgeted_interval's candidate
+        return f"the interval law of ω from {float(lo) / math.pi:.3g}π"
     if name == "initial_particles":  # a budgeted particle design's candidate (not the lab's initial data)
         return "particle AMA's initial particles"
     if name == "q_fit":  # a budgeted operator design's candidate (lwl.design.budgeted_ama, budgeted_particles)
@@ -93,6 +97,14 @@ def names_of(result: dict[str, Any], family: str | None = None) -> dict[str, str
     out = {i: words(i, family) for i in sorted(ids)}
     out.update({s: source_words(s, family) for s in result.get("labels_by_source") or {}})
     return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _strings(values: Iterable[Any]) -> list[str]:

@@ -19,6 +19,9 @@ def test_internal_ids_read_as_words():
     assert words("member_2") == "Q's member 2" and words("member_2_fit") == "the family member nearest Q's member 2 (W2)"
     assert words("initial_particles") == "particle AMA's initial particles"
     assert words("q_fit", "particles") == "the log-normal KLE nearest Q's log-fields (W2)" != words("q_fit", "kle")
+    assert words("interval_7.854", "interval") == "the interval law of ω from 2.5π"  # the EIT interval search's
+    assert words("initial", "interval") == "the search's first interval of ω" != words("initial")
+    assert words("interval_x", "interval") == "interval_x"
     assert words("a_plugin_baseline") == "a_plugin_baseline"  # an id it does not know stays as it is
 
 
