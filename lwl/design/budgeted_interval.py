@@ -193,7 +193,7 @@ class BudgetedIntervalSearch(BudgetedDesign):
     def model_document(self, state) -> dict | None:
         from lwl.models.amino import AMINOOperator
 
-        return AMINOOperator(self.final_model(state), self.pairs).to_spec()
+        return AMINOOperator(self.served_model(state), self.pairs).to_spec()
 
     # -- the verdict at equal solves (lwl.evaluation.equal_solves) ---------------------------------
     def heldout_points(self) -> list[np.ndarray]:

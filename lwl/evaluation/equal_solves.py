@@ -21,7 +21,8 @@ L^1 error of the conductivity, squared; its norm 1).
 the job's ``labels_used``; they are reported as ``audit_labels``. The stepper is read, not
 imported (the evaluation sits below the designs): ``q``, ``q_law()``, ``initial_law()``,
 ``heldout_points()``, ``label_points(oracle, x)``, ``train_draw(x, y, r)``,
-``fold_sq_errors(model, x, y)``, ``sq_norms(y)``, ``plan``, ``spec``, ``training_set(state)``.
+``fold_sq_errors(model, x, y)``, ``sq_norms(y)``, ``plan``, ``spec``, ``training_set(state)``,
+``served_model(state)``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ DRAWS = 3  # training draws per baseline (each a DeepONet trained from scratch)
 
 
 def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = DRAWS,
-                 trainers: dict | None = None, labels: int | None = None) -> dict:
+                 trainers: dict | None = None, labels: int | None = None, served=None) -> dict:
     """The evaluation document of a budgeted operator job's training set (X, Y) (module docstring):
     ``{"labels", "err", "err_interval", "comparisons", "draws", "held_out", "audit_labels", ...}``.
 
@@ -46,7 +47,10 @@ def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = 
     and the number of solves it spent (counted in ``audit_labels``).
 
     ``labels``: the solves the job holds (None: len(Y)); a job whose left-out check kept paid solves
-    out of (X, Y) passes every one it holds, so the comparators get as many (equal *paid* solves)."""
+    out of (X, Y) passes every one it holds, so the comparators get as many (equal *paid* solves).
+
+    ``served``: the served model (draw 0 of the training set, ``train_draw(X, Y, 0)``) where the
+    caller holds it, judged as it is rather than trained again."""
     q, seed = stepper.q, stepper.spec.seed
     per = stepper.plan.solves_per_label
     heldout = stepper.heldout_points()
@@ -68,7 +72,8 @@ def equal_solves(stepper, X: np.ndarray, Y: np.ndarray, oracle, *, draws: int = 
     # the job's training set over as many network initialisations as the comparators' draws: on
     # one fixed set the initialisation alone moved Err by 15% (Burgers at 250 solves: 0.293-0.339),
     # so one network would judge the set by the luck of its start; draw 0 is the served model's
-    design = np.stack([sq_errors(X, Y, r) for r in range(draws)])
+    design = np.stack([held_out_sq(served) if r == 0 and served is not None else sq_errors(X, Y, r)
+                       for r in range(draws)])
     baselines = {"mixture": stepper.q_law(), "initial": stepper.initial_law()}
     rows = {}
     for name, measure in baselines.items():
@@ -102,7 +107,7 @@ def evaluate(stepper, state, spec, oracle, out: dict, run=None) -> dict:
     """The ``budgeted_evaluate`` hook of the ama algorithm (:func:`lwl.runner.run_job`)."""
     X, Y = stepper.training_set(state)
     # the comparators get every solve the job holds, those the left-out check kept out of its model too
-    evaluation = equal_solves(stepper, X, Y, oracle, labels=len(state.points.y))
+    evaluation = equal_solves(stepper, X, Y, oracle, labels=len(state.points.y), served=stepper.served_model(state))
     own = (out.get("validation_verdict") or {}).get("warnings", [])
     v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own])
     return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

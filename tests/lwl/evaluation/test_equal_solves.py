@@ -22,9 +22,28 @@ def budgeted_ama(ama_spec) -> dict:
 
 
 @pytest.mark.slow
-def test_the_training_set_is_judged_against_q_law_and_the_initial_distribution_at_equal_solves(budgeted_ama):
+def test_the_training_set_is_judged_against_q_law_and_the_initial_distribution_at_equal_solves(budgeted_ama,
+                                                                                               monkeypatch):
+    from lwl.design.budgeted_operator import BudgetedOperatorDesign
+
+    fits = {"served": 0, "draws": 0}  # the served DeepONet is fitted once: its document and the audit's draw 0
+    final_model, train_draw = BudgetedOperatorDesign.final_model, BudgetedOperatorDesign.train_draw
+
+    def counted_final(self, state):
+        fits["served"] += 1
+        return final_model(self, state)
+
+    def counted_draw(self, X, y, r):
+        fits["draws"] += 1
+        return train_draw(self, X, y, r)
+
+    monkeypatch.setattr(BudgetedOperatorDesign, "final_model", counted_final)
+    monkeypatch.setattr(BudgetedOperatorDesign, "train_draw", counted_draw)
     oracle = CountingOracle(parse_job_spec(budgeted_ama).oracle.build())
     res = run_job(budgeted_ama, oracle=oracle, evaluate=True)
+    # draws 1, 2 of the training set and 3 of each of Q's law and the initial law: draw 0 is the served model
+    assert fits == {"served": 1, "draws": 2 + 3 + 3}
+    monkeypatch.undo()
     ev, v = res["evaluation"], res["verdict"]
     assert res["labels_used"] == 100  # the audit's solves are not the job's
     # the comparators get every solve the job paid for, those left out of its DeepONet too
