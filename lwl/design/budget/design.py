@@ -496,8 +496,10 @@ class BudgetedDesign(StepperDefaults):
         s = self.plan.solves_per_label
         record: dict[str, Any] = {"iteration": r + 1, "round": r + 1, "labels": int(len(x)) * s,
                                   "labels_used": self.labels_spent(new), "labels_failed": n_failed * s}
-        if failed.any():
-            record["failed"] = int(failed.sum())
+        if failed.any():  # in solves, as "labels"; a point of several solves also says its points
+            record["failed"] = int(failed.sum()) * s
+            if s > 1:
+                record["failed_points"] = int(failed.sum())
         if state.phase is Phase.VALIDATION:
             record["kind"] = "validation"
             new = new.replace(phase=Phase.ROUND, val_ok=ok if failed.any() else state.val_ok)

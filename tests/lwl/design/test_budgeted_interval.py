@@ -90,6 +90,10 @@ def test_failed_solves_are_paid_for_and_never_training_data(budgeted_interval):
     res = run_job(budgeted_interval, oracle=oracle, evaluate=False)
     failed_points = len(res["failed_inputs"])
     assert failed_points > 0 and res["labels_failed"] == failed_points * PAIRS
+    # each round says its failures in solves, as its labels, and in points
+    rounds = [h for h in res["history"] if "failed" in h]
+    assert sum(h["failed_points"] for h in rounds) == failed_points
+    assert all(h["failed"] == h["failed_points"] * PAIRS <= h["labels"] for h in rounds)
     assert oracle.solves == res["labels_used"] == 200  # a failed point's every solve is paid
     Y = np.asarray(res["training_set"]["labels"])
     assert len(Y) + len(res["left_out"]["labels"]) == 50 - failed_points and np.isfinite(Y).all()
