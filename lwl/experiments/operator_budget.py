@@ -219,6 +219,7 @@ def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
     """One budgeted job and its verdict at equal solves (module docstring)."""
     from lwl.evaluation.equal_solves import equal_solves
     from lwl.experiments.budget import paid_labels
+    from lwl.models import from_spec
     from lwl.runner import build_stepper
     from lwl.spec import parse_job_spec
 
@@ -229,8 +230,10 @@ def run_budget(name: str, cfg: dict, seed: int, B: int) -> dict:
     ts = res["training_set"]
     X, Y = np.asarray(ts["inputs"], dtype=np.float64), np.asarray(ts["labels"], dtype=np.float64)
     t0 = time.perf_counter()
+    # the served DeepONet from the job's own model document: the audit's draw 0, not trained again
+    served = from_spec(res["model"]) if res.get("model") else None
     ev = equal_solves(stepper, X, Y, oracle, draws=cfg["draws"], trainers=active_trainers(stepper, oracle, cfg),
-                      labels=paid_labels(res))
+                      labels=paid_labels(res), served=served)
     audit_solves = oracle.solves - design_solves  # counted by the solver, not the evaluation's own tally
     return {"budget": B, "labels_used": int(res["labels_used"]), "design_solves": int(design_solves),
             "training_set": int(len(X)),
