@@ -198,10 +198,11 @@ def krr_pipeline(spec, q, oracle, gp_design_err: float, run: Callable[..., dict]
             "data_gain": float(err_gp / gp_design_err) if gp_design_err > 0 else None}
 
 
-def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
+def verdict(evaluation: dict, warnings: list[str] = (), family: str | None = None) -> dict:
     """The budgeted job's verdict: the training set against each baseline at equal labels, in
     the fields :func:`lwl.evaluation.verdict_text.verdict_sentence` reads, plus ``outcomes`` (better / tie /
-    worse per baseline) and ``comparisons``."""
+    worse per baseline) and ``comparisons``; the warnings name the baselines in the words of the
+    job's ``family`` (:func:`lwl.names.words`)."""
     err = evaluation["err"]
     design = err["optimized"]
     comps = evaluation["comparisons"]
@@ -215,7 +216,7 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
     if evaluation.get("krr_pipeline") is not None:  # a gp job: lwl's KRR pipeline on the same budget, stated
         out["krr_pipeline"] = evaluation["krr_pipeline"]
     for name, why in evaluation.get("failed", {}).items():
-        out["warnings"].append(f"baseline {name} ({words(name)}) could not be evaluated: {why}")
+        out["warnings"].append(f"baseline {name} ({words(name, family)}) could not be evaluated: {why}")
     if baselines:
         best = min(baselines, key=baselines.get)
         out.update(best_baseline=best, best_baseline_err=baselines[best],
@@ -223,7 +224,7 @@ def verdict(evaluation: dict, warnings: list[str] = ()) -> dict:
                    beats_best_baseline=comps[best]["outcome"] == "better")
     for name, c in comps.items():
         if c["outcome"] == "worse":
-            what = words(name)
+            what = words(name, family)
             out["warnings"].append(f"at equal labels ({evaluation['labels']}) {what} trains a better model on "
                                    f"held-out data (Err {c['other_err']:.4g}) than the job's training set "
                                    f"(Err {design:.4g}), beyond noise")
@@ -244,5 +245,5 @@ def evaluate(stepper, state, spec, oracle, out: dict, run: Callable[..., dict]) 
         evaluation["audit_labels"] += evaluation["krr_pipeline"]["labels_used"] + len(np.concatenate(stepper.q.heldout))
     # the validation verdict's caveats give way to the verdict on held-out data
     own = (out.get("validation_verdict") or {}).get("warnings", [])
-    v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own])
+    v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own], spec.family.name)
     return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

@@ -109,5 +109,5 @@ def evaluate(stepper, state, spec, oracle, out: dict, run=None) -> dict:
     # the comparators get every solve the job holds, those the left-out check kept out of its model too
     evaluation = equal_solves(stepper, X, Y, oracle, labels=len(state.points.y), served=stepper.served_model(state))
     own = (out.get("validation_verdict") or {}).get("warnings", [])
-    v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own])
+    v = verdict(evaluation, [w for w in out.get("warnings", []) if w not in own], spec.family.name)
     return {"evaluation": evaluation, "verdict": v, "warnings": v["warnings"]}

@@ -47,3 +47,14 @@ def test_verdict_sentences_say_words_not_ids():
     audit = {"kind": "equal_labels", "labels": 300, "err": 0.27, "baselines": {"nipv": 0.4, "mixture": 0.35},
              "outcomes": {"nipv": "better", "mixture": "tie"}}
     assert "against active learning (NIPV) 0.4000 (better), Q's own mixture 0.3500 (tie)" in verdict_sentence(audit)
+
+
+def test_a_budgeted_verdicts_warnings_name_baselines_in_the_jobs_family():
+    from lwl.evaluation.equal_labels import verdict
+
+    evaluation = {"err": {"optimized": 0.3, "initial": 0.2}, "labels": 4096, "audit_labels": 0,
+                  "err_interval": {"optimized": [0.25, 0.35]},
+                  "comparisons": {"initial": {"outcome": "worse", "other_err": 0.2}}}
+    (warning,) = verdict(evaluation, family="interval")["warnings"]
+    assert warning.startswith("at equal labels (4096) the search's first interval of ω trains a better model")
+    assert "the initial distribution trains" in verdict(evaluation)["warnings"][0]
