@@ -248,9 +248,10 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
         if model == "gp":  # the fit's choice among local optima (GPSpec.select); a setting: rows made with
             cfg["gp_select"] = "loo"  # the other are not reused
             # the likelihood's fitting subset (GPSpec.max_fit_points; rows before it: 300 at every d)
-            from lwl.models.gp import FIT_POINTS_RULE
+            from lwl.models.gp import FINAL_FIT_POINTS, FIT_POINTS_RULE
 
             cfg["gp_fit_points"] = FIT_POINTS_RULE
+            cfg["gp_final_fit_points"] = FINAL_FIT_POINTS  # the served fit's refinement (rows before it: none)
     reuse = reusable_rows(previous, cfg)
     t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems

@@ -47,8 +47,8 @@ def train(model, X, y, *, ridge: float, seed: int, hyperparameters=None, device:
             return GaussianProcess(h.kernel_, lengthscale=h.lengthscale_[0], output_scale=float(h.output_scale_[0]),
                                    noise=float(h.noise_[0]), optimize=False, device=device).fit(X, y)
         return GaussianProcess(model.kernel, restarts=model.restarts, max_fit_points=model.max_fit_points,
-                               refit_points=model.refit_points, random_state=seed, device=device,
-                               select=model.select).fit(X, y)
+                               refit_points=model.refit_points, final_fit_points=model.final_fit_points,
+                               random_state=seed, device=device, select=model.select).fit(X, y)
     raise ValueError(f"model.name: {model.name} is not a regression model lwl trains on a training set")
 
 

@@ -492,7 +492,9 @@ def test_gp_candidates_are_scored_by_the_gp_fitted_to_the_round_labels(budget_sp
     for _ in range(2):  # the validation round, then the first selection round
         state = stepper.step(state, np.asarray(oracle.label(stepper.queries(state))))
     points = state.points
-    hyper = GaussianProcess("auto", restarts=0, max_fit_points=120, random_state=spec.seed).fit(points.X, points.y)
+    # the scores' hyperparameters are the subset's fit (fit_hyperparameters: no final fit, which serves only)
+    hyper = GaussianProcess("auto", restarts=0, max_fit_points=120, final_fit_points=0,
+                            random_state=spec.seed).fit(points.X, points.y)
     val = stepper.validation(state)
     nv = val.n
     c = state.alive[0]

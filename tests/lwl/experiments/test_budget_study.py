@@ -74,6 +74,10 @@ def test_the_gp_study_judges_with_the_gp_and_states_the_krr_pipeline_of_the_krr_
     assert gp["settings"]["gp_fit_points"] == "max(300, 30 (d + 2))" and budget.reusable_rows(gp, gp_cfg)
     before = dict(gp, settings={k: v for k, v in gp["settings"].items() if k != "gp_fit_points"})
     assert budget.reusable_rows(before, gp_cfg) == {}
+    # nor rows served without the final fit (before GPSpec.final_fit_points)
+    assert gp["settings"]["gp_final_fit_points"] == 2000
+    unrefined = dict(gp, settings={k: v for k, v in gp["settings"].items() if k != "gp_final_fit_points"})
+    assert budget.reusable_rows(unrefined, gp_cfg) == {}
     s = gp["summary"]["120"]["krr_pipeline"]
     assert s["compared"] == 2 and sum(s["lowest"].values()) == 2
     a = gp["summary"]["120"]["validation_verdict"]  # the job's own verdict against the held-out one
