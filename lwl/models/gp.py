@@ -302,7 +302,7 @@ class GaussianProcess:
         mixture of four engineering functions at 2,000 labels (d 6-10, two draws each, held-out
         Err; docs/method.md, "The final fit"): OTL 3.2e-5 -> 2.1e-5 and 3.0e-5 -> 2.2e-5, piston
         5.8e-5 -> 3.9e-5 and 5.3e-5 -> 4.6e-5, borehole 4.9e-5 -> 4.4e-5 and 5.9e-5 -> 5.5e-5, wing
-        weight 1.6e-5 -> 1.3e-5, at 30-60 s per fit on one core (an O(M^3) factorisation per step;
+        weight 1.6e-5 -> 1.3e-5, at 15-60 s per fit on one core (an O(M^3) factorisation per step;
         the subset's fit took 2-7 s). The cap keeps that cost bounded at any n (at 8,000 labels
         the refinement is on 2,000 of them). ``final_fit_points_`` is M (0: no refinement) and
         ``final_fit_kept_`` says per output whether the refined values were kept."""
