@@ -3,10 +3,11 @@ optional linear constraints), the set every input lwl hands out must lie in.
 
 An instrument cannot take a motor past its range, a furnace past its temperature or a pump past
 its concentration, so a job with ``domain`` draws its design batches, its evaluation's training
-sets and every ``/samples`` answer from distributions restricted to D
-(:class:`lwl.measures.Truncated`), and refuses (or clips, ``outside: "clip"``) test samples
-outside it (:func:`apply_to_member`). docs/method.md ("Input domains") says why restriction
-(truncation) is the construction.
+sets and every ``/samples`` answer from distributions on D: restricted to it
+(:class:`lwl.measures.Truncated`) by default, where test samples outside D are refused; with
+``outside: "clip"``, where Q's samples outside D are moved to its nearest point, pushed onto it by
+that projection (:class:`lwl.measures.Clipped`; :func:`on_domain`), so that what lwl labels has the
+law Q's samples have. docs/method.md ("Input domains") says why.
 
 The job spec's ``domain`` block, :class:`DomainSpec` (pydantic), is at the end of this module.
 """
@@ -75,6 +76,12 @@ class Domain:
             norms = np.linalg.norm(self.A, axis=1)
             v = np.maximum(v, ((x @ self.A.T - self.b) / norms).max(1))
         return v
+
+    def on_boundary(self, x: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+        """Boolean mask of the rows of ``x`` that lie on D's boundary: within ``tol`` of a face, in
+        the units of :meth:`violation` (a projected point sits on its face exactly for a box, and
+        within a few ulps of a half-space)."""
+        return np.abs(self.violation(x)) <= tol
 
     def contains(self, x: np.ndarray) -> np.ndarray:
         """Boolean mask of the rows of ``x`` (n, d) that lie in D (non-finite rows never do).
@@ -207,7 +214,10 @@ class DomainSpec(StrictModel):
     to D (docs/method.md "Input domains"). Test samples the user gives (``samples``,
     ``dataset``) outside D are refused, or moved to the nearest point of D with ``outside: "clip"``;
     members lwl draws (``gaussian``, ``uniform``, ...) are drawn restricted to D, and refused
-    when more than 1% of their mass lies outside unless ``outside`` is ``"clip"``."""
+    when more than 1% of their mass lies outside, unless ``outside`` is ``"clip"``: then their
+    draws are moved to the nearest point of D like the user's points, and the laws a budgeted job
+    labels (its candidates, the returned distribution) and every verdict's baselines are put onto D
+    by that projection, with at most Q's share on D's faces (:func:`on_domain`)."""
 
     low: list[float] = Field(min_length=1, description="lower bound of each input")
     high: list[float] = Field(min_length=1, description="upper bound of each input (> low)")
@@ -216,7 +226,11 @@ class DomainSpec(StrictModel):
     b: list[float] | None = Field(default=None, min_length=1, max_length=10_000)
     outside: Literal["refuse", "clip"] = Field(
         default="refuse", description="test samples outside the domain: refused (422 naming the member) or "
-                                      "clipped: moved to the nearest point of the domain")
+                                      "clipped: moved to the nearest point of the domain (the user's points and "
+                                      "the draws of the members lwl draws alike); with clip the laws a budgeted job "
+                                      "labels (candidates, Q's mixture, the returned distribution) and the "
+                                      "verdict's baselines are put onto the domain by the same projection, with "
+                                      "at most Q's share on its faces, instead of restricted to it")
 
     @model_validator(mode="after")
     def _domain(self):
@@ -237,3 +251,19 @@ class DomainSpec(StrictModel):
         from lwl.domain import Domain
 
         return Domain(self.low, self.high, self.A, self.b)
+
+
+def on_domain(measure, spec, q):
+    """``measure`` as a job with ``spec`` and Q's samples ``q`` draws from it: unchanged without a
+    ``domain``; else restricted to D (``outside: "refuse"``, :class:`lwl.measures.Truncated`), or
+    put onto D by the nearest-point projection as Q's samples are (``outside: "clip"``,
+    :class:`lwl.measures.Clipped`), with no larger share on D's faces than Q's samples have
+    (docs/method.md "Input domains")."""
+    domain = getattr(spec, "domain", None)
+    if domain is None:
+        return measure
+    from lwl.measures import constrain
+
+    box = domain.build()
+    share = q.share_on_boundary(box) if domain.outside == "clip" else None
+    return constrain(measure, box, domain.outside, share)

@@ -87,7 +87,7 @@ def check_member_domain(member, k: int, domain, outside: str, seed: int) -> None
     if outside == "refuse" and share > MAX_OUTSIDE_SHARE:
         raise ValueError(f"{field}: {share:.1%} of this member's mass lies outside the domain (at most "
                          f"{MAX_OUTSIDE_SHARE:.0%} is drawn restricted to it); move the member, widen the domain, "
-                         "or set domain.outside to \"clip\" to draw it restricted to the domain anyway")
+                         "or set domain.outside to \"clip\" to move its draws outside to the domain's nearest point")
 
 
 def member_in_domain(x: np.ndarray, k: int, kind: str, domain, outside: str) -> np.ndarray:
@@ -222,14 +222,18 @@ class MetaTestSamples:
                   resolve: DatasetResolver = _no_datasets, domain=None) -> "MetaTestSamples":
         """Q's samples from ``spec`` (a :class:`TestDistributionsSpec`); with ``domain`` (a
         :class:`lwl.domain.DomainSpec`) every sample lies in it:
-        drawn members are drawn restricted to it, the user's points refused or clipped
-        (:func:`check_member_domain`)."""
+        drawn members are drawn restricted to it (``outside: "refuse"``) or drawn and clipped
+        (``"clip"``), the user's points refused or clipped (:func:`check_member_domain`)."""
         members = []
         box = domain.build() if domain is not None else None
         for k, m in enumerate(spec.members):
             kind = _kind(m)
             entry = MEMBER_KINDS.get(kind)
-            if box is not None and entry.extra.get("drawn"):
+            if box is not None and entry.extra.get("drawn") and domain.outside == "clip":
+                # the regime as the spec describes it, its inputs outside D moved to D's nearest point
+                # (the law lwl.measures.Clipped draws): as the user's own points are clipped
+                x = box.clip(entry.build(getattr(m, kind), m.size, [seed, STREAM_Q, k], resolve))
+            elif box is not None and entry.extra.get("drawn"):
                 x = draw_in_domain(entry.build, getattr(m, kind), m.size, [seed, STREAM_Q, k], box, k)
             else:
                 x = entry.build(getattr(m, kind), m.size, [seed, STREAM_Q, k], resolve)
@@ -260,6 +264,12 @@ class MetaTestSamples:
     @property
     def heldout(self) -> list[np.ndarray]:
         return [x[self.n_validation:] for x in self.members]
+
+    def share_on_boundary(self, domain) -> float:
+        """Q's share on the boundary of ``domain`` (a :class:`lwl.domain.Domain`): sum_k w_k times
+        the share of member k's samples on it (``outside: "clip"`` moved them there, or they were
+        taken at the instrument's limits)."""
+        return float(sum(w * domain.on_boundary(x).mean() for x, w in zip(self.members, self.weights)))
 
     @staticmethod
     def point_weights(parts: list[np.ndarray], weights: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from lwl.design.adaptive import adam_step, guard_gradient
-from lwl.design.budget.design import BudgetedDesign, Candidate
+from lwl.design.budget.design import BudgetedDesign, Candidate, member_law
 from lwl.design.budget.state import BudgetedState
 from lwl.design.families import Params
 from lwl.models import KernelRidge
@@ -50,7 +50,7 @@ class BudgetedBilevel(BudgetedDesign):
 
         design = BilevelDesign(spec, q)  # the family, its coordinates and start points (inputs are free)
         super().__init__(spec, q, design.family,
-                         [Candidate(name, design.family.measure(p), p) for name, p in design.start_points()])
+                         [Candidate(name, member_law(design.family, p, spec, q), p) for name, p in design.start_points()])
         self.design = design
         self.labelled = BilevelDesign(spec, self.qv)  # the bilevel gradient on the labelled validation points
         self._hyper_cache: tuple = (None, None)

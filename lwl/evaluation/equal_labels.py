@@ -53,16 +53,17 @@ INTEGRATION_MAX = 1000  # Q points the anchor integrates the posterior variance 
 BASELINES = ("mixture", "normal", "barycenter")
 
 
-def anchor_pool(q, n: int, seed: int, domain=None) -> np.ndarray:
-    """The anchor's candidates: Q's validation inputs, topped up with draws of Q's mixture (restricted
-    to the input ``domain`` when there is one) to max(2n, n + 1000) points."""
+def anchor_pool(q, n: int, seed: int, domain=None, outside: str = "refuse") -> np.ndarray:
+    """The anchor's candidates: Q's validation inputs, topped up with draws of Q's mixture (on the
+    input ``domain`` when there is one, as ``outside`` puts Q's laws there) to max(2n, n + 1000) points."""
     from lwl.evaluation.baselines import mixture
     from lwl.measures import constrain
 
     pool = np.concatenate(q.validation)
     size = max(2 * n, n + 1000)
     if len(pool) < size:
-        top_up = constrain(mixture(q), domain)
+        share = q.share_on_boundary(domain) if domain is not None and outside == "clip" else None
+        top_up = constrain(mixture(q), domain, outside, share)
         pool = np.concatenate([pool, top_up.sample(size - len(pool), [seed, STREAM_AUDIT, 1000])])
     return pool
 
@@ -77,11 +78,11 @@ def integration_points(q, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def anchor_training_set(q, n: int, *, kernel, lengthscale: float, ridge: float, seed: int,
-                        draw: int = 0, domain=None) -> np.ndarray:
+                        draw: int = 0, domain=None, outside: str = "refuse") -> np.ndarray:
     """The NIPV anchor's n inputs (to be labelled)."""
     from lwl.evaluation.nipv import nipv_select
 
-    pool = anchor_pool(q, n, seed + draw, domain)
+    pool = anchor_pool(q, n, seed + draw, domain, outside)
     z, a = integration_points(q, seed)
     order, _ = nipv_select(pool, z, a, n, kernel=kernel, lengthscale=lengthscale, noise=ridge)
     return pool[order]
@@ -97,7 +98,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     lengthscale is the one the job chose). Returns the evaluation document with the per-point
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
-    from lwl.measures import constrain
+    from lwl.domain import on_domain
     from lwl.registry import BASELINES as REG
 
     from lwl.models import train
@@ -125,7 +126,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
              if REG.get(b).extra.get("kind", "distribution") == "distribution"]
     for name in names:
         try:
-            measure = constrain(REG.get(name).resolve()(spec, q), domain)  # inside the input domain
+            measure = on_domain(REG.get(name).resolve()(spec, q), spec, q)  # on the input domain, as Q's laws are
             out = []
             for r in range(draws):  # draw r of every baseline from the same seed (common random numbers)
                 x = measure.sample(n, [spec.seed, STREAM_AUDIT, r])
@@ -148,7 +149,8 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
         out = []
         for r in range(anchor_draws):
             x = anchor_training_set(q, n, kernel=kernel, lengthscale=ell, ridge=noise,
-                                    seed=spec.seed, draw=r, domain=domain)
+                                    seed=spec.seed, draw=r, domain=domain,
+                                    outside=spec.domain.outside if domain is not None else "refuse")
             out.append(sq_errors(x, as_numpy(oracle.label(x))))
             audit += n
         rows["nipv"] = np.stack(out)

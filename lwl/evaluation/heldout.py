@@ -28,7 +28,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     "comparisons": {name: design against it}, "held_out": count, ...}``.
     """
     from lwl.evaluation.comparison import compare, error_interval
-    from lwl.measures import constrain
+    from lwl.domain import on_domain
     from lwl.registry import BASELINES
     from lwl.streams import STREAM_EVAL
     from lwl.oracles import as_numpy
@@ -50,11 +50,10 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
         candidates["initial"] = initial
     failed: dict[str, str] = {}  # a baseline that cannot be built or trained never costs the design
     pool_baselines = [b for b in ev.baselines if BASELINES.get(b).extra.get("kind") == "pool"]
-    domain = spec.domain.build() if getattr(spec, "domain", None) is not None else None
     for name in ev.baselines:
         if name not in pool_baselines:
             try:  # with an input domain the baselines draw inside it too: the oracle is never asked outside
-                candidates[name] = constrain(BASELINES.get(name).resolve()(spec, q), domain)
+                candidates[name] = on_domain(BASELINES.get(name).resolve()(spec, q), spec, q)
             except (ValueError, np.linalg.LinAlgError) as exc:
                 failed[name] = str(exc)
 

@@ -1,6 +1,7 @@
 """Probability measures: samplers with explicit seeds and versioned distribution specs."""
 
 from lwl.measures.base import Measure, as_generator, from_spec
+from lwl.measures.clipped import Clipped
 from lwl.measures.empirical import Empirical
 from lwl.measures.gaussian import MIN_DIAG, Gaussian, gaussian_log_prob, project_cholesky
 from lwl.measures.kle import KLEGaussian, LogNormal, kle_w2_squared
@@ -13,6 +14,6 @@ from lwl.measures.uniform import UniformBox
 __all__ = [
     "Measure", "from_spec", "as_generator",
     "Gaussian", "gaussian_log_prob", "project_cholesky", "MIN_DIAG",
-    "UniformBox", "Truncated", "constrain", "Mixture", "Empirical", "WeightedPool",
+    "UniformBox", "Truncated", "Clipped", "constrain", "Mixture", "Empirical", "WeightedPool",
     "KLEGaussian", "LogNormal", "kle_w2_squared", "LogSineParticles",
 ]

@@ -125,10 +125,16 @@ def test_drawn_members_are_drawn_inside_and_refused_when_much_of_them_lies_outsi
     doc["test_distributions"]["members"][0]["gaussian"]["cov"] = (0.01 * np.eye(D)).tolist()  # ~16% outside
     errors = _errors(doc)
     assert "test_distributions.members.0.gaussian" in errors and "outside the domain" in str(errors)
-    doc["domain"]["outside"] = "clip"  # explicitly: draw it restricted to the domain anyway
+    doc["domain"]["outside"] = "clip"  # explicitly: the member's draws outside moved onto the box
     spec = parse_job_spec(doc)
     q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, domain=spec.domain)
     assert q.members[0].shape == (300, D) and Domain([0] * D, [1] * D).contains(q.members[0]).all()
+    # clipped, not restricted: the member's own draws with the ones outside moved to the nearest face
+    free = MetaTestSamples.from_spec(parse_job_spec({k: v for k, v in doc.items() if k != "domain"}).test_distributions,
+                                     spec.seed)
+    np.testing.assert_array_equal(q.members[0], np.clip(free.members[0], 0.0, 1.0))
+    on_face = np.any((q.members[0] == 0.0) | (q.members[0] == 1.0), axis=1)
+    assert 0.05 < on_face.mean() < 0.4  # about 16% of the mass lies outside
     # a domain that holds every draw changes no bit of Q
     doc["domain"] = {"low": [-5.0] * D, "high": [5.0] * D}
     wide = parse_job_spec(doc)
@@ -484,3 +490,92 @@ def test_a_domain_job_resumes_from_a_checkpoint_bit_for_bit():
     assert resumed["distribution"] == full["distribution"] and resumed["distribution"]["family"] == "truncated"
     assert [h["objective"] for h in resumed["history"]] == [h["objective"] for h in full["history"]]
     assert any(h["event"] is None for h in full["history"])  # the design moved
+
+
+@pytest.mark.slow
+def test_a_budgeted_job_with_outside_clip_draws_the_laws_q_has_there():
+    """``outside: "clip"``: Q's samples outside D sit on D's faces, so Q's mixture as a candidate, its
+    baselines at equal labels and the returned distribution are pushed onto D by the projection
+    (lwl.measures.Clipped), and label face points as Q has them; with "refuse" none lies on a face."""
+    doc = _spec(budget=600, algorithm={"name": "bilevel", "broaden": [3.0]})
+    doc["test_distributions"]["members"][0]["gaussian"]["cov"] = (0.01 * np.eye(D)).tolist()  # ~16% outside
+    doc["domain"]["outside"] = "clip"
+    spec = parse_job_spec(doc)
+    box = spec.domain.build()
+    oracle = Recording(spec.oracle.build())
+    result = run_job(spec, oracle=oracle)
+    assert result["labels_used"] <= 600
+
+    def on_faces(x):
+        x = np.asarray(x)
+        return np.any((x == 0.0) | (x == 1.0), axis=1)
+
+    asked = np.concatenate(oracle.asked)
+    assert box.contains(asked).all()
+    X = np.asarray(result["training_set"]["inputs"])
+    assert on_faces(X).sum() > 0.02 * len(X), on_faces(X).mean()
+    dist = result["distribution"]
+    assert dist["family"] == "clipped" and dist["domain"]["high"] == [1.0] * D
+    # capped at Q's share on the faces
+    q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, domain=spec.domain)
+    assert dist["face_share"] == pytest.approx(q.share_on_boundary(box)) and 0.02 < dist["face_share"] < 0.3
+    x = from_spec(dist).sample(20_000, 1)
+    assert box.contains(x).all() and 0.01 < on_faces(x).mean() <= dist["face_share"] + 0.01
+    # the audit's baselines drew Q's law as it is on D: face points among what it asked beyond the training set
+    assert on_faces(asked[len(X):]).sum() > 0
+    # with "refuse" (the default) nothing lwl draws itself lies on a face: the test can fail
+    doc["domain"]["outside"] = "refuse"
+    doc["test_distributions"]["members"][0]["gaussian"]["cov"] = (0.002 * np.eye(D)).tolist()  # refused at 0.01
+    refuse = run_job({**doc, "evaluation": {"enabled": False}})
+    assert refuse["distribution"]["family"] == "truncated"
+    assert not on_faces(refuse["training_set"]["inputs"]).any()
+
+
+def test_clipped_is_the_projection_of_its_base_and_round_trips():
+    from lwl.measures import Clipped, Gaussian, Truncated, constrain
+
+    dom = Domain([0.0, 0.0], [1.0, 1.0], A=[[1.0, 1.0]], b=[1.5])
+    g = Gaussian([0.8, 0.8], cov=0.05 * np.eye(2))
+    c = constrain(g, dom, "clip")
+    assert isinstance(c, Clipped) and isinstance(constrain(g, dom), Truncated)
+    x, base = c.sample(5000, 7), g.sample(5000, 7)
+    np.testing.assert_array_equal(x, dom.clip(base))
+    assert dom.contains(x).all()
+    share = 1.0 - dom.contains(base).mean()
+    assert abs(c.share_on_faces() - share) < 0.02 and share > 0.3
+    again = from_spec(c.to_spec())
+    np.testing.assert_array_equal(again.sample(100, 3), c.sample(100, 3))
+    m, C = c.mean_and_cov()
+    assert dom.contains(m[None]).all() and np.all(np.linalg.eigvalsh(C) > 0)
+    with pytest.raises(ValueError, match="domain"):
+        Clipped(g, Domain([0.0] * 3, [1.0] * 3))
+    with pytest.raises(ValueError, match="face_share"):
+        Clipped(g, dom, 1.5)
+
+
+def test_clipped_caps_its_share_on_the_faces_and_keeps_the_restricted_law_inside():
+    """face_share phi: p = (1 - s) q|_D + s (pi_D)_# q|_out with s = min(phi, 1 - Z)."""
+    from lwl.measures import Clipped, Gaussian
+
+    dom = Domain([0.0] * 3, [1.0] * 3)
+    g = Gaussian([0.7, 0.5, 0.5], cov=0.09 * np.eye(3))
+    out = 1.0 - Truncated(g, dom).normaliser()[0]
+    assert 0.25 < out < 0.6
+    n = 40_000
+    capped = Clipped(g, dom, 0.1)
+    assert capped.share_on_faces() == pytest.approx(0.1)
+    x = capped.sample(n, 11)
+    assert dom.contains(x).all()
+    faces = dom.on_boundary(x)
+    assert abs(faces.mean() - 0.1) < 4 * math.sqrt(0.1 * 0.9 / n)
+    # the interior draws follow the restricted law: its mean within 5 standard errors
+    ref = Truncated(g, dom).sample(n, 12)
+    se = np.sqrt(ref.var(0) / n + x[~faces].var(0) / (~faces).sum())
+    assert np.all(np.abs(x[~faces].mean(0) - ref.mean(0)) < 5 * se)
+    # a cap above the law's own outside share changes nothing: the projection of the base's draws
+    np.testing.assert_array_equal(Clipped(g, dom, 0.9).sample(500, 3), dom.clip(g.sample(500, 3)))
+    # a cap of 0 is the restricted law (no face point)
+    assert not dom.on_boundary(Clipped(g, dom, 0.0).sample(5000, 4)).any()
+    # the cap travels with the document
+    doc = capped.to_spec()
+    assert doc["face_share"] == 0.1 and np.array_equal(from_spec(doc).sample(100, 5), capped.sample(100, 5))

@@ -109,6 +109,19 @@ def _params_key(params: Params | None) -> tuple:
     return () if params is None else tuple((n, np.asarray(v).tobytes()) for n, v in params.items())
 
 
+def member_law(family, params: Params, spec: JobSpec, q: MetaTestSamples) -> Measure:
+    """The law a family member's points are drawn from in a budgeted job: the family's measure
+    (restricted to the input domain, when there is one, by truncation), or, with
+    ``domain.outside: "clip"``, the member's unrestricted law put onto the domain by the projection
+    as Q's samples are, with no larger share on its faces than Q's (:func:`lwl.domain.on_domain`)."""
+    inner = getattr(family, "inner", None)  # a family restricted to the domain (ConstrainedFamily)
+    if inner is not None and spec.domain is not None and spec.domain.outside == "clip":
+        from lwl.domain import on_domain
+
+        return on_domain(inner.measure(params), spec, q)
+    return family.measure(params)
+
+
 class BudgetedDesign(StepperDefaults):
     """A design under a label budget as a stepper (module docstring); one step = one round.
     Subclasses supply the hooks below (each says what it is for)."""
@@ -275,10 +288,11 @@ class BudgetedDesign(StepperDefaults):
     # -- stepper protocol and the rounds --------------------------------------------------------
 
     def _in_domain(self, measure: Measure) -> Measure:
-        """``measure`` restricted to the job's input domain, if it has one (the family already is)."""
-        from lwl.measures import constrain
+        """``measure`` on the job's input domain, if it has one, as Q's laws are there (restricted, or
+        pushed onto it with ``outside: "clip"``; :func:`lwl.domain.on_domain`)."""
+        from lwl.domain import on_domain
 
-        return constrain(measure, self.spec.domain.build() if self.spec.domain is not None else None)
+        return on_domain(measure, self.spec, self.q)
 
     def validation(self, state: BudgetedState) -> "LabelledValidation":
         """The labelled validation points of ``state`` (the first rows of its points): those of
@@ -371,7 +385,7 @@ class BudgetedDesign(StepperDefaults):
                 xs.append(self.candidates[rival][1].sample(m_rival, [seed, STREAM_BUDGET, r, len(self.candidates) + 2]))
                 src.append(np.full(m_rival, rival))
             if m_chal:
-                chal = self.family.measure(state.challenger)
+                chal = member_law(self.family, state.challenger, self.spec, self.q)
                 xs.append(chal.sample(m_chal, [seed, STREAM_BUDGET, r, len(self.candidates) + 1]))
                 src.append(np.full(m_chal, CHALLENGER))
         out = (np.concatenate(xs), np.concatenate(src).astype(np.int64))
@@ -652,7 +666,7 @@ class BudgetedDesign(StepperDefaults):
 
     def incumbent_measure(self, state: BudgetedState) -> Measure:
         if self._movable(state):  # a member of the family: its parameters are kept
-            return self.family.measure(state.kept.params)
+            return member_law(self.family, state.kept.params, self.spec, self.q)
         return self.candidates[state.incumbent][1]
 
     def _best_alive(self, state: BudgetedState) -> int:
