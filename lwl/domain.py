@@ -6,7 +6,7 @@ its concentration, so a job with ``domain`` draws its design batches, its evalua
 sets and every ``/samples`` answer from distributions on D: restricted to it
 (:class:`lwl.measures.Truncated`) by default, where test samples outside D are refused; with
 ``outside: "clip"``, where Q's samples outside D are moved to its nearest point, pushed onto it by
-that projection (:class:`lwl.measures.Clipped`; :func:`on_domain`), so that what lwl labels has the
+that projection (:class:`lwl.measures.Clipped`; :func:`lwl.measures.on_domain`), so that what lwl labels has the
 law Q's samples have. docs/method.md ("Input domains") says why.
 
 The job spec's ``domain`` block, :class:`DomainSpec` (pydantic), is at the end of this module.
@@ -217,7 +217,7 @@ class DomainSpec(StrictModel):
     when more than 1% of their mass lies outside, unless ``outside`` is ``"clip"``: then their
     draws are moved to the nearest point of D like the user's points, and the laws a budgeted job
     labels (its candidates, the returned distribution) and every verdict's baselines are put onto D
-    by that projection, with at most Q's share on D's faces (:func:`on_domain`)."""
+    by that projection, with at most Q's share on D's faces (:func:`lwl.measures.on_domain`)."""
 
     low: list[float] = Field(min_length=1, description="lower bound of each input")
     high: list[float] = Field(min_length=1, description="upper bound of each input (> low)")
@@ -251,19 +251,3 @@ class DomainSpec(StrictModel):
         from lwl.domain import Domain
 
         return Domain(self.low, self.high, self.A, self.b)
-
-
-def on_domain(measure, spec, q):
-    """``measure`` as a job with ``spec`` and Q's samples ``q`` draws from it: unchanged without a
-    ``domain``; else restricted to D (``outside: "refuse"``, :class:`lwl.measures.Truncated`), or
-    put onto D by the nearest-point projection as Q's samples are (``outside: "clip"``,
-    :class:`lwl.measures.Clipped`), with no larger share on D's faces than Q's samples have
-    (docs/method.md "Input domains")."""
-    domain = getattr(spec, "domain", None)
-    if domain is None:
-        return measure
-    from lwl.measures import constrain
-
-    box = domain.build()
-    share = q.share_on_boundary(box) if domain.outside == "clip" else None
-    return constrain(measure, box, domain.outside, share)

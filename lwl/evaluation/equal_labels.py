@@ -98,7 +98,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     lengthscale is the one the job chose). Returns the evaluation document with the per-point
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
-    from lwl.domain import on_domain
+    from lwl.measures import on_domain
     from lwl.registry import BASELINES as REG
 
     from lwl.models import train

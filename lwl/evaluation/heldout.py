@@ -28,7 +28,7 @@ def evaluate_design(spec, q, distribution, oracle, validation_labels: np.ndarray
     "comparisons": {name: design against it}, "held_out": count, ...}``.
     """
     from lwl.evaluation.comparison import compare, error_interval
-    from lwl.domain import on_domain
+    from lwl.measures import on_domain
     from lwl.registry import BASELINES
     from lwl.streams import STREAM_EVAL
     from lwl.oracles import as_numpy

@@ -151,18 +151,3 @@ class Truncated(Measure):
         if not isinstance(doc.get("domain"), dict) or not isinstance(doc.get("base"), dict):
             raise ValueError("truncated: needs a domain object and a base distribution spec")
         return cls(from_spec(doc["base"]), Domain.from_json(doc["domain"]))
-
-
-def constrain(measure: Measure, domain: Domain | None, outside: str = "refuse",
-              face_share: float | None = None) -> Measure:
-    """``measure`` on ``domain`` as the job's ``domain.outside`` puts Q there: restricted to it
-    (:class:`Truncated`, ``"refuse"``) or put onto it by the projection, at most ``face_share`` of
-    it on the faces (:class:`lwl.measures.clipped.Clipped`, ``"clip"``); unchanged when there is no
-    domain."""
-    if domain is None:
-        return measure
-    if outside == "clip":
-        from lwl.measures.clipped import Clipped
-
-        return Clipped(measure, domain, face_share)
-    return Truncated(measure, domain)

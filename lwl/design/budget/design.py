@@ -113,10 +113,10 @@ def member_law(family, params: Params, spec: JobSpec, q: MetaTestSamples) -> Mea
     """The law a family member's points are drawn from in a budgeted job: the family's measure
     (restricted to the input domain, when there is one, by truncation), or, with
     ``domain.outside: "clip"``, the member's unrestricted law put onto the domain by the projection
-    as Q's samples are, with no larger share on its faces than Q's (:func:`lwl.domain.on_domain`)."""
+    as Q's samples are, with no larger share on its faces than Q's (:func:`lwl.measures.on_domain`)."""
     inner = getattr(family, "inner", None)  # a family restricted to the domain (ConstrainedFamily)
     if inner is not None and spec.domain is not None and spec.domain.outside == "clip":
-        from lwl.domain import on_domain
+        from lwl.measures import on_domain
 
         return on_domain(inner.measure(params), spec, q)
     return family.measure(params)
@@ -289,8 +289,8 @@ class BudgetedDesign(StepperDefaults):
 
     def _in_domain(self, measure: Measure) -> Measure:
         """``measure`` on the job's input domain, if it has one, as Q's laws are there (restricted, or
-        pushed onto it with ``outside: "clip"``; :func:`lwl.domain.on_domain`)."""
-        from lwl.domain import on_domain
+        pushed onto it with ``outside: "clip"``; :func:`lwl.measures.on_domain`)."""
+        from lwl.measures import on_domain
 
         return on_domain(measure, self.spec, self.q)
 
