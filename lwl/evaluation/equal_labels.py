@@ -53,17 +53,17 @@ INTEGRATION_MAX = 1000  # Q points the anchor integrates the posterior variance 
 BASELINES = ("mixture", "normal", "barycenter")
 
 
-def anchor_pool(q, n: int, seed: int, domain=None, outside: str = "refuse") -> np.ndarray:
+def anchor_pool(q, n: int, seed: int, spec=None) -> np.ndarray:
     """The anchor's candidates: Q's validation inputs, topped up with draws of Q's mixture (on the
-    input ``domain`` when there is one, as ``outside`` puts Q's laws there) to max(2n, n + 1000) points."""
+    job's input domain as ``spec`` puts Q's laws there, :func:`lwl.measures.on_domain`) to
+    max(2n, n + 1000) points."""
     from lwl.evaluation.baselines import mixture
-    from lwl.measures import constrain
+    from lwl.measures import on_domain
 
     pool = np.concatenate(q.validation)
     size = max(2 * n, n + 1000)
     if len(pool) < size:
-        share = q.share_on_boundary(domain) if domain is not None and outside == "clip" else None
-        top_up = constrain(mixture(q), domain, outside, share)
+        top_up = mixture(q) if spec is None else on_domain(mixture(q), spec, q)
         pool = np.concatenate([pool, top_up.sample(size - len(pool), [seed, STREAM_AUDIT, 1000])])
     return pool
 
@@ -78,11 +78,11 @@ def integration_points(q, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def anchor_training_set(q, n: int, *, kernel, lengthscale: float, ridge: float, seed: int,
-                        draw: int = 0, domain=None, outside: str = "refuse") -> np.ndarray:
-    """The NIPV anchor's n inputs (to be labelled)."""
+                        draw: int = 0, spec=None) -> np.ndarray:
+    """The NIPV anchor's n inputs (to be labelled); ``spec``: the job's, for its input domain."""
     from lwl.evaluation.nipv import nipv_select
 
-    pool = anchor_pool(q, n, seed + draw, domain, outside)
+    pool = anchor_pool(q, n, seed + draw, spec)
     z, a = integration_points(q, seed)
     order, _ = nipv_select(pool, z, a, n, kernel=kernel, lengthscale=lengthscale, noise=ridge)
     return pool[order]
@@ -121,7 +121,6 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     design = sq_errors(X, y, design_model)
     rows: dict[str, np.ndarray] = {}
     failed: dict[str, str] = {}
-    domain = spec.domain.build() if getattr(spec, "domain", None) is not None else None
     names = [b for b in (baselines if baselines is not None else BASELINES)
              if REG.get(b).extra.get("kind", "distribution") == "distribution"]
     for name in names:
@@ -149,8 +148,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
         out = []
         for r in range(anchor_draws):
             x = anchor_training_set(q, n, kernel=kernel, lengthscale=ell, ridge=noise,
-                                    seed=spec.seed, draw=r, domain=domain,
-                                    outside=spec.domain.outside if domain is not None else "refuse")
+                                    seed=spec.seed, draw=r, spec=spec)
             out.append(sq_errors(x, as_numpy(oracle.label(x))))
             audit += n
         rows["nipv"] = np.stack(out)

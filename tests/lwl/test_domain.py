@@ -579,3 +579,27 @@ def test_clipped_caps_its_share_on_the_faces_and_keeps_the_restricted_law_inside
     # the cap travels with the document
     doc = capped.to_spec()
     assert doc["face_share"] == 0.1 and np.array_equal(from_spec(doc).sample(100, 5), capped.sample(100, 5))
+
+
+@pytest.mark.parametrize("outside", ["refuse", "clip"])
+def test_the_nipv_anchor_pool_draws_q_as_the_job_puts_it_on_the_domain(outside):
+    """The anchor's top-up of Q's mixture is drawn by ``on_domain``: inside D always, with face points
+    (at most Q's share on the faces) under "clip" and none under "refuse"."""
+    from lwl.evaluation.equal_labels import anchor_pool
+
+    doc = _spec()
+    cov = 0.01 if outside == "clip" else 0.002  # "refuse" refuses a Q with much mass outside D
+    doc["test_distributions"]["members"][0]["gaussian"]["cov"] = (cov * np.eye(D)).tolist()
+    doc["domain"]["outside"] = outside
+    spec = parse_job_spec(doc)
+    box = spec.domain.build()
+    q = MetaTestSamples.from_spec(spec.test_distributions, spec.seed, domain=spec.domain)
+    n_validation = sum(len(v) for v in q.validation)
+    pool = anchor_pool(q, 5000, seed=3, spec=spec)
+    top_up = pool[n_validation:]
+    assert len(pool) == 10_000 and box.contains(pool).all()
+    faces = np.any((top_up == 0.0) | (top_up == 1.0), axis=1).mean()
+    if outside == "clip":
+        assert 0.01 < faces <= q.share_on_boundary(box) + 0.01
+    else:
+        assert faces == 0.0
