@@ -27,6 +27,8 @@ better / tie / worse from :func:`lwl.evaluation.comparison.compare` over the dra
 points. The job's own validation verdict (no held-out label) is printed beside.
 
 Usage: OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py [NAMES] [--budget B] [--seed S] [--spread LO,HI] [--explore X]
+       OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py --fresh PART/PARTS [--budget B]
+(``--fresh``: the sixteen problems of the issue's kind of scripts/independent_check.py, see run_fresh)
 """
 
 from __future__ import annotations
@@ -137,9 +139,9 @@ def q_members(d: int, K: int, rng, spread=SPREAD) -> list[tuple[np.ndarray, np.n
     return out
 
 
-def draw(members, sizes, rng) -> np.ndarray:
-    return np.concatenate([np.clip(rng.multivariate_normal(m, C, n), 0.0, 1.0)
-                           for (m, C), n in zip(members, sizes)])
+def draw(members, sizes, rng, clip: bool = True) -> np.ndarray:
+    x = np.concatenate([rng.multivariate_normal(m, C, n) for (m, C), n in zip(members, sizes)])
+    return np.clip(x, 0.0, 1.0) if clip else x
 
 
 def sklearn_gp_predict(x, y, test_x, seed: int) -> np.ndarray:
@@ -156,6 +158,7 @@ def sklearn_gp_predict(x, y, test_x, seed: int) -> np.ndarray:
 
 
 def run(name: str, budget: int, seed: int, spread=SPREAD, explore: float | None = None) -> dict:
+    """An engineering problem of PROBLEMS on the unit cube (module docstring)."""
     f, d, K = PROBLEMS[name]
     rng = np.random.default_rng([seed, sum(map(ord, name))])
     members = q_members(d, K, rng, spread)
@@ -165,13 +168,42 @@ def run(name: str, budget: int, seed: int, spread=SPREAD, explore: float | None 
                                                for m, C in members], "validation_per_member": VALIDATION}}
     if explore is not None:  # Q's mixture the default of selection (algorithm.explore), not lwl's default
         spec["algorithm"] = {"name": "bilevel", "explore": explore}
+    row = judged(spec, f, d, members, seed, rng, clip=True)
+    return {"problem": name, "d": d, "K": K, "spread": list(spread), "explore": explore, **row}
+
+
+def run_fresh(i: int, budget: int) -> dict:
+    """Fresh problem i of the issue's kind (``--fresh``): scripts/independent_check.py's generator
+    (Friedman-1, Friedman-2, Sobol G and g4 in turn, d up to 8, K up to 7, Q's means N(0, I) and
+    Wishart covariances, no input domain), its lengthscale left to lwl and no model named, so the
+    budgeted job designs for and serves its default, the fitted GP. The client labels with the
+    built-in function (``external`` oracle)."""
+    from independent_check import fresh_problems
+    from lwl.experiments.robustness import problem_spec
+
+    p, seed = fresh_problems()[i]
+    spec = problem_spec(p, size=SIZE, validation=VALIDATION, iterations=None, seed=seed, family="auto")
+    builtin = parse_job_spec(spec).oracle.build()
+    members = [(np.array(m["gaussian"]["mean"]), np.array(m["gaussian"]["cov"]))
+               for m in spec["test_distributions"]["members"]]
+    spec.update(oracle={"name": "external", "batch_size": 250}, budget=budget)
+    rng = np.random.default_rng([seed, sum(map(ord, p.key))])
+    row = judged(spec, lambda x: np.asarray(builtin.label(x), dtype=np.float64).reshape(-1), p.dim, members,
+                 seed, rng, clip=False)
+    return {"problem": p.key, "d": p.dim, "K": p.members, **row}
+
+
+def judged(spec: dict, f, d: int, members, seed: int, rng, clip: bool) -> dict:
+    """Run the budgeted job of ``spec``, its labels asked of ``f`` by the client, and judge its served
+    model against Q's mixture + scikit-learn's GP and + lwl's GP at equal labels (module docstring)."""
+    K = len(members)
     oracle = CountingFunction(f, d)
     t0 = time.perf_counter()
     res = run_job(spec, oracle=oracle, evaluate=False)
     seconds = time.perf_counter() - t0
     n = int(res["labels_used"])
     X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"]).ravel()
-    test_x = draw(members, [TEST] * K, rng)
+    test_x = draw(members, [TEST] * K, rng, clip)
     test_y = f(test_x)
     a, w, sizes = test_y**2, [1.0 / K] * K, [TEST] * K
     served = (np.asarray(from_spec(model_document(res)).predict(test_x)).ravel() - test_y) ** 2
@@ -179,7 +211,7 @@ def run(name: str, budget: int, seed: int, spread=SPREAD, explore: float | None 
     model = parse_job_spec(res["spec"]).model
     mix_sk, mix_lwl = [], []
     for r in range(DRAWS):
-        x = draw(members, np.bincount(rng.integers(0, K, n), minlength=K), rng)
+        x = draw(members, np.bincount(rng.integers(0, K, n), minlength=K), rng, clip)
         yx = f(x)
         mix_sk.append((sklearn_gp_predict(x, yx, test_x, 100 * seed + r) - test_y) ** 2)
         mix_lwl.append((np.asarray(train(model, x, yx, ridge=1e-3, seed=seed).predict(test_x)).ravel() - test_y) ** 2)
@@ -187,7 +219,7 @@ def run(name: str, budget: int, seed: int, spread=SPREAD, explore: float | None 
     vs_lwl = compare(np.repeat(served[None], DRAWS, 0), np.stack(mix_lwl), a, sizes, w)
     data = compare(np.repeat(data_sk[None], DRAWS, 0), np.stack(mix_sk), a, sizes, w)
     v = res.get("verdict") or {}
-    return {"problem": name, "d": d, "K": K, "seed": seed, "spread": list(spread), "explore": explore, "budget": budget, "labels_used": n,
+    return {"seed": seed, "budget": spec["budget"], "labels_used": n,
             "labels_client": oracle.labels, "selected": res["selected"]["candidate"],
             "kernel": res["model"].get("kernel"), "err_served": vs_sk.err,
             "err_q_mixture_sklearn_gp": vs_sk.other_err, "ratio": vs_sk.ratio, "ratio_interval": vs_sk.ratio_interval,
@@ -206,11 +238,22 @@ def main() -> None:
                    help="LO,HI: the range of Q's members' standard deviations in the unit cube")
     p.add_argument("--explore", type=float, default=None,
                    help="algorithm.explore of the jobs (default: lwl's, none for bilevel)")
+    p.add_argument("--fresh", default=None,
+                   help="PART/PARTS: the fresh problems of the issue's kind i with i mod PARTS == PART (run_fresh) "
+                        "instead of the engineering ones")
     args = p.parse_args()
     spread = tuple(float(v) for v in args.spread.split(","))
     rows = []
-    for name in args.names.split(","):
-        rows.append(run(name, args.budget, args.seed, spread, args.explore))
+    if args.fresh:
+        from independent_check import fresh_problems
+
+        part, parts = (int(v) for v in args.fresh.split("/"))
+        jobs = [lambda i=i: run_fresh(i, args.budget) for i in range(len(fresh_problems())) if i % parts == part]
+    else:
+        jobs = [lambda name=name: run(name, args.budget, args.seed, spread, args.explore)
+                for name in args.names.split(",")]
+    for job in jobs:
+        rows.append(job())
         print(json.dumps(rows[-1]), flush=True)
     count = lambda key: "/".join(str(sum(r[key] == o for r in rows)) for o in ("better", "tie", "worse"))  # noqa: E731
     print(f"served vs Q's mixture + scikit-learn GP: {count('outcome_vs_mixture_sklearn_gp')}; vs Q's mixture + "
