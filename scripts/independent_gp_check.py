@@ -27,7 +27,7 @@ better / tie / worse from :func:`lwl.evaluation.comparison.compare` over the dra
 points. The job's own validation verdict (no held-out label) is printed beside.
 
 Usage: OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py [NAMES] [--budget B] [--seed S] [--spread LO,HI] [--explore X]
-       OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py --fresh PART/PARTS [--budget B]
+       OPENBLAS_NUM_THREADS=1 python scripts/independent_gp_check.py --fresh PART/PARTS[/GENERATOR] [--budget B]
 (``--fresh``: the sixteen problems of the issue's kind of scripts/independent_check.py, see run_fresh)
 """
 
@@ -172,16 +172,16 @@ def run(name: str, budget: int, seed: int, spread=SPREAD, explore: float | None 
     return {"problem": name, "d": d, "K": K, "spread": list(spread), "explore": explore, **row}
 
 
-def run_fresh(i: int, budget: int) -> dict:
+def run_fresh(i: int, budget: int, generator: int = 99) -> dict:
     """Fresh problem i of the issue's kind (``--fresh``): scripts/independent_check.py's generator
     (Friedman-1, Friedman-2, Sobol G and g4 in turn, d up to 8, K up to 7, Q's means N(0, I) and
     Wishart covariances, no input domain), its lengthscale left to lwl and no model named, so the
     budgeted job designs for and serves its default, the fitted GP. The client labels with the
-    built-in function (``external`` oracle)."""
+    built-in function (``external`` oracle). ``generator``: the seed of the problem generator."""
     from independent_check import fresh_problems
     from lwl.experiments.robustness import problem_spec
 
-    p, seed = fresh_problems()[i]
+    p, seed = fresh_problems(generator)[i]
     spec = problem_spec(p, size=SIZE, validation=VALIDATION, iterations=None, seed=seed, family="auto")
     builtin = parse_job_spec(spec).oracle.build()
     members = [(np.array(m["gaussian"]["mean"]), np.array(m["gaussian"]["cov"]))
@@ -239,16 +239,18 @@ def main() -> None:
     p.add_argument("--explore", type=float, default=None,
                    help="algorithm.explore of the jobs (default: lwl's, none for bilevel)")
     p.add_argument("--fresh", default=None,
-                   help="PART/PARTS: the fresh problems of the issue's kind i with i mod PARTS == PART (run_fresh) "
-                        "instead of the engineering ones")
+                   help="PART/PARTS[/GENERATOR]: the fresh problems of the issue's kind i with i mod PARTS == PART "
+                        "(run_fresh; GENERATOR the problem generator's seed, 99 by default) instead of the "
+                        "engineering ones")
     args = p.parse_args()
     spread = tuple(float(v) for v in args.spread.split(","))
     rows = []
     if args.fresh:
         from independent_check import fresh_problems
 
-        part, parts = (int(v) for v in args.fresh.split("/"))
-        jobs = [lambda i=i: run_fresh(i, args.budget) for i in range(len(fresh_problems())) if i % parts == part]
+        part, parts, generator = ([int(v) for v in args.fresh.split("/")] + [99])[:3]
+        jobs = [lambda i=i: run_fresh(i, args.budget, generator) for i in range(len(fresh_problems(generator)))
+                if i % parts == part]
     else:
         jobs = [lambda name=name: run(name, args.budget, args.seed, spread, args.explore)
                 for name in args.names.split(",")]
