@@ -150,6 +150,10 @@ class JobResult(OpenDocument):
                                   "score_all, score_without, z, left_out; null where none ran: krr and operator "
                                   "jobs) and the inputs and labels it kept out of the served model's training set: "
                                   "paid for, counted in labels_used")
+    model_diagnosis: dict[str, Any] | None = Field(
+        default=None, description="a budgeted gp job's reading of its served GP (outputs: noise_share, the fitted "
+                                  "noise over the served labels' mean square, and err_floor, its square root, the "
+                                  "held-out Err the served GP will not go much below); null for other models")
     timings: dict[str, Any] | None = Field(default=None, description="design, last slice and evaluation seconds")
     views: dict[str, Any] | None = Field(default=None, description="the numbers of the dashboard's pictures")
     names: dict[str, str] | None = Field(default=None, description="every candidate and baseline id the result "

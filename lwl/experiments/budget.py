@@ -55,6 +55,10 @@ PRESETS = {
     # rerun beside CI (about an hour with two workers on two cores)
     "full-2000": dict(budgets=(2000,), seeds=(0,), columns=6, robustness=16, size=5000, validation=500,
                       unbudgeted_iterations=150, draws=BASELINE_DRAWS),
+    # the gp study's budget 8,000 at seed 0 alone (``--model gp``), its other half (about an hour and a
+    # half with two workers on two cores; the NIPV anchor does not run at this size, ANCHOR_MAX)
+    "full-8000": dict(budgets=(8000,), seeds=(0,), columns=6, robustness=16, size=5000, validation=500,
+                      unbudgeted_iterations=150, draws=BASELINE_DRAWS),
     # for the test suite
     "smoke": dict(budgets=(120,), seeds=(0,), columns=1, robustness=1, size=300, validation=60,
                   unbudgeted_iterations=3, draws=2),

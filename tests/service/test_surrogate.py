@@ -75,6 +75,15 @@ def _problem(r, status: int, field: str | None = None) -> dict:
 def test_a_budgeted_job_without_a_model_named_trains_and_serves_a_gp(results):
     res = results["gp"]
     assert res["model"]["model"] == "gp" and len(res["model"]["outputs"][0]["lengthscale"]) == 5
+    # what its fitted noise says: its share of E_Q y^2 on Q's validation labels (lwl.models.gp_diagnosis),
+    # the first rows of the training set, as many of each of Q's (equally weighted) members
+    n = res["plan"]["validation_labels"]
+    y = np.asarray(res["training_set"]["labels"])[:n]
+    (out,) = res["model_diagnosis"]["outputs"]
+    assert out["noise_share"] == pytest.approx(res["model"]["outputs"][0]["noise"] / np.mean(y ** 2))
+    assert out["err_floor"] == pytest.approx(np.sqrt(out["noise_share"]))
+    assert any("unresolved" in w for w in res["warnings"]) == (out["err_floor"] >= 0.01)
+    assert results["krr"]["model_diagnosis"] is None  # a KRR fits no noise
 
 
 @pytest.mark.parametrize("kind", ["gp", "krr"])

@@ -80,6 +80,9 @@ from lwl.design.families import Params
 from lwl.design.state import Kept
 from lwl.design.stepper import StepperDefaults
 from lwl.measures import Measure
+from lwl.models.gp_diagnosis import diagnose_document
+from lwl.models.gp_diagnosis import to_json as diagnosis_json
+from lwl.models.gp_diagnosis import warnings as diagnosis_warnings
 from lwl.names import words
 from lwl.outcomes import failed_rows
 from lwl.q_samples import MetaTestSamples
@@ -572,6 +575,12 @@ class BudgetedDesign(StepperDefaults):
         v = self.validation_verdict(state) if state.phase is Phase.DONE else None
         if v is not None:  # the verdict's caveats head the job's warnings (an audit replaces them with its own)
             warnings += v["warnings"]
+        model = self.model_document(state) if state.phase is Phase.DONE and len(y_served) >= 2 else None
+        diagnosis = None  # what the served GP's noise says (None: not a gp), on Q's labels at the head of the points
+        if model is not None and model.get("model") == "gp":
+            val = self.validation(state)
+            diagnosis = diagnose_document(model, y[:val.n], val.weights)
+            warnings += diagnosis_warnings(diagnosis)  # after the verdict's: an audit keeps these (equal_labels.evaluate)
         return {"distribution": measure.to_spec(), "history": [dict(h) for h in state.history],
                 "verdict": v, "validation_verdict": v,
                 "labels_used": used, "initial_labels": n0,
@@ -579,7 +588,8 @@ class BudgetedDesign(StepperDefaults):
                 "budget": self.plan.budget,
                 "rounds": int(state.iteration),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
-                "model": self.model_document(state) if state.phase is Phase.DONE and len(y_served) >= 2 else None,
+                "model": model,
+                "model_diagnosis": None if diagnosis is None else diagnosis_json(diagnosis),
                 "selected": {"candidate": name, "lengthscale": float(state.lengthscale) if self.tunes_lengthscale else None,
                              "rule": self.selection_rule + self._default_rule() + self._unexplored_rule(state),
                              "scores": dict(state.scores)},

@@ -1,0 +1,61 @@
+"""What a fitted GP's noise says about the problem (lwl.models.gp_diagnosis)."""
+
+import numpy as np
+import pytest
+
+from lwl.models.gp import GaussianProcess
+from lwl.models.gp_diagnosis import NOISE_FLOOR_WARNING, diagnose, diagnose_document, to_json, warnings
+
+
+def friedman1(x: np.ndarray) -> np.ndarray:
+    return 10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3] + 5 * x[:, 4]
+
+
+def fitted(width: float, n: int = 400, seed: int = 0):
+    """A GP fitted to n noise-free Friedman-1 labels at x ~ N(0.5, width^2 I_6), and the held-out Err
+    of its mean on 2,000 fresh points of the same law."""
+    rng = np.random.default_rng(seed)
+    X, Xt = rng.normal(0.5, width, (n, 6)), rng.normal(0.5, width, (2000, 6))
+    gp = GaussianProcess(restarts=1, random_state=seed).fit(X, friedman1(X))
+    yt = friedman1(Xt)
+    return gp, float(np.sqrt(np.mean((gp.predict(Xt) - yt) ** 2) / np.mean(yt ** 2)))
+
+
+def test_the_floor_is_the_noise_share_of_q_s_mean_square_label():
+    y = np.array([[1.0, 10.0], [3.0, -10.0]])  # mean squares 5 and 100
+    d = diagnose([0.05, 4.0], y)
+    assert [o.noise_share for o in d] == pytest.approx([0.01, 0.04])
+    assert [o.err_floor for o in d] == pytest.approx([0.1, 0.2])
+    with pytest.raises(ValueError, match="labels"):
+        diagnose([0.1], y)  # one noise per output
+    # E_Q y^2 with Q's weights: 0.9 * 1 + 0.1 * 9 = 1.8
+    assert diagnose([0.018], y[:, 0], weights=[0.9, 0.1])[0].noise_share == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="weights"):
+        diagnose([0.018], y[:, 0], weights=[1.0])
+
+
+@pytest.mark.slow
+def test_an_unresolved_oscillation_shows_as_a_floor_that_the_held_out_error_sits_on():
+    """Friedman 1 with a wide Q: sin(pi x1 x2) oscillates faster than 400 points resolve, the GP
+    calls it noise, and the held-out Err is that noise's share of the labels (within 20%); on a
+    narrow Q the same function is resolved and no warning is given."""
+    gp, err = fitted(width=2.0)
+    (d,) = diagnose(gp.noise_, gp.Y_)
+    assert d.err_floor > NOISE_FLOOR_WARNING
+    assert 0.8 < err / d.err_floor < 1.25
+    (w,) = warnings([d])
+    assert f"{d.err_floor:.3g}" in w and "unresolved" in w
+    gp, err = fitted(width=0.3)
+    (d,) = diagnose(gp.noise_, gp.Y_)
+    assert d.err_floor < NOISE_FLOOR_WARNING and warnings([d]) == []
+    assert err > d.err_floor  # there the floor is below the error: the function is resolved, not noise
+
+
+def test_a_model_document_is_read_without_refitting():
+    gp = GaussianProcess(kernel="squared_exponential", lengthscale=[1.0], output_scale=2.0, noise=0.09,
+                         optimize=False).fit(np.linspace(0, 1, 5)[:, None], np.full(5, 3.0))
+    doc = gp.to_spec(training_set=False)
+    (d,) = diagnose_document(doc, np.full(5, 3.0))
+    assert d.err_floor == pytest.approx(0.1)  # sqrt(0.09 / 9)
+    assert to_json([d])["outputs"] == [{"noise_share": pytest.approx(0.01), "err_floor": pytest.approx(0.1)}]
+    assert diagnose_document({"model": "krr"}, np.ones(3)) is None and diagnose_document(None, np.ones(3)) is None
