@@ -152,7 +152,7 @@ class JobResult(OpenDocument):
                                   "paid for, counted in labels_used")
     model_diagnosis: dict[str, Any] | None = Field(
         default=None, description="a budgeted gp job's reading of its served GP (outputs: noise_share, the fitted "
-                                  "noise over the served labels' mean square, and err_floor, its square root, the "
+                                  "noise over Q's mean square label (the job's validation labels), and err_floor, its square root, the "
                                   "held-out Err the served GP will not go much below); null for other models")
     timings: dict[str, Any] | None = Field(default=None, description="design, last slice and evaluation seconds")
     views: dict[str, Any] | None = Field(default=None, description="the numbers of the dashboard's pictures")
