@@ -23,7 +23,7 @@ model (KRR -> GP on the KRR design's data) and from the data (the KRR design's d
 design's, both with the GP) are both visible.
 
 Comparisons use :func:`lwl.evaluation.comparison.compare` (better / tie / worse from the interval of the
-difference of Err^2 over training draws and held-out points). The job's training set is one
+log of the ratio of Err^2 over training draws and held-out points). The job's training set is one
 fixed set (the product the user holds), so its row is repeated against each draw of the other:
 the interval covers the held-out points and the baselines' training draws, not the design's own
 randomness (the budget study reruns the design over seeds for that).

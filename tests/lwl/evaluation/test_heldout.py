@@ -207,7 +207,7 @@ def test_evaluate_design_over_draws_ties_a_distribution_with_itself(small_spec):
     assert ev["draws"] == 4 and len(ev["err_draws"]["optimized"]) == 4
     assert ev["comparisons"]["normal"]["outcome"] == "tie"
     lo, hi = ev["comparisons"]["normal"]["diff_sq_interval"]  # no width but the rounding floor
-    assert lo == -hi and hi < 1e-8
+    assert lo == pytest.approx(-hi, rel=1e-6) and hi < 1e-8
     assert ev["comparisons"]["uniform"]["outcome"] == "better"
     lo, hi = ev["err_interval"]["optimized"]
     assert lo < ev["err"]["optimized"] < hi
