@@ -90,13 +90,16 @@ def analyse(folder: Path, reps: int, R: int, seed: int) -> dict:
         sizes, w, study = d["sizes"], d["weights"], d["study_sizes"]
         bounds = np.cumsum([0, *sizes])
         wn = w / w.sum()
-        num = lambda e: sum(wk * e[..., bounds[k]:bounds[k + 1]].mean(-1) for k, wk in enumerate(wn))
+
+        def num(e, bounds=bounds, wn=wn):  # the weighted mean over Q's members (last axis: points)
+            return sum(wk * e[..., bounds[k]:bounds[k + 1]].mean(-1) for k, wk in enumerate(wn))
+
         truth = float(np.sqrt(num(design) / num(mix).mean()))  # Err_design / Err_mixture, population
         draw_err = np.sqrt(num(mix) / num(y2))
         rng = np.random.default_rng(seed)
         out[f.stem] = {"truth_ratio": truth, "design_err": float(np.sqrt(num(design) / num(y2))),
                        "mixture_err_draws": [float(v) for v in np.quantile(draw_err, [0, 0.25, 0.5, 0.75, 1])],
-                       "draws": int(len(mix)), "reps": reps, "rules": {}, "mixture_draw_as_design": {}}
+                       "draws": len(mix), "reps": reps, "rules": {}, "mixture_draw_as_design": {}}
         tally = {r: {"cover": 0, "wrong_sign": 0, "better": 0, "worse": 0, "tie": 0} for r in rules}
         aa = {r: {"cover": 0, "wrong_sign": 0, "better": 0, "worse": 0, "tie": 0} for r in rules}
         for _ in range(reps):

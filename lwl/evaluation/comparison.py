@@ -175,36 +175,22 @@ def error_interval(sq: np.ndarray, y2: np.ndarray, sizes, weights, level: float 
 ROUNDING = 1e-9  # relative size of differences in Err^2 that are rounding, not a difference
 
 
-def _paired(sq_a, sq_b, y2, sizes, weights):
-    sq_a = np.atleast_2d(np.asarray(sq_a, dtype=np.float64))
-    sq_b = np.atleast_2d(np.asarray(sq_b, dtype=np.float64))
-    R = min(len(sq_a), len(sq_b))
-    return sq_a[:R], sq_b[:R], np.asarray(y2, dtype=np.float64), R
-
-
-def _linear(sq_a, sq_b, y2, sizes, weights, level) -> tuple[float, float, float, float]:
-    """(Err_a^2, Err_b^2, lo, hi) of the difference Err_a^2 - Err_b^2 (module docstring)."""
-    ea, eb = err_squared(sq_a, y2, sizes, weights), err_squared(sq_b, y2, sizes, weights)
-    w = np.asarray(weights, dtype=np.float64)
-    den = sum(wk * y2[p].mean() for wk, p in zip(w / w.sum(), _strata(sizes)))
+def _linear(sq_a, sq_b, ea: float, eb: float, den: float, sizes, weights, level) -> tuple[float, float]:
+    """(lo, hi) of the difference Err_a^2 - Err_b^2 (module docstring)."""
     var, df = two_way_variance((sq_a - sq_b) / den, sizes, weights)
     # a floor of floating-point noise: the same distribution drawn through two code paths (Q's
     # mixture returned by the design, and the mixture baseline) differs in the last digits, and
     # a near-zero variance must not turn that into "worse"
     half = _quantile(df, level) * np.sqrt(var) + ROUNDING * (ea + eb)
-    return ea, eb, ea - eb - half, ea - eb + half
+    return ea - eb - half, ea - eb + half
 
 
-def _log_ratio(sq_a, sq_b, y2, sizes, weights, level) -> tuple[float, float, float, float]:
-    """(Err_a^2, Err_b^2, lo, hi) of log(Err_a^2 / Err_b^2) by the delta method (module docstring);
-    both Err^2 must be positive."""
-    ea, eb = err_squared(sq_a, y2, sizes, weights), err_squared(sq_b, y2, sizes, weights)
-    w = np.asarray(weights, dtype=np.float64)
-    den = sum(wk * y2[p].mean() for wk, p in zip(w / w.sum(), _strata(sizes)))
+def _log_ratio(sq_a, sq_b, ea: float, eb: float, den: float, sizes, weights, level) -> tuple[float, float]:
+    """(lo, hi) of log(Err_a^2 / Err_b^2) by the delta method (module docstring); ea, eb > 0."""
     var, df = two_way_variance(sq_a / (ea * den) - sq_b / (eb * den), sizes, weights)
     log_ratio = float(np.log(ea / eb))
     half = _quantile(df, level) * np.sqrt(var) + 2 * ROUNDING  # the rounding floor, on the log scale
-    return ea, eb, log_ratio - half, log_ratio + half
+    return log_ratio - half, log_ratio + half
 
 
 SCALES = ("log", "linear")
@@ -218,15 +204,21 @@ def compare(sq_a: np.ndarray, sq_b: np.ndarray, y2: np.ndarray, sizes, weights,
     difference of Err^2)."""
     if scale not in SCALES:
         raise ValueError(f"scale: expected one of {SCALES}, got {scale!r}")
-    sq_a, sq_b, y2, R = _paired(sq_a, sq_b, y2, sizes, weights)
+    sq_a = np.atleast_2d(np.asarray(sq_a, dtype=np.float64))
+    sq_b = np.atleast_2d(np.asarray(sq_b, dtype=np.float64))
+    R = min(len(sq_a), len(sq_b))
+    sq_a, sq_b = sq_a[:R], sq_b[:R]
+    y2 = np.asarray(y2, dtype=np.float64)
     ea, eb = err_squared(sq_a, y2, sizes, weights), err_squared(sq_b, y2, sizes, weights)
+    w = np.asarray(weights, dtype=np.float64)
+    den = sum(wk * y2[p].mean() for wk, p in zip(w / w.sum(), _strata(sizes)))
     if scale == "log" and ea > 0 and eb > 0:
-        _, _, llo, lhi = _log_ratio(sq_a, sq_b, y2, sizes, weights, level)
+        llo, lhi = _log_ratio(sq_a, sq_b, ea, eb, den, sizes, weights, level)
         # the difference's interval as the ratio's implies it (Err_b^2 at its estimate)
         lo, hi = eb * float(np.expm1(llo)), eb * float(np.expm1(lhi))
         ratio_interval = (float(np.exp(llo / 2)), float(np.exp(lhi / 2)))
     else:
-        _, _, lo, hi = _linear(sq_a, sq_b, y2, sizes, weights, level)
+        lo, hi = _linear(sq_a, sq_b, ea, eb, den, sizes, weights, level)
         ratio_interval = ((float(np.sqrt(max(eb + lo, 0.0) / eb)), float(np.sqrt(max(eb + hi, 0.0) / eb)))
                           if eb > 0 else None)
     outcome = Outcome.BETTER if hi < 0 else Outcome.WORSE if lo > 0 else Outcome.TIE
