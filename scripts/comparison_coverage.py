@@ -76,9 +76,6 @@ def collect(key: str, out: Path, draws: int, size: int, budget: int) -> None:
     print(f"{key}: done in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-RULES = ("linear", "log")
-
-
 def analyse(folder: Path, reps: int, R: int, seed: int) -> dict:
     from lwl.evaluation.comparison import compare
 

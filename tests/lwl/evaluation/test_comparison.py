@@ -114,8 +114,9 @@ def _fixed_against_skewed_draws(rng, ratio_sq, draw_sd, n=1200, R=5):
 @pytest.mark.parametrize("ratio_sq", [0.5, 2.0])
 def test_the_log_ratio_interval_covers_under_heavy_tailed_draws(ratio_sq):
     """Draws' Err^2 spread by a factor ~2 (log sd 0.7, p00's at budget 2,000 is ~1.1): the log
-    rule covers the true ratio 90-98%; the linear rule's symmetric interval misses it on the high
-    side (~73% at ratio^2 2: it calls "worse" too readily where the draws are lucky)."""
+    rule covers the true ratio (91% with this seed at both ratios); the linear rule's symmetric
+    interval misses it on the high side (66% at ratio^2 2: it calls "worse" too readily where the
+    draws are lucky)."""
     rng = np.random.default_rng(11)
     reps, hits = {"log": 0, "linear": 0}, 300
     for _ in range(hits):
@@ -123,14 +124,14 @@ def test_the_log_ratio_interval_covers_under_heavy_tailed_draws(ratio_sq):
         for scale in reps:
             lo, hi = compare(*args, scale=scale).ratio_interval
             reps[scale] += lo <= np.sqrt(ratio_sq) <= hi
-    assert 0.90 <= reps["log"] / hits <= 0.98
+    assert 0.88 <= reps["log"] / hits <= 0.98
     if ratio_sq > 1:
         assert reps["linear"] / hits < 0.85
 
 
-def test_a_design_below_every_draw_by_4x_is_better():
+def test_a_design_below_every_draw_by_3_7x_is_better():
     """Found in the gp budget study (p00 at 2,000): the design's Err 0.0102 against five mixture
-    draws at 0.038-0.168 was a tie under the linear rule, whose interval ran below Err_b^2 = 0."""
+    draws at 0.038-0.168 was a tie under the linear rule, whose interval implied an Err_a^2 below 0."""
     rng = np.random.default_rng(12)
     n = 4500
     errs = np.array([0.038, 0.168, 0.113, 0.100, 0.065])
@@ -138,7 +139,7 @@ def test_a_design_below_every_draw_by_4x_is_better():
     sq_a = np.repeat((0.0102**2 * rng.chisquare(1, size=n))[None], 5, 0)
     args = (sq_a, sq_b, np.ones(n), [n], [1.0])
     linear, log = compare(*args, scale="linear"), compare(*args)
-    assert linear.outcome is Outcome.TIE and linear.ratio_interval[0] == 0.0  # an impossible Err_b^2 <= 0
+    assert linear.outcome is Outcome.TIE and linear.ratio_interval[0] == 0.0  # the implied Err_a^2 <= 0: impossible
     assert log.outcome is Outcome.BETTER
     assert log.ratio_interval[1] < 0.0102 / 0.038  # below the ratio to the best draw
     assert log.diff_sq_interval[1] < 0 and log.ratio == pytest.approx(linear.ratio)
