@@ -52,10 +52,8 @@ def collect(key: str, out: Path, draws: int, size: int, budget: int) -> None:
     X, y = np.asarray(res["training_set"]["inputs"]), np.asarray(res["training_set"]["labels"])
     study_q = MetaTestSamples.from_spec(rspec.test_distributions, 0)
     big = rspec.test_distributions.model_copy(deep=True)
-    for member in big.members if hasattr(big, "members") else []:
+    for member in big.members:
         member.size = size
-    if not hasattr(big, "members"):
-        raise SystemExit(f"test_distributions has no members to enlarge: {type(big)}")
     q = MetaTestSamples.from_spec(big, 12345)  # a seed the study never uses
     test_x = np.concatenate(q.heldout)
     test_y = as_numpy(oracle.label(test_x)).reshape(len(test_x), -1)
@@ -91,8 +89,9 @@ def analyse(folder: Path, reps: int, R: int, seed: int) -> dict:
         def num(e, bounds=bounds, wn=wn):  # the weighted mean over Q's members (last axis: points)
             return sum(wk * e[..., bounds[k]:bounds[k + 1]].mean(-1) for k, wk in enumerate(wn))
 
-        truth = float(np.sqrt(num(design) / num(mix).mean()))  # Err_design / Err_mixture, population
-        draw_err = np.sqrt(num(mix) / num(y2))
+        num_mix = num(mix)  # each draw's population mean squared error
+        truth = float(np.sqrt(num(design) / num_mix.mean()))  # Err_design / Err_mixture, population
+        draw_err = np.sqrt(num_mix / num(y2))
         rng = np.random.default_rng(seed)
         out[f.stem] = {"truth_ratio": truth, "design_err": float(np.sqrt(num(design) / num(y2))),
                        "mixture_err_draws": [float(v) for v in np.quantile(draw_err, [0, 0.25, 0.5, 0.75, 1])],
@@ -105,8 +104,7 @@ def analyse(folder: Path, reps: int, R: int, seed: int) -> dict:
             b = mix[rows[:R]][:, idx]
             # the study's design, and (the same draws, a known-answer check near ratio 1) one more
             # mixture draw as a fixed design: its truth is its population Err^2 over the others' mean
-            others = np.delete(np.arange(len(mix)), rows[R])
-            aa_truth = float(np.sqrt(num(mix[rows[R]]) / num(mix[others]).mean()))
+            aa_truth = float(np.sqrt(num_mix[rows[R]] / np.delete(num_mix, rows[R]).mean()))
             for name, rule in rules.items():
                 for fixed, t_ratio, t in ((design, truth, tally[name]), (mix[rows[R]], aa_truth, aa[name])):
                     c = rule(np.repeat(fixed[None, idx], R, 0), b, y2[idx], list(study), w)

@@ -149,15 +149,16 @@ def _quantile(df: float, level: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2, df)) if np.isfinite(df) else float(stats.norm.ppf(0.5 + level / 2))
 
 
+def _weighted_mean(t: np.ndarray, sizes, weights) -> float:
+    """sum_k w_k mean_{r, i in k} t[r, i] (w normalised; the last axis holds the points)."""
+    w = np.asarray(weights, dtype=np.float64)
+    return float(sum(wk * t[..., p].mean() for wk, p in zip(w / w.sum(), _strata(sizes))))
+
+
 def err_squared(sq: np.ndarray, y2: np.ndarray, sizes, weights) -> float:
     """Err^2 = sum_k w_k mean_{r, i in k} e[r, i] / sum_k w_k mean_{i in k} y_i^2."""
     sq = np.atleast_2d(np.asarray(sq, dtype=np.float64))
-    w = np.asarray(weights, dtype=np.float64)
-    w = w / w.sum()
-    parts = _strata(sizes)
-    num = sum(wk * sq[:, p].mean() for wk, p in zip(w, parts))
-    den = sum(wk * np.asarray(y2)[p].mean() for wk, p in zip(w, parts))
-    return float(num / den)
+    return _weighted_mean(sq, sizes, weights) / _weighted_mean(np.asarray(y2, dtype=np.float64), sizes, weights)
 
 
 def error_interval(sq: np.ndarray, y2: np.ndarray, sizes, weights, level: float = LEVEL) -> tuple[float, float]:
@@ -169,8 +170,7 @@ def error_interval(sq: np.ndarray, y2: np.ndarray, sizes, weights, level: float 
     r2 = err_squared(sq, y2, sizes, weights)
     if r2 <= 0:
         return 0.0, 0.0
-    w = np.asarray(weights, dtype=np.float64)
-    den = sum(wk * y2[p].mean() for wk, p in zip(w / w.sum(), _strata(sizes)))
+    den = _weighted_mean(y2, sizes, weights)
     var, df = two_way_variance((sq - r2 * y2[None, :]) / den, sizes, weights)
     half = _quantile(df, level) * np.sqrt(var) / r2
     return float(np.sqrt(r2 * np.exp(-half))), float(np.sqrt(r2 * np.exp(half)))
@@ -214,8 +214,7 @@ def compare(sq_a: np.ndarray, sq_b: np.ndarray, y2: np.ndarray, sizes, weights,
     sq_a, sq_b = sq_a[:R], sq_b[:R]
     y2 = np.asarray(y2, dtype=np.float64)
     ea, eb = err_squared(sq_a, y2, sizes, weights), err_squared(sq_b, y2, sizes, weights)
-    w = np.asarray(weights, dtype=np.float64)
-    den = sum(wk * y2[p].mean() for wk, p in zip(w / w.sum(), _strata(sizes)))
+    den = _weighted_mean(y2, sizes, weights)
     if scale == "log" and ea > 0 and eb > 0:
         llo, lhi = _log_ratio(sq_a, sq_b, ea, eb, den, sizes, weights, level)
         # the difference's interval as the ratio's implies it (Err_b^2 at its estimate)
