@@ -50,6 +50,9 @@ rests on a few tail points.
 The outcome is ``better`` when the interval of the ratio lies below 1, ``worse`` when above,
 ``tie`` otherwise (identical candidates give a zero-width interval at 1: a tie). A candidate with
 zero error on every point (an exact interpolant) has no log: the linear rule decides then.
+Non-finite squared errors (a model whose predictions diverged) are refused with
+:class:`NonFiniteErrors`, naming the candidate: a diverged model has no Err to compare, and a verdict
+of `tie` would hide it.
 """
 
 from __future__ import annotations
@@ -69,6 +72,18 @@ class Outcome(str, enum.Enum):
     BETTER = "better"
     TIE = "tie"
     WORSE = "worse"
+
+
+class NonFiniteErrors(ValueError):
+    """A candidate's squared errors are not all finite (its model's predictions diverged)."""
+
+
+def _finite(name: str, sq: np.ndarray) -> None:
+    bad = ~np.isfinite(sq)
+    if bad.any():
+        raise NonFiniteErrors(f"{name}: {int(bad.any(0).sum())} of {sq.shape[1]} held-out points have "
+                              f"non-finite squared errors in {int(bad.any(1).sum())} of {len(sq)} training "
+                              "draws (the model's predictions diverged); no verdict is given")
 
 
 @dataclass(frozen=True)
@@ -212,6 +227,8 @@ def compare(sq_a: np.ndarray, sq_b: np.ndarray, y2: np.ndarray, sizes, weights,
     sq_b = np.atleast_2d(np.asarray(sq_b, dtype=np.float64))
     R = min(len(sq_a), len(sq_b))
     sq_a, sq_b = sq_a[:R], sq_b[:R]
+    _finite("candidate a", sq_a)
+    _finite("candidate b", sq_b)
     y2 = np.asarray(y2, dtype=np.float64)
     ea, eb = err_squared(sq_a, y2, sizes, weights), err_squared(sq_b, y2, sizes, weights)
     den = _weighted_mean(y2, sizes, weights)

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lwl.evaluation.comparison import Outcome, compare, error_interval, two_way_variance
+from lwl.evaluation.comparison import (
+    NonFiniteErrors,
+    Outcome,
+    compare,
+    error_interval,
+    two_way_variance,
+)
 
 SIZES, WEIGHTS = [80, 160], [0.3, 0.7]
 
@@ -158,3 +164,14 @@ def test_an_unknown_scale_names_the_argument():
     sq = np.ones((2, sum(SIZES)))
     with pytest.raises(ValueError, match="scale"):
         compare(sq, sq, np.ones(sum(SIZES)), SIZES, WEIGHTS, scale="sqrt")
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_diverged_model_gets_no_verdict_and_the_error_names_it(side, value):
+    """Before: NaN errors fell through every comparison and came out `tie`."""
+    rng = np.random.default_rng(3)
+    sq_a, sq_b = rng.chisquare(1, size=(2, 5, sum(SIZES)))
+    (sq_a if side == "a" else sq_b)[1, [4, 90]] = value
+    with pytest.raises(NonFiniteErrors, match=f"candidate {side}: 2 of 240 held-out points .* in 1 of 5"):
+        compare(sq_a, sq_b, np.ones(sum(SIZES)), SIZES, WEIGHTS)

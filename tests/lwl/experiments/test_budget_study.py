@@ -59,15 +59,21 @@ def test_an_interrupted_study_resumes_from_its_checkpoint_with_the_same_rows():
 @pytest.mark.slow
 def test_the_gp_study_judges_with_the_gp_and_states_the_krr_pipeline_of_the_krr_study(tmp_path):
     """``--model gp``: every job within its budget, compared with Q's mixture + GP and NIPV + GP;
-    its KRR pipeline is the krr study's own job (the same Err), and no krr row is reused for it."""
+    its KRR pipeline is the krr study's own job (the same selection and labels, scored on the gp
+    study's larger held-out population), and no krr row is reused for it."""
     gp, krr = budget.run("smoke", model="gp"), budget.run("smoke")
     assert gp["settings"]["model"] == "gp" and "model" not in krr["settings"]
     for row, krr_row in zip(gp["rows"], krr["rows"]):
         cell = row["budgets"]["120"]
         assert cell["within_budget"] and cell["mixture"]["outcome"] in ("better", "tie", "worse")
         assert cell["nipv"]["outcome"] in ("better", "tie", "worse")
-        assert cell["krr_pipeline"]["err"] == krr_row["budgets"]["120"]["err"]
-        assert cell["krr_pipeline"]["labels_used"] == krr_row["budgets"]["120"]["labels_used"]
+        # the same job (its selection and labels); its Err on the gp study's larger held-out
+        # population, within the krr study's interval on the job's own held-out points
+        kcell = krr_row["budgets"]["120"]
+        assert cell["krr_pipeline"]["selected"] == kcell["selected"]
+        assert cell["krr_pipeline"]["labels_used"] == kcell["labels_used"]
+        assert cell["krr_pipeline"]["err"] != kcell["err"]
+        assert kcell["err_interval"][0] <= cell["krr_pipeline"]["err"] <= kcell["err_interval"][1]
     assert budget.reusable_rows(krr, {**budget.PRESETS["smoke"], "model": "gp"}) == {}
     # rows fitted on 300 points at every d (before the fitting-subset rule) are not reused either
     gp_cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in gp["settings"].items()}
@@ -78,6 +84,10 @@ def test_the_gp_study_judges_with_the_gp_and_states_the_krr_pipeline_of_the_krr_
     assert gp["settings"]["gp_final_fit_points"] == 2000
     unrefined = dict(gp, settings={k: v for k, v in gp["settings"].items() if k != "gp_final_fit_points"})
     assert budget.reusable_rows(unrefined, gp_cfg) == {}
+    # nor rows judged on the job's own held-out points (before the larger held-out population)
+    assert gp["settings"]["heldout_per_member"] == 1000 and "gp_heldout_per_member" not in gp["settings"]
+    small = dict(gp, settings={k: v for k, v in gp["settings"].items() if k != "heldout_per_member"})
+    assert budget.reusable_rows(small, gp_cfg) == {}
     s = gp["summary"]["120"]["krr_pipeline"]
     assert s["compared"] == 2 and sum(s["lowest"].values()) == 2
     a = gp["summary"]["120"]["validation_verdict"]  # the job's own verdict against the held-out one
@@ -88,3 +98,21 @@ def test_the_gp_study_judges_with_the_gp_and_states_the_krr_pipeline_of_the_krr_
     paths = budget.write_outputs(gp, tmp_path)
     text = (tmp_path / "results.md").read_text()
     assert "KRR pipeline Err" in text and "against held-out data" in text and len(paths) == 3
+
+
+def test_the_held_out_population_extends_the_jobs_own_q_samples():
+    """The gp study's larger held-out population: the job's validation points unchanged, its
+    held-out points the first of the larger population's, ``heldout_per_member`` per member."""
+    from lwl.q_samples import MetaTestSamples
+    from lwl.spec import parse_job_spec
+
+    _, spec = budget.problem_specs(budget.PRESETS["smoke"])[0]
+    tests = parse_job_spec(budget._with(spec, 0, algorithm={"name": "bilevel"}, budget=120)).test_distributions
+    small = MetaTestSamples.from_spec(tests, 0)
+    big = MetaTestSamples.from_spec(budget.heldout_population(tests, {"heldout_per_member": 700}), 0)
+    assert [len(h) for h in big.heldout] == [700] * len(small.members)
+    for a, b in zip(small.validation, big.validation):
+        assert a.shape == b.shape and (a == b).all()
+    for a, b in zip(small.heldout, big.heldout):
+        assert (a == b[: len(a)]).all() and len(b) > len(a)
+    assert budget.heldout_population(tests, {}) is tests  # the krr study: the job's own Q
