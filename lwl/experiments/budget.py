@@ -363,6 +363,16 @@ def summary(rows: list[dict], budgets) -> dict:
     return out
 
 
+def heldout_words(settings: dict) -> str:
+    """The held-out population the rows were judged on, as a sentence."""
+    per = settings.get("heldout_per_member")
+    if per is None:
+        return (f"Held-out points: Q's {settings['size'] - settings['validation']:,} per member after the job's "
+                "validation points. ")
+    return (f"Held-out points: {per:,} per member of Q, from the job's own Q stream (its validation points "
+            "and held-out points are the first rows). ")
+
+
 def markdown_gp(doc: dict) -> str:
     """The gp study's tables: the GP design, Q's mixture and the NIPV anchor with the fitted GP at
     equal labels, and lwl's KRR pipeline (its data with its KRR and with the GP)."""
@@ -380,8 +390,8 @@ def markdown_gp(doc: dict) -> str:
              f"marginal likelihood on each training set, {chosen}) trained on the gp job's training set, against the same GP trained on the same number of "
              f"labels of Q's mixture (over {doc['settings']['draws']} draws) and of the NIPV anchor (the fitted "
              "GP's kernel); better / tie / worse beyond noise (95%). KRR pipeline: the krr job of the committed "
-             "study (its training set with its KRR), and that training set with the fitted GP. Wall time "
-             f"{doc['wall_seconds'] / 60:.1f} min.", "",
+             "study (its training set with its KRR), and that training set with the fitted GP. "
+             + heldout_words(doc["settings"]) + f"Wall time {doc['wall_seconds'] / 60:.1f} min.", "",
              "| budget | runs | vs mixture+GP: better / tie / worse (lower Err) | median ratio | vs NIPV+GP | "
              "median ratio | GP design lower than KRR pipeline | median ratio | mixture+GP lower than KRR pipeline "
              "(max KRR/mixture+GP) | lowest of the four |",

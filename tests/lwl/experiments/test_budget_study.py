@@ -98,6 +98,7 @@ def test_the_gp_study_judges_with_the_gp_and_states_the_krr_pipeline_of_the_krr_
     paths = budget.write_outputs(gp, tmp_path)
     text = (tmp_path / "results.md").read_text()
     assert "KRR pipeline Err" in text and "against held-out data" in text and len(paths) == 3
+    assert "Held-out points: 1,000 per member of Q" in text
 
 
 def test_the_held_out_population_extends_the_jobs_own_q_samples():
