@@ -50,9 +50,9 @@ rests on a few tail points.
 The outcome is ``better`` when the interval of the ratio lies below 1, ``worse`` when above,
 ``tie`` otherwise (identical candidates give a zero-width interval at 1: a tie). A candidate with
 zero error on every point (an exact interpolant) has no log: the linear rule decides then.
-Non-finite squared errors (a model whose predictions diverged) are refused with
-:class:`NonFiniteErrors`, naming the candidate: a diverged model has no Err to compare, and a verdict
-of `tie` would hide it.
+Non-finite squared errors (a model whose predictions diverged) or held-out labels (a failed solve)
+are refused with :class:`NonFiniteErrors`, naming the candidate or the labels: there is no Err to
+compare, and a verdict of `tie` (what NaN gave before) would hide it.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def _finite(name: str, sq: np.ndarray) -> None:
     if bad.any():
         raise NonFiniteErrors(f"{name}: {int(bad.any(0).sum())} of {sq.shape[1]} held-out points have "
                               f"non-finite squared errors in {int(bad.any(1).sum())} of {len(sq)} training "
-                              "draws (the model's predictions diverged); no verdict is given")
+                              "draws (the model's predictions diverged, or a held-out label is not finite); "
+                              "no verdict is given")
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,9 @@ def compare(sq_a: np.ndarray, sq_b: np.ndarray, y2: np.ndarray, sizes, weights,
     _finite("candidate a", sq_a)
     _finite("candidate b", sq_b)
     y2 = np.asarray(y2, dtype=np.float64)
+    if not np.isfinite(y2).all():
+        raise NonFiniteErrors(f"held-out labels: {int((~np.isfinite(y2)).sum())} of {len(y2)} are not finite "
+                              "(a failed solve or measurement); no verdict is given")
     ea, eb = err_squared(sq_a, y2, sizes, weights), err_squared(sq_b, y2, sizes, weights)
     den = _weighted_mean(y2, sizes, weights)
     if scale == "log" and ea > 0 and eb > 0:

@@ -175,3 +175,10 @@ def test_a_diverged_model_gets_no_verdict_and_the_error_names_it(side, value):
     (sq_a if side == "a" else sq_b)[1, [4, 90]] = value
     with pytest.raises(NonFiniteErrors, match=f"candidate {side}: 2 of 240 held-out points .* in 1 of 5"):
         compare(sq_a, sq_b, np.ones(sum(SIZES)), SIZES, WEIGHTS)
+
+
+def test_a_failed_held_out_label_gets_no_verdict():
+    y2 = np.ones(sum(SIZES))
+    y2[7] = np.nan
+    with pytest.raises(NonFiniteErrors, match="held-out labels: 1 of 240"):
+        compare(np.ones((2, sum(SIZES))), np.ones((2, sum(SIZES))), y2, SIZES, WEIGHTS)
