@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-
 import json
 from pathlib import Path
 
@@ -42,9 +41,37 @@ def save_figure(fig, path: Path, dpi: int = 120) -> Path:
     return path
 
 
+def environment() -> dict:
+    """The numerical environment a result was computed in: library versions, the BLAS builds
+    numpy and scipy call (and the CPU kernel set each picked), torch's CPU capability and the CPU.
+    Two runs of the same code and spec agree to the last digit only within one environment; a
+    rebuilt one (another OpenBLAS kernel, another CPU) moves the last bits, and on ill-conditioned
+    fits more than that (docs/method.md, "Rerun at 8,000 on 20,000 held-out points per member")."""
+    import os
+    import platform
+
+    import scipy
+    import scipy.linalg  # (loads scipy's BLAS so threadpoolctl lists it)
+    import torch
+    from threadpoolctl import threadpool_info
+
+    cpu = platform.processor() or None
+    with contextlib.suppress(OSError):
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), cpu)
+    blas = [{k: lib.get(k) for k in ("prefix", "internal_api", "version", "architecture")}
+            for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    threads = {k: os.environ[k] for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+               if k in os.environ}
+    return {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+            "torch": torch.__version__, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "blas": blas, "cpu": cpu, "machine": platform.machine(), "thread_variables": threads}
+
+
 def provenance() -> dict:
     """What produced a result: lwl's version and, from a git checkout, the commit and whether
-    the code (CODE_PATHS) had uncommitted changes (``None`` outside a checkout)."""
+    the code (CODE_PATHS) had uncommitted changes (``None`` outside a checkout), and the numerical
+    environment (:func:`environment`)."""
     import subprocess
 
     import lwl
@@ -52,19 +79,26 @@ def provenance() -> dict:
     root = Path(lwl.__file__).resolve().parents[1]
     commit, dirty = None, None
     try:
-        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,  # noqa: E731
+        git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,
                                         timeout=10, check=True).stdout.strip()
         commit = git("rev-parse", "HEAD") or None
         dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS))
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"lwl": lwl.__version__, "commit": commit, "dirty": dirty}
+    return {"lwl": lwl.__version__, "commit": commit, "dirty": dirty, "environment": environment()}
 
 
 def provenance_line(stamp: dict) -> str:
     where = f"commit {stamp['commit'][:12]}" if stamp.get("commit") else "an unknown commit"
+    env = stamp.get("environment")  # results made before it was recorded have none
+    on = ""
+    if env:
+        blas = ", ".join(f"{b['internal_api']} {b['version']} ({b['architecture']})" for b in env["blas"]
+                         if b.get("internal_api"))
+        on = (f", numpy {env['numpy']}, scipy {env['scipy']}, torch {env['torch']}"
+              + (f", {blas}" if blas else "") + (f", on {env['cpu']}" if env.get("cpu") else ""))
     return (f"Produced by lwl {stamp.get('lwl')} at {where}" +
-            (" with uncommitted changes" if stamp.get("dirty") else "") + ".")
+            (" with uncommitted changes" if stamp.get("dirty") else "") + on + ".")
 
 
 def write_tables(doc: dict, out_dir, markdown) -> tuple[Path, dict | None, list[Path]]:
