@@ -290,7 +290,7 @@ def _robustness_study(preset: str, out: Path | None, workers: int = 1, columns: 
 
 
 def _budget_study(preset: str, out: Path | None, problems: str | None, workers: int = 1,
-                  resume: bool = False, model: str = "krr") -> Path:
+                  resume: bool = False, model: str = "krr", gp_fit_draws: int = 1) -> Path:
     """Budgeted designs at equal labels (lwl.experiments.budget): one tick per problem, seed and budget;
     ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...). OUT is rewritten after
     every problem, and ``resume`` reuses the rows of OUT/results.json made with the same settings."""
@@ -312,7 +312,7 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     with _progress() as bar:
         task = bar.add_task(f"budget ({preset})", total=total, info="")
         doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys,
-                         workers=workers, previous=previous, model=model,
+                         workers=workers, previous=previous, model=model, gp_fit_draws=gp_fit_draws,
                          checkpoint=lambda partial: budget.write_outputs(partial, out))
     if previous is not None:
         console.print(f"reused {doc['reused_rows']} problem rows of {out / 'results.json'}"
@@ -490,6 +490,7 @@ class StudyOptions:
     precision: str
     q: str
     model: str = "krr"
+    gp_fit_draws: int = 1
 
 
 # the studies ``lwl experiment NAME`` runs: name -> runner(StudyOptions) -> output folder
@@ -503,7 +504,8 @@ STUDIES.register("rte", None, lambda o: _rte_study(o.preset, o.out, o.runs, o.kn
                                                    [int(n) for n in o.sizes.split(",")] if o.sizes else None,
                                                    o.resume, o.select))
 STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.models, o.precision))
-STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume, o.model))
+STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume, o.model,
+                                                                 o.gp_fit_draws))
 STUDIES.register("operator-budget", None, lambda o: _operator_budget_study(o.preset, o.out, o.merge, o.workers))
 
 
@@ -543,6 +545,10 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                model: str = typer.Option("krr", "--model", help="budget: krr (the committed studies: the paper's "
                                                                 "KRR) or gp (budgeted jobs designed for and judged "
                                                                 "with the fitted GP, beside lwl's KRR pipeline)"),
+               gp_fit_draws: int = typer.Option(1, "--gp-fit-draws", min=1, max=10,
+                                                help="budget --model gp: every GP of the study (the job's and each "
+                                                     "comparator's) fitted this many times from different seeds, the "
+                                                     "one of lowest leave-one-out error kept (GPSpec.fit_draws)"),
                precision: str = typer.Option("float32", "--precision", help="eit: AMINO's float32 or tf32 "
                                                                           "(NVIDIA GPUs) matrix products"),
                compare: Optional[Path] = typer.Option(None, "--compare", help="a committed result (its folder or "
@@ -560,7 +566,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
         console.print(f"[red]--compare: {compare} does not exist")
         raise typer.Exit(2)
     options = StudyOptions(preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
-                           cache, q_law, models, precision, q, model)
+                           cache, q_law, models, precision, q, model, gp_fit_draws)
     written = STUDIES.get(name).build(options)
     if compare is not None:
         _compare(written, compare, compare_rtol)

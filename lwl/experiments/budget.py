@@ -178,7 +178,8 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
     q = oracle = test_x = test_y = a = None
     for B in cfg["budgets"]:
         t0 = time.perf_counter()
-        gp_block = {"name": "gp", "select": cfg.get("gp_select", "evidence")}  # results made before gp_select: evidence
+        gp_block = {"name": "gp", "select": cfg.get("gp_select", "evidence"),  # results made before gp_select: evidence
+                    "fit_draws": cfg.get("gp_fit_draws", 1)}
         res = run_job(_with(spec, seed, algorithm=algo, budget=B, model=gp_block), evaluate=False)
         design_seconds = time.perf_counter() - t0
         rspec = parse_job_spec(res["spec"])
@@ -255,14 +256,18 @@ def reusable_rows(previous: dict | None, cfg: dict) -> dict[tuple[str, int], dic
     return {(r["problem"], int(r["seed"])): r for r in previous.get("rows", [])}
 
 
-def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int, reused: int) -> dict:
-    return {"experiment": "budget", "preset": preset, "settings": _settings(cfg), "rows": rows,
-            "summary": summary(rows, cfg["budgets"]), "wall_seconds": seconds, "workers": workers,
-            "reused_rows": reused}
+def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int, reused: int,
+         problems: list[str] | None = None) -> dict:
+    doc = {"experiment": "budget", "preset": preset, "settings": _settings(cfg), "rows": rows,
+           "summary": summary(rows, cfg["budgets"]), "wall_seconds": seconds, "workers": workers,
+           "reused_rows": reused}
+    if problems:  # a study of chosen problems (--columns), not the whole preset
+        doc["problems"] = list(problems)
+    return doc
 
 
 def run(preset: str = "quick", *, progress=None, problems: list[str] | None = None, workers: int = 1,
-        previous: dict | None = None, checkpoint=None, model: str = "krr") -> dict:
+        previous: dict | None = None, checkpoint=None, model: str = "krr", gp_fit_draws: int = 1) -> dict:
     """Every problem and seed of the preset; ``workers`` > 1 runs (problem, seed) pairs in that
     many processes (each job is deterministic from its spec and seed, so the rows are the same).
     Rows of ``previous`` (an earlier results.json, same settings) are reused, and
@@ -279,6 +284,8 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
 
             cfg["gp_fit_points"] = FIT_POINTS_RULE
             cfg["gp_final_fit_points"] = FINAL_FIT_POINTS  # the served fit's refinement (rows before it: none)
+            if gp_fit_draws > 1:  # every GP fitted from several seeds (GPSpec.fit_draws; absent: one)
+                cfg["gp_fit_draws"] = int(gp_fit_draws)
             # rows before it: size - validation (4,500); the smoke preset keeps its own small count
             cfg["heldout_per_member"] = cfg.pop("gp_heldout_per_member", GP_HELDOUT_PER_MEMBER)
     reuse = reusable_rows(previous, cfg)
@@ -296,7 +303,8 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
     def finished(row: dict) -> None:
         done[(row["problem"], int(row["seed"]))] = row
         if checkpoint:
-            checkpoint(_doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh)))
+            checkpoint(_doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh),
+                            problems))
 
     if progress:
         for row in done.values():
@@ -314,7 +322,7 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
     else:
         for task in fresh:
             finished(run_problem(*task, progress))
-    return _doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh))
+    return _doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh), problems)
 
 
 def summary(rows: list[dict], budgets) -> dict:
@@ -379,6 +387,9 @@ def markdown_gp(doc: dict) -> str:
     s, budgets = doc["summary"], doc["settings"]["budgets"]
     expected = len(doc["settings"]["seeds"]) * (doc["settings"]["columns"] + doc["settings"]["robustness"])
     lines = [f"# Designs for a label budget with the fitted GP ({doc['preset']}, {len(doc['rows'])} problems)", ""]
+    if doc.get("problems"):
+        expected = len(doc["settings"]["seeds"]) * len(doc["problems"])
+        lines += [f"Problems chosen with `--columns`: {', '.join(doc['problems'])} (not the whole preset).", ""]
     if len(doc["rows"]) < expected:  # a study stopped early: its rows are the first ones of the preset
         lines += [f"**Partial: {len(doc['rows'])} of the preset's {expected} problem runs** (the study was stopped; "
                   "`--resume` continues it).", ""]
@@ -386,6 +397,9 @@ def markdown_gp(doc: dict) -> str:
               "points" if doc["settings"].get("gp_select") == "loo" else
               "the local optimum and the kernel of highest marginal likelihood (select evidence: made before the "
               "leave-one-out selection)")
+    if doc["settings"].get("gp_fit_draws", 1) > 1:
+        chosen += (f"; every GP fitted {doc['settings']['gp_fit_draws']} times from different seeds, the draw of "
+                   "lowest leave-one-out error on a common subset of its labels kept")
     lines += ["Held-out Err of the fitted GP (ARD, squared exponential or Matern 5/2, hyperparameters by maximum "
              f"marginal likelihood on each training set, {chosen}) trained on the gp job's training set, against the same GP trained on the same number of "
              f"labels of Q's mixture (over {doc['settings']['draws']} draws) and of the NIPV anchor (the fitted "

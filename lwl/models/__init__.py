@@ -48,7 +48,8 @@ def train(model, X, y, *, ridge: float, seed: int, hyperparameters=None, device:
                                    noise=float(h.noise_[0]), optimize=False, device=device).fit(X, y)
         return GaussianProcess(model.kernel, restarts=model.restarts, max_fit_points=model.max_fit_points,
                                refit_points=model.refit_points, final_fit_points=model.final_fit_points,
-                               random_state=seed, device=device, select=model.select).fit(X, y)
+                               random_state=seed, device=device, select=model.select,
+                               fit_draws=model.fit_draws).fit(X, y)
     raise ValueError(f"model.name: {model.name} is not a regression model lwl trains on a training set")
 
 

@@ -482,3 +482,34 @@ def test_the_final_fit_is_on_a_seeded_subset_beyond_final_fit_points_and_a_job_d
     assert train(GPSpec(kernel="matern52", restarts=0), X, y, ridge=1e-3, seed=0).final_fit_points_ == 500
     off = GPSpec(kernel="matern52", restarts=0, final_fit_points=0)
     assert train(off, X, y, ridge=1e-3, seed=0).final_fit_points_ == 0
+
+
+def test_fit_draws_keeps_the_draw_of_lowest_leave_one_out_error_on_a_common_subset():
+    """fit_draws: the whole fit from several seeds (the first is random_state's one-draw fit), the
+    one of lowest leave-one-out error on one common subset served. Each draw, refitted alone from
+    its seed, has the recorded error there; the served GP predicts as the kept draw alone."""
+    from lwl.models import train
+    from lwl.models.gp import GPSpec, _loo_error
+
+    X, y, _ = _problem("sobol_g", 4, n=300, seed=2)
+    T, _ = _held_out("sobol_g", 4, n=200)
+    kw = dict(kernel="matern52", restarts=0, max_fit_points=30, refit_points=None, final_fit_points=100)
+    gp = GaussianProcess(**kw, fit_draws=4, random_state=7).fit(X, y)
+    assert len(gp.draw_seeds_) == len(gp.draw_loo_errors_) == 4 and gp.draw_seeds_[0] == 7
+    rows = gp.draw_loo_rows_
+    assert len(rows) == 100 and len(np.unique(rows)) == 100  # final_fit_points of the 300
+    alone = [GaussianProcess(**kw, random_state=int(s)).fit(X, y) for s in gp.draw_seeds_]
+    Xc, yc = alone[0]._tensor(X[rows]), alone[0]._tensor(y[rows])
+    errors = [_loo_error(g.kernel_, Xc, yc, _log_theta(g)) for g in alone]
+    np.testing.assert_allclose(gp.draw_loo_errors_, errors, rtol=1e-12)
+    assert len({round(e, 9) for e in errors}) > 1  # the draws differ: the choice is not vacuous
+    assert gp.fit_draw_ == int(np.argmin(errors))
+    kept = alone[gp.fit_draw_]
+    np.testing.assert_array_equal(gp.lengthscale_, kept.lengthscale_)
+    np.testing.assert_allclose(gp.predict(T), kept.predict(T), rtol=1e-12)
+    # one draw is the plain fit; a job's block passes its fit_draws through train
+    one = GaussianProcess(**kw, fit_draws=1, random_state=7).fit(X, y)
+    np.testing.assert_array_equal(one.lengthscale_, alone[0].lengthscale_)
+    assert not hasattr(one, "fit_draw_") and GPSpec().fit_draws == 1
+    block = GPSpec(kernel="matern52", restarts=0, max_fit_points=30, final_fit_points=100, fit_draws=3)
+    assert len(train(block, X, y, ridge=1e-3, seed=7).draw_seeds_) == 3
