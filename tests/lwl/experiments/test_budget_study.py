@@ -117,3 +117,33 @@ def test_the_held_out_population_extends_the_jobs_own_q_samples():
     for a, b in zip(small.heldout, big.heldout):
         assert (a == b[: len(a)]).all() and len(b) > len(a)
     assert budget.heldout_population(tests, {}) is tests  # the krr study: the job's own Q
+
+
+def test_gp_fit_draws_reach_every_gp_of_the_study_and_a_chosen_problem_study_says_so(tmp_path, monkeypatch):
+    """``--gp-fit-draws 2 --columns KEY``: a setting of its own (rows of one draw are not reused
+    for it), every GP the study fits (the job's served one, the comparators', the KRR data's)
+    goes through the draws, and results.md names the chosen problems instead of calling the
+    study partial."""
+    from lwl.models.gp import GaussianProcess
+
+    key = budget.problem_specs(budget.PRESETS["smoke"])[0][0]
+    calls = []
+    original = GaussianProcess._fit_best_draw
+
+    def counted(self, X, y):
+        calls.append(int(self.fit_draws))
+        return original(self, X, y)
+
+    monkeypatch.setattr(GaussianProcess, "_fit_best_draw", counted)
+    one = budget.run("smoke", model="gp", problems=[key])
+    assert calls == [] and "gp_fit_draws" not in one["settings"]
+    two = budget.run("smoke", model="gp", gp_fit_draws=2, problems=[key])
+    # the job's served fit, its own verdict's, 2 mixture draws and the KRR pipeline's data: >= 4
+    assert len(calls) >= 4 and set(calls) == {2}
+    assert two["settings"]["gp_fit_draws"] == 2 and two["problems"] == [key] and len(two["rows"]) == 1
+    cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in two["settings"].items()}
+    assert budget.reusable_rows(one, cfg) == {} and budget.reusable_rows(two, cfg)
+    budget.write_outputs(two, tmp_path)
+    text = (tmp_path / "results.md").read_text()
+    assert "every GP fitted 2 times" in text and f"Problems chosen with `--columns`: {key}" in text
+    assert "Partial" not in text
