@@ -290,10 +290,11 @@ def _robustness_study(preset: str, out: Path | None, workers: int = 1, columns: 
 
 
 def _budget_study(preset: str, out: Path | None, problems: str | None, workers: int = 1,
-                  resume: bool = False, model: str = "krr", gp_fit_draws: int = 1) -> Path:
+                  resume: bool = False, model: str = "krr", gp_fit_draws: int = 1, rerun: str | None = None) -> Path:
     """Budgeted designs at equal labels (lwl.experiments.budget): one tick per problem, seed and budget;
     ``--columns`` picks problems by key (table1-g1, p00-sobol_g-d2-K7, ...). OUT is rewritten after
-    every problem, and ``resume`` reuses the rows of OUT/results.json made with the same settings."""
+    every problem, and ``resume`` reuses the rows of OUT/results.json made with the same settings;
+    ``rerun`` (keys) runs those problems again and keeps OUT's other rows."""
     from lwl.experiments import budget
 
     if preset not in budget.PRESETS:
@@ -306,14 +307,22 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     keys = problems.split(",") if problems else None
     out = out or Path("runs") / (f"budget-{preset}" + ("" if model == "krr" else f"-{model}"))
     previous = None
-    if resume and (out / "results.json").is_file():
+    again = rerun.split(",") if rerun else None
+    if again and (keys or not (out / "results.json").is_file()):
+        console.print("[red]--rerun: needs OUT/results.json to keep the other rows from, and no --columns")
+        raise typer.Exit(2)
+    if (resume or again) and (out / "results.json").is_file():
         previous = json.loads((out / "results.json").read_text())
     total = (len(keys) if keys else cfg["columns"] + cfg["robustness"]) * len(cfg["seeds"]) * len(cfg["budgets"])
     with _progress() as bar:
         task = bar.add_task(f"budget ({preset})", total=total, info="")
-        doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys,
-                         workers=workers, previous=previous, model=model, gp_fit_draws=gp_fit_draws,
-                         checkpoint=lambda partial: budget.write_outputs(partial, out))
+        try:
+            doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys,
+                             workers=workers, previous=previous, model=model, gp_fit_draws=gp_fit_draws,
+                             checkpoint=lambda partial: budget.write_outputs(partial, out), rerun=again)
+        except ValueError as exc:
+            console.print(f"[red]{exc}")
+            raise typer.Exit(2)
     if previous is not None:
         console.print(f"reused {doc['reused_rows']} problem rows of {out / 'results.json'}"
                       + ("" if doc["reused_rows"] else " (none made with these settings)"))
@@ -491,6 +500,7 @@ class StudyOptions:
     q: str
     model: str = "krr"
     gp_fit_draws: int = 1
+    rerun: str | None = None
 
 
 # the studies ``lwl experiment NAME`` runs: name -> runner(StudyOptions) -> output folder
@@ -505,7 +515,7 @@ STUDIES.register("rte", None, lambda o: _rte_study(o.preset, o.out, o.runs, o.kn
                                                    o.resume, o.select))
 STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.models, o.precision))
 STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume, o.model,
-                                                                 o.gp_fit_draws))
+                                                                 o.gp_fit_draws, o.rerun))
 STUDIES.register("operator-budget", None, lambda o: _operator_budget_study(o.preset, o.out, o.merge, o.workers))
 
 
@@ -549,6 +559,9 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                                                 help="budget --model gp: every GP of the study (the job's and each "
                                                      "comparator's) fitted this many times from different seeds, the "
                                                      "one of lowest leave-one-out error kept (GPSpec.fit_draws)"),
+               rerun: Optional[str] = typer.Option(None, "--rerun", help="budget: comma-separated problems to run "
+                                                                        "again; OUT/results.json's other rows (same "
+                                                                        "settings) are kept"),
                precision: str = typer.Option("float32", "--precision", help="eit: AMINO's float32 or tf32 "
                                                                           "(NVIDIA GPUs) matrix products"),
                compare: Optional[Path] = typer.Option(None, "--compare", help="a committed result (its folder or "
@@ -566,7 +579,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
         console.print(f"[red]--compare: {compare} does not exist")
         raise typer.Exit(2)
     options = StudyOptions(preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
-                           cache, q_law, models, precision, q, model, gp_fit_draws)
+                           cache, q_law, models, precision, q, model, gp_fit_draws, rerun)
     written = STUDIES.get(name).build(options)
     if compare is not None:
         _compare(written, compare, compare_rtol)

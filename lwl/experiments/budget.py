@@ -257,22 +257,27 @@ def reusable_rows(previous: dict | None, cfg: dict) -> dict[tuple[str, int], dic
 
 
 def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int, reused: int,
-         problems: list[str] | None = None) -> dict:
+         problems: list[str] | None = None, rerun: list[str] | None = None) -> dict:
     doc = {"experiment": "budget", "preset": preset, "settings": _settings(cfg), "rows": rows,
            "summary": summary(rows, cfg["budgets"]), "wall_seconds": seconds, "workers": workers,
            "reused_rows": reused}
     if problems:  # a study of chosen problems (--columns), not the whole preset
         doc["problems"] = list(problems)
+    if rerun:  # these problems run again, the other rows kept from the earlier study (--rerun)
+        doc["rerun"] = list(rerun)
     return doc
 
 
 def run(preset: str = "quick", *, progress=None, problems: list[str] | None = None, workers: int = 1,
-        previous: dict | None = None, checkpoint=None, model: str = "krr", gp_fit_draws: int = 1) -> dict:
+        previous: dict | None = None, checkpoint=None, model: str = "krr", gp_fit_draws: int = 1,
+        rerun: list[str] | None = None) -> dict:
     """Every problem and seed of the preset; ``workers`` > 1 runs (problem, seed) pairs in that
     many processes (each job is deterministic from its spec and seed, so the rows are the same).
     Rows of ``previous`` (an earlier results.json, same settings) are reused, and
     ``checkpoint(doc)`` is called with the rows so far after each new row, so an interrupted study
-    resumes where it stopped (``lwl experiment budget --resume``). Rows come out in problem order."""
+    resumes where it stopped (``lwl experiment budget --resume``). ``rerun``: these problems' rows
+    of ``previous`` are run again, the others kept (``--rerun``: the rows a change can affect; the
+    doc names them). Rows come out in problem order."""
     cfg = dict(PRESETS[preset])
     if model != "krr":  # a setting of its own: rows of the krr study are never reused for it
         cfg["model"] = model
@@ -289,6 +294,14 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
             # rows before it: size - validation (4,500); the smoke preset keeps its own small count
             cfg["heldout_per_member"] = cfg.pop("gp_heldout_per_member", GP_HELDOUT_PER_MEMBER)
     reuse = reusable_rows(previous, cfg)
+    if rerun:
+        keys = {key for key, _ in problem_specs(cfg)}
+        unknown = sorted(set(rerun) - keys)
+        if unknown:
+            raise ValueError(f"--rerun: no problem {', '.join(unknown)} in the {preset} preset")
+        if not reuse:
+            raise ValueError("--rerun: the earlier study has no rows made with these settings to keep")
+        reuse = {k: r for k, r in reuse.items() if k[0] not in rerun}
     t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems
             for seed in cfg["seeds"]]
@@ -304,7 +317,7 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
         done[(row["problem"], int(row["seed"]))] = row
         if checkpoint:
             checkpoint(_doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh),
-                            problems))
+                            problems, rerun))
 
     if progress:
         for row in done.values():
@@ -322,7 +335,7 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
     else:
         for task in fresh:
             finished(run_problem(*task, progress))
-    return _doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh), problems)
+    return _doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh), problems, rerun)
 
 
 def summary(rows: list[dict], budgets) -> dict:
@@ -393,6 +406,9 @@ def markdown_gp(doc: dict) -> str:
     if len(doc["rows"]) < expected:  # a study stopped early: its rows are the first ones of the preset
         lines += [f"**Partial: {len(doc['rows'])} of the preset's {expected} problem runs** (the study was stopped; "
                   "`--resume` continues it).", ""]
+    if doc.get("rerun"):
+        lines += [(f"Rerun with `--rerun`: {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
+                   "with the same settings. Wall time counts both."), ""]
     chosen = ("the local optimum of the likelihood, and the kernel, of lowest leave-one-out error on the fitting "
               "points" if doc["settings"].get("gp_select") == "loo" else
               "the local optimum and the kernel of highest marginal likelihood (select evidence: made before the "
@@ -426,8 +442,9 @@ def markdown_gp(doc: dict) -> str:
     for B in budgets:
         lines += [f"## Budget {B}", "",
                   "| problem | seed | labels | selected | GP design Err | mixture+GP Err | vs mixture | validation verdict "
-                  "(z, points each) | NIPV+GP Err | vs NIPV | KRR pipeline Err | KRR data + GP Err | design s | audit s |",
-                  "|---|---:|---:|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|"]
+                  "(z, points each) | NIPV+GP Err | vs NIPV | KRR pipeline Err | KRR data + GP Err | left-out check "
+                  "(points, z, rank p) | design s | audit s |",
+                  "|---|---:|---:|---|---:|---:|---|---|---:|---|---:|---:|---|---:|---:|"]
         for r in doc["rows"]:
             c = r["budgets"][str(B)]
             nipv, p, v = c.get("nipv"), c["krr_pipeline"], c.get("validation_verdict") or {}
@@ -436,8 +453,8 @@ def markdown_gp(doc: dict) -> str:
                          f"{c['mixture']['other_err']:.4g} | {c['mixture']['outcome']} | "
                          f"{v.get('outcome')} ({z}, {v.get('points_each') or '-'}) | "
                          + (f"{nipv['other_err']:.4g} | {nipv['outcome']} | " if nipv else "- | - | ")
-                         + f"{p['err']:.4g} | {p['err_with_gp']:.4g} | {c['design_seconds']:.0f} | "
-                         f"{c['audit_seconds']:.0f} |")
+                         + f"{p['err']:.4g} | {p['err_with_gp']:.4g} | {_left_out_cell(c.get('left_out'))} | "
+                         f"{c['design_seconds']:.0f} | {c['audit_seconds']:.0f} |")
         lines.append("")
     agreement = [(B, s[str(B)]["validation_verdict"]) for B in budgets if s[str(B)].get("validation_verdict")]
     if agreement:
@@ -453,6 +470,16 @@ def markdown_gp(doc: dict) -> str:
                          f"{a['better_where_heldout_worse']} | {a['worse_where_heldout_better']} | {pairs} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _left_out_cell(check: dict | None) -> str:
+    """The left-out check of a row: none ran (-), or whether the dropped candidates' points were
+    served or left out, with their number, z and the rank test's p (absent in rows made before it)."""
+    if not check:
+        return "-"
+    z = "-" if check.get("z") is None else f"{check['z']:.2f}"
+    p = "-" if check.get("rank_p") is None else f"{check['rank_p']:.2g}"
+    return f"{'left out' if check['left_out'] else 'kept'} ({check['points']}, {z}, {p})"
 
 
 def markdown(doc: dict) -> str:

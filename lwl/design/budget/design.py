@@ -63,6 +63,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 import numpy as np
+from scipy import stats
 
 from lwl.design.budget.ledger import (
     CHALLENGER,
@@ -94,8 +95,25 @@ ACCEPT_Z = 1.645  # a challenger replaces the incumbent when it validates better
 RACE_MIN_POINTS = 128  # the race switches only once each side has this many points
 TREND_MIN_POINTS = 32  # the validation verdict's trend needs this many points each at half its size
 LEAVE_OUT_Z = ACCEPT_Z  # the left-out check leaves the dropped candidates' points out at this many standard errors (served_rows)
+# ... or where Err^2 does not rise without them (z > 0) and the points' ranks say lower without them at
+# this one-sided p (served_rows, rank_lower_p): a few heavy-tailed labels set the Err^2 test's standard error
+LEAVE_OUT_RANK_P = 0.05
+RANK_MIN_POINTS = 20  # the rank test needs this many points whose squared errors differ (else p = 1)
 RIVAL_Z = 1.0  # Q's mixture takes over when it validates better by this many standard errors (_race; asymmetric: docs/method.md)
 Q_MIXTURE = "q_mixture"  # the candidate every budgeted design adds: Q's own mixture
+
+
+def rank_lower_p(sq_new: np.ndarray, sq_old: np.ndarray, weights: np.ndarray) -> float:
+    """One-sided p-value of the Wilcoxon signed-rank test (normal approximation) that the points'
+    contributions to the change in Err^2, a_i (e_new,i - e_old,i) with a_i = w_k / M_k, are centred
+    below zero (H1: lower with ``sq_new``). Unlike the paired z of the Err^2 difference it is not set
+    by a handful of extreme labels. Points whose errors are equal, or not finite, are dropped; fewer
+    than RANK_MIN_POINTS left: 1.0 (nothing to say)."""
+    d = np.asarray(weights) * (np.asarray(sq_new) - np.asarray(sq_old))
+    d = d[np.isfinite(d) & (d != 0)]
+    if len(d) < RANK_MIN_POINTS:
+        return 1.0
+    return float(stats.wilcoxon(d, alternative="less", method="asymptotic").pvalue)
 
 
 class Candidate(NamedTuple):
@@ -134,6 +152,7 @@ class BudgetedDesign(StepperDefaults):
     # and squared norm are sums over its values with these quadrature weights; None: one label per input
     output_weights: np.ndarray | None = None
     leave_out_z = LEAVE_OUT_Z  # standard errors by which the left-out check must favour leaving points out
+    leave_out_rank_p: float | None = LEAVE_OUT_RANK_P  # the check's rank rule (None: the z rule alone)
     # the served draws (_served) chosen by select_from_pool from one pool of this many draws per design
     # label of the plan (pool; 0: i.i.d.)
     pool_factor = 0
@@ -565,11 +584,12 @@ class BudgetedDesign(StepperDefaults):
             warnings.append(f"{what} counted against the budget, left out of the training set")
         out_rows = np.setdiff1d(np.arange(len(y)), rows)
         if check is not None and check["left_out"]:
+            ranks = "" if check.get("rank_p") is None else f", rank test p = {check['rank_p']:.2g}"
             warnings.append(f"{check['points']} paid labels (the points of {', '.join(check['candidates'])}, which the design "
                             f"dropped) are "
                             f"left out of the served model's training set: without them it validates better on Q's "
                             f"labels (two-fold Err {check['score_without']:.4g} against {check['score_all']:.4g}, "
-                            f"z = {check['z']:.2f}); they are in the result's left_out")
+                            f"z = {check['z']:.2f}{ranks}); they are in the result's left_out")
         counts = {self._source_name(int(s)): int(n)
                   for s, n in zip(*np.unique(state.points.source, return_counts=True))}
         v = self.validation_verdict(state) if state.phase is Phase.DONE else None
@@ -615,7 +635,10 @@ class BudgetedDesign(StepperDefaults):
         selection scores' are: the scored fold's labels are a larger share of the smaller arm's
         fitting set, which leans the check a little towards leaving points out), two-fold on the
         labelled validation points and paired (:meth:`improvement_z`); they are left out when it
-        is better by :attr:`leave_out_z` standard errors (LEAVE_OUT_Z). A fit that fails leaves every point in. Why: a gp whose hyperparameters are fitted to a
+        is better by :attr:`leave_out_z` standard errors (LEAVE_OUT_Z), or when Err^2 is not higher
+        without them (z > 0) and the points' ranks say it is lower (:func:`rank_lower_p` below
+        :attr:`leave_out_rank_p`, LEAVE_OUT_RANK_P: on heavy-tailed labels a handful of points set
+        the Err^2 test's standard error, docs/method.md "The left-out check's rank rule"). A fit that fails leaves every point in. Why: a gp whose hyperparameters are fitted to a
         few heavy-tailed labels far from Q (a broadened candidate's points on Sobol's G) explains
         every label as noise and predicts about the mean (docs/method.md, "Left out of the served
         model"). Kept always: Q's validation points, the initial data, Q's mixture's points, the
@@ -657,10 +680,14 @@ class BudgetedDesign(StepperDefaults):
                 # a fit that fails (K_y not positive definite) decides nothing: every paid label is served
                 check["error"] = f"not checked: {exc}"
             else:
-                z = (self.improvement_z(sq_kept, sq_all, state.points.y[:nv], val)
-                     if sq_all is not None and sq_kept is not None else float("nan"))
+                paired = sq_all is not None and sq_kept is not None
+                z = self.improvement_z(sq_kept, sq_all, state.points.y[:nv], val) if paired else float("nan")
+                p = rank_lower_p(sq_kept, sq_all, val.weights) if paired else float("nan")
+                by_ranks = (self.leave_out_rank_p is not None and np.isfinite(z) and z > 0
+                            and p < self.leave_out_rank_p)
                 check.update(score_all=s_all, score_without=s_kept, z=float(z) if np.isfinite(z) else None,
-                             left_out=bool(np.isfinite(z) and z > self.leave_out_z))
+                             rank_p=float(p) if np.isfinite(p) else None,
+                             left_out=bool(np.isfinite(z) and z > self.leave_out_z or by_ranks))
             out = (np.flatnonzero(keep) if check["left_out"] else everything, check)
         self._served_cache = (key, out)
         return out
