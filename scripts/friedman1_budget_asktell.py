@@ -93,6 +93,12 @@ def ask_tell(c: Client, spec: dict) -> tuple[str, int, int]:
     return job, labelled, len(rounds)
 
 
+def _check(left_out: dict | None) -> dict | None:
+    """The left-out check's points, z, rank test p and decision (None: none ran)."""
+    check = (left_out or {}).get("check")
+    return None if check is None else {k: check.get(k) for k in ("points", "z", "rank_p", "left_out")}
+
+
 def main() -> None:
     seeds = [int(s) for s in sys.argv[1].split(",")] if len(sys.argv) > 1 else [0, 1, 2, 3, 4]
     base = json.loads((ROOT / "examples" / "friedman1_budget.json").read_text())
@@ -143,7 +149,8 @@ def main() -> None:
                            "outcome_vs_krr_pipeline": vs_krr.outcome.value,
                            # the job's own verdict, from the labels it paid for (no held-out label)
                            "job_verdict": result["verdict"]["outcome"], "job_verdict_z": result["verdict"]["z"],
-                           "seconds": round(seconds, 1)}
+                           # the left-out check: the dropped candidates' points kept in or left out
+                           "left_out": _check(result.get("left_out")), "seconds": round(seconds, 1)}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         finally:

@@ -147,7 +147,7 @@ class JobResult(OpenDocument):
                                   "job's: (n, p) fields), those its served model is trained on")
     left_out: dict[str, Any] | None = Field(
         default=None, description="a budgeted job's left-out check (check: the dropped candidates, points, "
-                                  "score_all, score_without, z, left_out; null where none ran: krr and operator "
+                                  "score_all, score_without, z, rank_p, left_out; null where none ran: krr and operator "
                                   "jobs) and the inputs and labels it kept out of the served model's training set: "
                                   "paid for, counted in labels_used")
     model_diagnosis: dict[str, Any] | None = Field(

@@ -406,9 +406,7 @@ def markdown_gp(doc: dict) -> str:
     if len(doc["rows"]) < expected:  # a study stopped early: its rows are the first ones of the preset
         lines += [f"**Partial: {len(doc['rows'])} of the preset's {expected} problem runs** (the study was stopped; "
                   "`--resume` continues it).", ""]
-    if doc.get("rerun"):
-        lines += [(f"Rerun with `--rerun`: {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
-                   "with the same settings. Wall time counts both."), ""]
+    lines += _rerun_lines(doc)
     chosen = ("the local optimum of the likelihood, and the kernel, of lowest leave-one-out error on the fitting "
               "points" if doc["settings"].get("gp_select") == "loo" else
               "the local optimum and the kernel of highest marginal likelihood (select evidence: made before the "
@@ -472,6 +470,14 @@ def markdown_gp(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _rerun_lines(doc: dict) -> list[str]:
+    """results.md's statement of a study with rerun problems (``--rerun``), if it is one."""
+    if not doc.get("rerun"):
+        return []
+    return [(f"Rerun with `--rerun`: {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
+             "with the same settings. Wall time counts both."), ""]
+
+
 def _left_out_cell(check: dict | None) -> str:
     """The left-out check of a row: none ran (-), or whether the dropped candidates' points were
     served or left out, with their number, z and the rank test's p (absent in rows made before it)."""
@@ -486,7 +492,7 @@ def markdown(doc: dict) -> str:
     if doc["settings"].get("model") == "gp":
         return markdown_gp(doc)
     s, budgets = doc["summary"], doc["settings"]["budgets"]
-    lines = [f"# Designs for a label budget ({doc['preset']})", "",
+    lines = [f"# Designs for a label budget ({doc['preset']})", "", *_rerun_lines(doc),
              "Held-out Err of KRR trained on the budgeted job's training set (every label counted) against "
              "the same number of labels of Q's mixture (over "
              f"{doc['settings']['draws']} training draws) and of the NIPV active-learning anchor; "

@@ -200,6 +200,22 @@ def test_q_law_is_refused_where_it_does_not_apply(args, why):
     assert result.exit_code == 2 and "--q-law" in result.output and why in result.output, result.output
 
 
+def test_budget_rerun_is_refused_without_an_earlier_study_or_beside_columns(tmp_path):
+    """``lwl experiment budget --rerun KEYS`` keeps OUT/results.json's other rows: with no such
+    file, or with --columns (a different study), it is refused before anything runs."""
+    from typer.testing import CliRunner
+
+    from lwl.cli import app
+
+    base = ["experiment", "budget", "--preset", "smoke", "--rerun", "table1-g1"]
+    env = {"COLUMNS": "200", "NO_COLOR": "1"}
+    for extra in (["--out", str(tmp_path / "none")], ["--out", str(tmp_path), "--columns", "table1-g1"]):
+        (tmp_path / "results.json").write_text("{}")
+        result = CliRunner().invoke(app, [*base, *extra], env=env)
+        assert result.exit_code == 2 and "--rerun" in result.output, result.output
+    assert not (tmp_path / "none").exists() and (tmp_path / "results.json").read_text() == "{}"
+
+
 @pytest.mark.slow
 def test_experiment_compare_passes_on_a_rerun_and_fails_on_a_changed_number(tmp_path):
     """--compare: the same seeded preset gives the committed numbers (exit 0); a committed number

@@ -147,3 +147,29 @@ def test_gp_fit_draws_reach_every_gp_of_the_study_and_a_chosen_problem_study_say
     text = (tmp_path / "results.md").read_text()
     assert "every GP fitted 2 times" in text and f"Problems chosen with `--columns`: {key}" in text
     assert "Partial" not in text
+
+
+@pytest.mark.slow
+def test_rerun_runs_the_named_problems_again_and_keeps_the_other_rows(tmp_path):
+    """``--rerun KEY``: the named problem's row is computed again (its earlier numbers replaced),
+    every other row is the earlier study's as it was; a key the preset lacks, or no earlier rows
+    made with these settings, is an error rather than a silent full run."""
+    full = budget.run("smoke")
+    first, second = (r["problem"] for r in full["rows"])
+    earlier = json.loads(json.dumps(full))
+    for row in earlier["rows"]:  # marks: a kept row keeps them, a rerun row loses them
+        row["budgets"]["120"]["err"] = -1.0
+    ran = []
+    doc = budget.run("smoke", previous=earlier, rerun=[second], progress=ran.append)
+    kept, again = doc["rows"]
+    assert (kept["problem"], again["problem"]) == (first, second)
+    assert kept["budgets"]["120"]["err"] == -1.0
+    assert again["budgets"]["120"]["err"] == full["rows"][1]["budgets"]["120"]["err"]  # seeded: the same job
+    assert doc["reused_rows"] == 1 and doc["rerun"] == [second] and "problems" not in doc
+    assert sum(msg.endswith("reused") for msg in ran) == 1
+    budget.write_outputs(doc, tmp_path)
+    assert f"Rerun with `--rerun`: {second}" in (tmp_path / "results.md").read_text()
+    with pytest.raises(ValueError, match="no problem nope"):
+        budget.run("smoke", previous=earlier, rerun=["nope"])
+    with pytest.raises(ValueError, match="no rows made with these settings"):
+        budget.run("smoke", previous=None, rerun=[second])

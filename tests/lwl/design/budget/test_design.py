@@ -3,11 +3,13 @@ budget by supplying its candidates and its scoring, and the layer holds the roun
 selection, the race and the verdict (issue #47)."""
 
 import copy
+import math
 
 import numpy as np
 import pytest
 
 from lwl.design.budget import BudgetedDesign, Candidate
+from lwl.design.budget.design import LEAVE_OUT_RANK_P, rank_lower_p
 from lwl.design.budget.ledger import POOLED, VALIDATION
 from lwl.design.budget.state import Phase
 from lwl.measures import Empirical, Gaussian, UniformBox
@@ -417,3 +419,37 @@ def test_a_resumed_job_asks_for_the_round_its_checkpoint_fixed_without_choosing_
     restored = fresh.restore(unpack(pack(state)))
     np.testing.assert_array_equal(fresh.queries(restored), design.queries(state))
     assert fresh.calls == 0
+
+
+def test_the_rank_test_reads_the_points_not_the_few_largest_errors():
+    """rank_lower_p: one-sided Wilcoxon signed-rank p that the points' contributions to Err^2 fall.
+    Most points a little lower and a few far higher (heavy-tailed labels): the Err^2 difference
+    rises, the ranks still say lower; a symmetric change says nothing; too few differing points: 1."""
+    rng = np.random.default_rng(0)
+    old = rng.exponential(1.0, 400)
+    new = old * np.exp(rng.normal(-0.3, 0.5, 400))  # most points lower
+    new[:5] += 1e3  # five points far higher: the sum rises
+    w = np.full(400, 1 / 400)
+    assert (w * (new - old)).sum() > 0
+    assert rank_lower_p(new, old, w) < 1e-6
+    assert rank_lower_p(old, new, w) > 0.99  # the other way round: higher
+    assert rank_lower_p(new, old, 7.0 * w) == pytest.approx(rank_lower_p(new, old, w))  # a common scale is nothing
+    sym = old * np.exp(rng.normal(0.0, 0.5, 400))
+    assert 0.05 < rank_lower_p(sym, old, w) < 0.95
+    assert rank_lower_p(new[:10], old[:10], w[:10]) == 1.0  # fewer than RANK_MIN_POINTS
+    assert rank_lower_p(old, old.copy(), w) == 1.0  # no point changes
+
+
+def test_the_rank_rule_alone_leaves_out_points_that_wreck_most_validation_points(toy, monkeypatch):
+    """With the z rule switched off (leave_out_z = inf) the rank rule alone leaves the far labels
+    out (they wreck the served model on most of Q's validation points); with both rules off they
+    stay in: the rule in served_rows is the one that decides."""
+    stepper, _ = toy
+    monkeypatch.setattr(MeanOnFarCandidate, "leave_out_z", math.inf)
+    far = MeanOnFarCandidate(stepper.spec, stepper.q)
+    check = far.result(_run(far, FarLabels(stepper.spec.oracle.build())))["left_out"]["check"]
+    assert check["left_out"] and check["z"] > 0 and check["rank_p"] < LEAVE_OUT_RANK_P
+    monkeypatch.setattr(MeanOnFarCandidate, "leave_out_rank_p", None)
+    far = MeanOnFarCandidate(stepper.spec, stepper.q)
+    check = far.result(_run(far, FarLabels(stepper.spec.oracle.build())))["left_out"]["check"]
+    assert not check["left_out"] and check["rank_p"] < LEAVE_OUT_RANK_P  # measured, not applied
