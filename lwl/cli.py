@@ -307,7 +307,10 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     keys = problems.split(",") if problems else None
     out = out or Path("runs") / (f"budget-{preset}" + ("" if model == "krr" else f"-{model}"))
     previous = None
-    again = rerun.split(",") if rerun else None
+    again = [k for k in rerun.split(",") if k] if rerun is not None else None
+    if again == []:
+        console.print("[red]--rerun: name at least one problem")
+        raise typer.Exit(2)
     if again and (keys or not (out / "results.json").is_file()):
         console.print("[red]--rerun: needs OUT/results.json to keep the other rows from, and no --columns")
         raise typer.Exit(2)

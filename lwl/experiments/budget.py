@@ -246,14 +246,32 @@ def _settings(cfg: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
 
 
+def made_before_rank_rule(row: dict) -> bool:
+    """Whether a row's left-out checks could decide otherwise under the rank rule (15eef4d,
+    ``BudgetedDesign.leave_out_rank_p``): a check made before it has no ``rank_p``, and the rule
+    changes only a check whose z is in (0, LEAVE_OUT_Z) (it adds leave-outs there and nowhere
+    else). Such a row is stale; every other row is what the current design gives."""
+    from lwl.design.budget.design import LEAVE_OUT_Z
+
+    for cell in row["budgets"].values():
+        check = cell.get("left_out")
+        if not check or "rank_p" in check or check.get("left_out"):
+            continue
+        z = check.get("z")
+        if z is not None and 0 < z < LEAVE_OUT_Z:
+            return True
+    return False
+
+
 def reusable_rows(previous: dict | None, cfg: dict) -> dict[tuple[str, int], dict]:
     """Rows of an earlier results.json (``previous``) keyed by (problem, seed), if it was made
-    with the same settings (else none: a row depends on every setting)."""
+    with the same settings (else none: a row depends on every setting), less the rows the left-out
+    check's rank rule could change (:func:`made_before_rank_rule`: those run again)."""
     if not previous or previous.get("experiment") != "budget":
         return {}
     if previous.get("settings") != _settings(cfg):
         return {}
-    return {(r["problem"], int(r["seed"])): r for r in previous.get("rows", [])}
+    return {(r["problem"], int(r["seed"])): r for r in previous.get("rows", []) if not made_before_rank_rule(r)}
 
 
 def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int, reused: int,
@@ -294,14 +312,30 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
             # rows before it: size - validation (4,500); the smoke preset keeps its own small count
             cfg["heldout_per_member"] = cfg.pop("gp_heldout_per_member", GP_HELDOUT_PER_MEMBER)
     reuse = reusable_rows(previous, cfg)
-    if rerun:
+    if rerun is not None:
+        if not rerun:
+            raise ValueError("--rerun: name at least one problem")
         keys = {key for key, _ in problem_specs(cfg)}
         unknown = sorted(set(rerun) - keys)
         if unknown:
             raise ValueError(f"--rerun: no problem {', '.join(unknown)} in the {preset} preset")
         if not reuse:
             raise ValueError("--rerun: the earlier study has no rows made with these settings to keep")
+        if problems is None and previous.get("problems"):  # a --columns study stays one: no other problem runs
+            problems = list(previous["problems"])
+        unknown = sorted(set(rerun) - set(problems or keys))
+        if unknown:
+            raise ValueError(f"--rerun: {', '.join(unknown)} not among the earlier study's problems")
         reuse = {k: r for k, r in reuse.items() if k[0] not in rerun}
+        # every problem rerun so far, so that results.md names them after a second --rerun
+        rerun = list(dict.fromkeys([*(previous.get("rerun") or []), *rerun]))
+    elif previous and reuse:  # --resume keeps an earlier rerun's record with its rows
+        rerun = previous.get("rerun")
+    same = bool(previous) and previous.get("experiment") == "budget" and previous.get("settings") == _settings(cfg)
+    stale = [r["problem"] for r in previous.get("rows", []) if made_before_rank_rule(r)
+             and (not problems or r["problem"] in problems)] if same else []
+    if stale:  # rows the rank rule could change run again (reusable_rows left them out), and the doc says so
+        rerun = list(dict.fromkeys([*(rerun or []), *stale]))
     t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems
             for seed in cfg["seeds"]]
@@ -474,7 +508,8 @@ def _rerun_lines(doc: dict) -> list[str]:
     """results.md's statement of a study with rerun problems (``--rerun``), if it is one."""
     if not doc.get("rerun"):
         return []
-    return [(f"Rerun with `--rerun`: {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
+    return [(f"Run again over an earlier study (named with `--rerun`, or made before the left-out check's rank "
+             f"rule and changeable by it): {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
              "with the same settings. Wall time counts both."), ""]
 
 

@@ -202,14 +202,16 @@ def test_q_law_is_refused_where_it_does_not_apply(args, why):
 
 def test_budget_rerun_is_refused_without_an_earlier_study_or_beside_columns(tmp_path):
     """``lwl experiment budget --rerun KEYS`` keeps OUT/results.json's other rows: with no such
-    file, or with --columns (a different study), it is refused before anything runs."""
+    file, with --columns (a different study) or with no key (not a full study over OUT's rows),
+    it is refused before anything runs."""
     from typer.testing import CliRunner
 
     from lwl.cli import app
 
-    base = ["experiment", "budget", "--preset", "smoke", "--rerun", "table1-g1"]
+    base = ["experiment", "budget", "--preset", "smoke", "--rerun"]
     env = {"COLUMNS": "200", "NO_COLOR": "1"}
-    for extra in (["--out", str(tmp_path / "none")], ["--out", str(tmp_path), "--columns", "table1-g1"]):
+    for extra in (["table1-g1", "--out", str(tmp_path / "none")],
+                  ["table1-g1", "--out", str(tmp_path), "--columns", "table1-g1"], [",", "--out", str(tmp_path)]):
         (tmp_path / "results.json").write_text("{}")
         result = CliRunner().invoke(app, [*base, *extra], env=env)
         assert result.exit_code == 2 and "--rerun" in result.output, result.output

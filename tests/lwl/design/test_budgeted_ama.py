@@ -327,3 +327,14 @@ def test_without_a_budget_an_http_lab_is_refused_for_ama(ama_spec, loopback_labs
     ama_spec["oracle"] = {"name": "http", "url": "http://127.0.0.1:9/solve"}
     with pytest.raises(SpecError, match="with a budget, a lab's solver returns each field"):
         parse_job_spec(ama_spec)
+
+
+def test_operator_designs_leave_solves_out_on_the_z_rule_alone():
+    """The left-out check's rank rule (BudgetedDesign.leave_out_rank_p) was measured on gp jobs
+    only; operator designs keep the z rule their committed studies ran (None switches the rank
+    rule off: tests/lwl/design/budget/test_design.py shows it then decides nothing)."""
+    from lwl.design.budget.design import BudgetedDesign
+    from lwl.design.budgeted_particles import BudgetedParticleAMA
+
+    assert BudgetedDesign.leave_out_rank_p is not None
+    assert BudgetedAMA.leave_out_rank_p is None and BudgetedParticleAMA.leave_out_rank_p is None

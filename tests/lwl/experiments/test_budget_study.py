@@ -159,17 +159,45 @@ def test_rerun_runs_the_named_problems_again_and_keeps_the_other_rows(tmp_path):
     earlier = json.loads(json.dumps(full))
     for row in earlier["rows"]:  # marks: a kept row keeps them, a rerun row loses them
         row["budgets"]["120"]["err"] = -1.0
+    earlier["rerun"] = [first]  # an earlier --rerun: still named after this one
     ran = []
     doc = budget.run("smoke", previous=earlier, rerun=[second], progress=ran.append)
     kept, again = doc["rows"]
     assert (kept["problem"], again["problem"]) == (first, second)
     assert kept["budgets"]["120"]["err"] == -1.0
     assert again["budgets"]["120"]["err"] == full["rows"][1]["budgets"]["120"]["err"]  # seeded: the same job
-    assert doc["reused_rows"] == 1 and doc["rerun"] == [second] and "problems" not in doc
+    assert doc["reused_rows"] == 1 and doc["rerun"] == [first, second] and "problems" not in doc
     assert sum(msg.endswith("reused") for msg in ran) == 1
     budget.write_outputs(doc, tmp_path)
-    assert f"Rerun with `--rerun`: {second}" in (tmp_path / "results.md").read_text()
+    assert f"`--rerun`, or made before the left-out check's rank rule and changeable by it): {first}, {second}" in (
+        tmp_path / "results.md").read_text()
     with pytest.raises(ValueError, match="no problem nope"):
         budget.run("smoke", previous=earlier, rerun=["nope"])
     with pytest.raises(ValueError, match="no rows made with these settings"):
         budget.run("smoke", previous=None, rerun=[second])
+    with pytest.raises(ValueError, match="name at least one problem"):
+        budget.run("smoke", previous=earlier, rerun=[])
+    chosen = dict(earlier, problems=[first], rows=earlier["rows"][:1])  # a --columns study
+    with pytest.raises(ValueError, match=f"{second} not among the earlier study's problems"):
+        budget.run("smoke", previous=chosen, rerun=[second])
+
+
+def _row(problem: str, *checks) -> dict:
+    return {"problem": problem, "seed": 0, "budgets": {str(i): {"left_out": c} for i, c in enumerate(checks)}}
+
+
+def test_rows_the_rank_rule_could_change_are_not_reused():
+    """A row made before the rank rule (a check without rank_p) whose z is in (0, LEAVE_OUT_Z) is
+    stale: the rule may leave its points out now. A check that left points out, a z outside that
+    range, no check, or a check made under the rule keeps the row."""
+    before = {"z": 1.2, "left_out": False}
+    rows = [_row("stale", None, before),
+            _row("rule", {**before, "rank_p": 0.3}),
+            _row("high", {"z": 1.7, "left_out": True}),
+            _row("negative", {"z": -0.4, "left_out": False}),
+            _row("failed", {"z": None, "left_out": False, "error": "not checked"}),
+            _row("krr", None)]
+    assert [budget.made_before_rank_rule(r) for r in rows] == [True, False, False, False, False, False]
+    cfg = dict(budget.PRESETS["smoke"])
+    previous = {"experiment": "budget", "settings": budget._settings(cfg), "rows": rows}
+    assert sorted(k for k, _ in budget.reusable_rows(previous, cfg)) == ["failed", "high", "krr", "negative", "rule"]
