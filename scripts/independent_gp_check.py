@@ -226,7 +226,15 @@ def judged(spec: dict, f, d: int, members, seed: int, rng, clip: bool) -> dict:
             "outcome_vs_mixture_sklearn_gp": vs_sk.outcome.value,
             "err_q_mixture_lwl_gp": vs_lwl.other_err, "outcome_vs_mixture_lwl_gp": vs_lwl.outcome.value,
             "err_training_set_sklearn_gp": data.err, "outcome_training_set_sklearn_gp": data.outcome.value,
-            "job_verdict": v.get("outcome"), "job_verdict_z": v.get("z"), "seconds": round(seconds, 1)}
+            "job_verdict": v.get("outcome"), "job_verdict_z": v.get("z"),
+            "left_out": left_out_check(res.get("left_out")), "seconds": round(seconds, 1)}
+
+
+def left_out_check(left_out: dict | None) -> dict | None:
+    """The job's left-out check as the row records it (docs/job-spec.md, ``left_out.check``): the
+    dropped candidates' points, z, the rank test's p and whether they were left out; None without one."""
+    check = (left_out or {}).get("check")
+    return None if check is None else {k: check.get(k) for k in ("points", "z", "rank_p", "left_out")}
 
 
 def main() -> None:
