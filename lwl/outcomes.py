@@ -29,6 +29,19 @@ def failed_rows(labels) -> np.ndarray:
     return ~np.isfinite(y.reshape(len(y), -1)).all(axis=1)
 
 
+def scalar_labels(labels) -> np.ndarray:
+    """The labels of a batch as one number per input, (n,): the bilevel objective (paper eqn 3.1)
+    and its KRR/GP model are of a scalar function. A batch of rows of several values per input
+    (an oracle with several outputs) is refused with what to do, not flattened into n * m labels."""
+    labels = np.asarray(labels, dtype=np.float64)
+    width = int(np.prod(labels.shape[1:])) if labels.ndim > 1 else 1
+    if width != 1:
+        raise ValueError(f"labels: this job takes one number per input (its model fits a scalar function), got "
+                         f"{labels.shape[0]} rows of {width} values; run one job per output, or an operator "
+                         "algorithm (ama) for field-valued labels")
+    return labels.reshape(-1)
+
+
 def usable(inputs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows of ``(inputs, labels)`` whose measurement came back: what a design may use as data."""
     ok = ~failed_rows(labels)

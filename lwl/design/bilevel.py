@@ -56,7 +56,7 @@ from lwl.device import DTYPE, resolve_device
 from lwl.measures import Measure
 from lwl.measures.gaussian import moment_matched, regularised_cholesky
 from lwl.models import KernelRidge
-from lwl.outcomes import failed_rows, usable
+from lwl.outcomes import failed_rows, scalar_labels, usable
 from lwl.params import StrictModel
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets, kle_member_sizes
 from lwl.registry import ALGORITHMS
@@ -420,7 +420,7 @@ class BilevelDesign(StepperDefaults):
     def step(self, state: BilevelState, labels) -> BilevelState:
         """The next state; a NaN label marks a point whose measurement failed (:mod:`lwl.outcomes`):
         it counts as a label spent and is used nowhere."""
-        labels = np.asarray(labels, dtype=np.float64).reshape(-1)
+        labels = scalar_labels(labels)
         if state.phase == Phase.DONE:
             raise ValueError("step: the design is finished")
         expected = len(self.queries(state))

@@ -85,7 +85,7 @@ from lwl.models.gp_diagnosis import diagnose_document
 from lwl.models.gp_diagnosis import to_json as diagnosis_json
 from lwl.models.gp_diagnosis import warnings as diagnosis_warnings
 from lwl.names import words
-from lwl.outcomes import failed_rows
+from lwl.outcomes import failed_rows, scalar_labels
 from lwl.q_samples import MetaTestSamples
 from lwl.spec import JobSpec
 from lwl.streams import STREAM_BUDGET
@@ -505,7 +505,7 @@ class BudgetedDesign(StepperDefaults):
         x = self._round_points(state)
         labels = self.point_labels(np.asarray(labels, dtype=np.float64), x)
         if self.output_weights is None:
-            labels = labels.reshape(-1)
+            labels = scalar_labels(labels)
         elif labels.ndim == 0 or labels.reshape(len(labels), -1).shape[1] != len(self.output_weights):
             raise ValueError(f"labels: expected {len(x)} rows of {len(self.output_weights)} values (the output "
                              f"grid), got shape {labels.shape}")

@@ -133,6 +133,11 @@ def test_bad_labels_are_refused(small_spec):
     U = design.queries(state)
     with pytest.raises(ValueError, match="labels"):
         design.step(state, oracle.label(U)[:-1])
+    # rows of two values per input (an oracle with two outputs) are refused as such, not read as 2n labels
+    two = np.stack([oracle.label(U), oracle.label(U)], 1)
+    with pytest.raises(ValueError, match="one number per input.*rows of 2 values"):
+        design.step(state, two)
+    assert design.step(state, two[:, :1]).phase == design.step(state, two[:, 0]).phase  # (n, 1) is (n,)
     # a NaN label is a failed point (lwl.outcomes): counted, left out, not an error here;
     # the runner refuses it from an oracle that does not report failures (tests/lwl/test_outcomes.py)
     bad = oracle.label(U)

@@ -453,3 +453,15 @@ def test_the_rank_rule_alone_leaves_out_points_that_wreck_most_validation_points
     far = MeanOnFarCandidate(stepper.spec, stepper.q)
     check = far.result(_run(far, FarLabels(stepper.spec.oracle.build())))["left_out"]["check"]
     assert not check["left_out"] and check["rank_p"] < LEAVE_OUT_RANK_P  # measured, not applied
+
+
+def test_rows_of_several_values_per_input_are_refused_naming_what_to_do(toy):
+    """A budgeted KRR/GP job fits a scalar function: a batch of (n, 2) labels (an oracle with two
+    outputs) is refused as such, not flattened into 2n labels of the wrong points; nothing is paid."""
+    stepper, oracle = toy
+    state = stepper.init()
+    y = np.asarray(oracle.label(stepper.queries(state)))
+    with pytest.raises(ValueError, match="one number per input.*rows of 2 values.*one job per output"):
+        stepper.step(state, np.stack([y, y], 1))
+    assert stepper.labels_spent(state) == 0
+    assert stepper.labels_spent(stepper.step(state, y[:, None])) == len(y)  # (n, 1) is one value per input
