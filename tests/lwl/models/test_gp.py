@@ -154,7 +154,7 @@ def test_labels_far_from_unit_scale_are_fitted_where_they_are(offset, scale):
     variation at either scale; through budgeted jobs of 1,000 labels, held-out Err 0, 3e-8 and 6e-5
     against 0, 2e-7 and 2e-3 for scikit-learn's GP on Q's mixture)."""
     X, _, Xt = _problem("friedman1", 5)
-    f = lambda x: offset + scale * np.sin(x[:, 0]) * x[:, 1]  # noqa: E731
+    f = lambda x: offset + scale * np.sin(x[:, 0]) * x[:, 1]
     mean, std = GaussianProcess(restarts=1, random_state=0).fit(X, f(X)).predict(Xt, return_std=True)
     assert np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std >= 0)
     resid = np.abs(mean - f(Xt))
