@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need (Python packages, redis-server and PostgreSQL from Debian) and
 # run the whole suite: library, embedded service, distributed mode, the dashboard in headless
-# chromium (about 35 minutes on 2 cores; the 25 slowest tests are listed at the end).
+# chromium (about 20 minutes on 2 cores, measured 2026-12-06; the 25 slowest tests are listed at the end).
 #
 #   ./scripts/test.sh --fast [pytest args]   the quick loop: no server, browser, distributed or
 #                                            slow tests (markers in pyproject.toml), no Debian
