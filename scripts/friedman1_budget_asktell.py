@@ -45,6 +45,9 @@ from lwl.oracles import make_oracle
 from lwl.spec import parse_job_spec
 from service.processes import Server
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling script below
+from independent_gp_check import left_out_check  # the check record both scripts write
+
 ROOT = Path(__file__).resolve().parents[1]
 FRIEDMAN = make_oracle({"name": "friedman1"})
 MEANS = [np.zeros(5), np.array([1.0, 0, 1, 0, 1])]
@@ -91,12 +94,6 @@ def ask_tell(c: Client, spec: dict) -> tuple[str, int, int]:
         time.sleep(0.05)
     assert doc["status"] == "succeeded", doc
     return job, labelled, len(rounds)
-
-
-def _check(left_out: dict | None) -> dict | None:
-    """The left-out check's points, z, rank test p and decision (None: none ran)."""
-    check = (left_out or {}).get("check")
-    return None if check is None else {k: check.get(k) for k in ("points", "z", "rank_p", "left_out")}
 
 
 def main() -> None:
@@ -150,7 +147,7 @@ def main() -> None:
                            # the job's own verdict, from the labels it paid for (no held-out label)
                            "job_verdict": result["verdict"]["outcome"], "job_verdict_z": result["verdict"]["z"],
                            # the left-out check: the dropped candidates' points kept in or left out
-                           "left_out": _check(result.get("left_out")), "seconds": round(seconds, 1)}
+                           "left_out": left_out_check(result.get("left_out")), "seconds": round(seconds, 1)}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
         finally:

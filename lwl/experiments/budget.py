@@ -267,11 +267,14 @@ def reusable_rows(previous: dict | None, cfg: dict) -> dict[tuple[str, int], dic
     """Rows of an earlier results.json (``previous``) keyed by (problem, seed), if it was made
     with the same settings (else none: a row depends on every setting), less the rows the left-out
     check's rank rule could change (:func:`made_before_rank_rule`: those run again)."""
-    if not previous or previous.get("experiment") != "budget":
-        return {}
-    if previous.get("settings") != _settings(cfg):
+    if not _same_settings(previous, cfg):
         return {}
     return {(r["problem"], int(r["seed"])): r for r in previous.get("rows", []) if not made_before_rank_rule(r)}
+
+
+def _same_settings(previous: dict | None, cfg: dict) -> bool:
+    """Whether ``previous`` is a budget study made with the settings ``cfg``."""
+    return bool(previous) and previous.get("experiment") == "budget" and previous.get("settings") == _settings(cfg)
 
 
 def _doc(preset: str, cfg: dict, rows: list[dict], seconds: float, workers: int, reused: int,
@@ -331,9 +334,8 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
         rerun = list(dict.fromkeys([*(previous.get("rerun") or []), *rerun]))
     elif previous and reuse:  # --resume keeps an earlier rerun's record with its rows
         rerun = previous.get("rerun")
-    same = bool(previous) and previous.get("experiment") == "budget" and previous.get("settings") == _settings(cfg)
     stale = [r["problem"] for r in previous.get("rows", []) if made_before_rank_rule(r)
-             and (not problems or r["problem"] in problems)] if same else []
+             and (not problems or r["problem"] in problems)] if _same_settings(previous, cfg) else []
     if stale:  # rows the rank rule could change run again (reusable_rows left them out), and the doc says so
         rerun = list(dict.fromkeys([*(rerun or []), *stale]))
     t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
