@@ -147,8 +147,8 @@ class JobResult(OpenDocument):
                                   "job's: (n, p) fields), those its served model is trained on")
     left_out: dict[str, Any] | None = Field(
         default=None, description="a budgeted job's left-out check (check: the dropped candidates, points, "
-                                  "score_all, score_without, z, rank_p, left_out; an operator job's check records rank_p but "
-                                  "leaves points out on z alone; null where none ran: krr jobs) and the inputs and labels it kept out of the served model's training set: "
+                                  "score_all, score_without, z, rank_p, left_out; the points are left out on z alone, rank_p "
+                                  "is recorded, not applied; null where none ran: krr jobs) and the inputs and labels it kept out of the served model's training set: "
                                   "paid for, counted in labels_used")
     model_diagnosis: dict[str, Any] | None = Field(
         default=None, description="a budgeted gp job's reading of its served GP (outputs: noise_share, the fitted "

@@ -246,30 +246,39 @@ def _settings(cfg: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}
 
 
-def made_before_rank_rule(row: dict) -> bool:
-    """Whether a row's left-out checks could decide otherwise under the rank rule (15eef4d,
-    ``BudgetedDesign.leave_out_rank_p``): a check made before it has no ``rank_p``, and the rule
-    changes only a check whose z is in (0, LEAVE_OUT_Z) (it adds leave-outs there and nowhere
-    else). Such a row is stale; every other row is what the current design gives."""
-    from lwl.design.budget.design import LEAVE_OUT_Z
+def decided_otherwise(row: dict) -> bool:
+    """Whether a row's left-out checks would decide otherwise under the check's rule now (z above
+    LEAVE_OUT_Z, and, where ``BudgetedDesign.leave_out_rank_p`` is set, the rank rule): each check
+    records its z, its rank p (rows made before 15eef4d have none) and its decision, so the decision
+    is recomputed from them. A row made under the rank rule that left points out by ranks alone is
+    stale with the rule off (its default since it was measured), and with the rule on, a check
+    without rank_p whose z is in (0, LEAVE_OUT_Z) cannot be recomputed and is stale too. Every
+    other row is what the current design gives."""
+    from lwl.design.budget.design import LEAVE_OUT_Z, BudgetedDesign
 
+    rule = BudgetedDesign.leave_out_rank_p
     for cell in row["budgets"].values():
         check = cell.get("left_out")
-        if not check or "rank_p" in check or check.get("left_out"):
+        if not check:
             continue
-        z = check.get("z")
-        if z is not None and 0 < z < LEAVE_OUT_Z:
+        z, p = check.get("z"), check.get("rank_p")
+        decision = z is not None and z > LEAVE_OUT_Z
+        if rule is not None and z is not None and 0 < z <= LEAVE_OUT_Z:
+            if "rank_p" not in check:
+                return True
+            decision = p is not None and p < rule
+        if decision != bool(check.get("left_out")):
             return True
     return False
 
 
 def reusable_rows(previous: dict | None, cfg: dict) -> dict[tuple[str, int], dict]:
     """Rows of an earlier results.json (``previous``) keyed by (problem, seed), if it was made
-    with the same settings (else none: a row depends on every setting), less the rows the left-out
-    check's rank rule could change (:func:`made_before_rank_rule`: those run again)."""
+    with the same settings (else none: a row depends on every setting), less the rows whose left-out
+    check the current rule would decide otherwise (:func:`decided_otherwise`: those run again)."""
     if not _same_settings(previous, cfg):
         return {}
-    return {(r["problem"], int(r["seed"])): r for r in previous.get("rows", []) if not made_before_rank_rule(r)}
+    return {(r["problem"], int(r["seed"])): r for r in previous.get("rows", []) if not decided_otherwise(r)}
 
 
 def _same_settings(previous: dict | None, cfg: dict) -> bool:
@@ -334,9 +343,9 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
         rerun = list(dict.fromkeys([*(previous.get("rerun") or []), *rerun]))
     elif previous and reuse:  # --resume keeps an earlier rerun's record with its rows
         rerun = previous.get("rerun")
-    stale = [r["problem"] for r in previous.get("rows", []) if made_before_rank_rule(r)
+    stale = [r["problem"] for r in previous.get("rows", []) if decided_otherwise(r)
              and (not problems or r["problem"] in problems)] if _same_settings(previous, cfg) else []
-    if stale:  # rows the rank rule could change run again (reusable_rows left them out), and the doc says so
+    if stale:  # rows the check's current rule decides otherwise run again (reusable_rows left them out), and the doc says so
         rerun = list(dict.fromkeys([*(rerun or []), *stale]))
     t_all = time.perf_counter() - (previous.get("wall_seconds", 0.0) if reuse else 0.0)  # reused rows' time counts
     todo = [(key, spec, cfg, seed) for key, spec in problem_specs(cfg) if not problems or key in problems
@@ -369,8 +378,12 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
                     progress(f"{row['problem']} seed {row['seed']} B={B}: {c['err']:.4g} vs mixture "
                              f"{c['mixture']['other_err']:.4g} ({c['mixture']['outcome']})")
     else:
+        from lwl.experiments.report import single_threaded
+
         for task in fresh:
-            finished(run_problem(*task, progress))
+            with single_threaded():  # as in the worker processes: rows do not depend on --workers
+                row = run_problem(*task, progress)
+            finished(row)
     return _doc(preset, cfg, rows(), time.perf_counter() - t_all, workers, len(todo) - len(fresh), problems, rerun)
 
 
@@ -510,8 +523,8 @@ def _rerun_lines(doc: dict) -> list[str]:
     """results.md's statement of a study with rerun problems (``--rerun``), if it is one."""
     if not doc.get("rerun"):
         return []
-    return [(f"Run again over an earlier study (named with `--rerun`, or made before the left-out check's rank "
-             f"rule and changeable by it): {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
+    return [(f"Run again over an earlier study (named with `--rerun`, or whose left-out check decided otherwise "
+             f"than the check's current rule): {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
              "with the same settings. Wall time counts both."), ""]
 
 

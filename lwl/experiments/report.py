@@ -114,14 +114,29 @@ def write_tables(doc: dict, out_dir, markdown) -> tuple[Path, dict | None, list[
     return out, figs, [out / "results.json", out / "results.md"]
 
 
-def _single_threaded(task):
-    """``fn(*args)`` in a worker process with one thread of BLAS and torch, as the 2-core runs."""
+@contextlib.contextmanager
+def single_threaded():
+    """One thread of BLAS and torch inside, the caller's settings restored after. Every row of a
+    study is computed under it, in worker processes (``--workers`` > 1) and in this one alike: a
+    torch reduction on two threads rounds differently from one (p14 of the 2,000 gp study: the
+    left-out check's z 0.78209368 on one torch thread, 0.78209377 on two), and a design's
+    discrete choices can follow the last digits, so a row must not depend on ``--workers``."""
     import torch
     from threadpoolctl import threadpool_limits
 
-    fn, args = task
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
-    with threadpool_limits(1):
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _single_threaded(task):
+    """``fn(*args)`` in a worker process with one thread of BLAS and torch, as the 2-core runs."""
+    fn, args = task
+    with single_threaded():
         return fn(*args)
 
 

@@ -181,8 +181,11 @@ def run(preset: str = "quick", *, count: int | None = None, progress=None, worke
             if progress:
                 progress(p.key, row)
     else:
+        from lwl.experiments.report import single_threaded
+
         for p in todo:
-            fresh[p.key] = run_problem(p, cfg)
+            with single_threaded():  # as in the worker processes: rows do not depend on --workers
+                fresh[p.key] = run_problem(p, cfg)
             if progress:
                 progress(p.key, fresh[p.key])
     wall = time.perf_counter() - t_all

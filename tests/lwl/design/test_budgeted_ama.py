@@ -331,10 +331,11 @@ def test_without_a_budget_an_http_lab_is_refused_for_ama(ama_spec, loopback_labs
 
 def test_operator_designs_leave_solves_out_on_the_z_rule_alone():
     """The left-out check's rank rule (BudgetedDesign.leave_out_rank_p) was measured on gp jobs
-    only; operator designs keep the z rule their committed studies ran (None switches the rank
-    rule off: tests/lwl/design/budget/test_design.py shows it then decides nothing)."""
+    only and is off by default; operator designs keep the z rule their committed studies ran even
+    where a caller switches it on for the KRR/GP design (None switches the rank rule off:
+    tests/lwl/design/budget/test_design.py shows it then decides nothing)."""
     from lwl.design.budget.design import BudgetedDesign
     from lwl.design.budgeted_particles import BudgetedParticleAMA
 
-    assert BudgetedDesign.leave_out_rank_p is not None
+    assert BudgetedDesign.leave_out_rank_p is None
     assert BudgetedAMA.leave_out_rank_p is None and BudgetedParticleAMA.leave_out_rank_p is None

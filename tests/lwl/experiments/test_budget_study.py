@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from lwl.design.budget.design import BudgetedDesign
 from lwl.experiments import budget
 
 
@@ -169,7 +170,7 @@ def test_rerun_runs_the_named_problems_again_and_keeps_the_other_rows(tmp_path):
     assert doc["reused_rows"] == 1 and doc["rerun"] == [first, second] and "problems" not in doc
     assert sum(msg.endswith("reused") for msg in ran) == 1
     budget.write_outputs(doc, tmp_path)
-    assert f"`--rerun`, or made before the left-out check's rank rule and changeable by it): {first}, {second}" in (
+    assert f"`--rerun`, or whose left-out check decided otherwise than the check's current rule): {first}, {second}" in (
         tmp_path / "results.md").read_text()
     with pytest.raises(ValueError, match="no problem nope"):
         budget.run("smoke", previous=earlier, rerun=["nope"])
@@ -186,18 +187,24 @@ def _row(problem: str, *checks) -> dict:
     return {"problem": problem, "seed": 0, "budgets": {str(i): {"left_out": c} for i, c in enumerate(checks)}}
 
 
-def test_rows_the_rank_rule_could_change_are_not_reused():
-    """A row made before the rank rule (a check without rank_p) whose z is in (0, LEAVE_OUT_Z) is
-    stale: the rule may leave its points out now. A check that left points out, a z outside that
-    range, no check, or a check made under the rule keeps the row."""
+def test_rows_the_current_left_out_rule_decides_otherwise_are_not_reused(monkeypatch):
+    """A row is reused only if its left-out checks decide as the current rule does, recomputed from
+    the recorded z and rank p. With the rank rule off (the default) a row that left points out by
+    ranks alone (z below LEAVE_OUT_Z) is stale; with it on, a row made before it (no rank_p, z in
+    (0, LEAVE_OUT_Z)) is stale, and so is one whose rank p now says leave out."""
     before = {"z": 1.2, "left_out": False}
     rows = [_row("stale", None, before),
-            _row("rule", {**before, "rank_p": 0.3}),
+            _row("kept", {**before, "rank_p": 0.3}),
+            _row("by_ranks", {**before, "rank_p": 1e-5, "left_out": True}),
+            _row("kept_low_p", {**before, "rank_p": 1e-5}),
             _row("high", {"z": 1.7, "left_out": True}),
-            _row("negative", {"z": -0.4, "left_out": False}),
+            _row("negative", {"z": -0.4, "rank_p": 1e-9, "left_out": False}),
             _row("failed", {"z": None, "left_out": False, "error": "not checked"}),
             _row("krr", None)]
-    assert [budget.made_before_rank_rule(r) for r in rows] == [True, False, False, False, False, False]
+    assert [budget.decided_otherwise(r) for r in rows] == [False, False, True, False, False, False, False, False]
     cfg = dict(budget.PRESETS["smoke"])
     previous = {"experiment": "budget", "settings": budget._settings(cfg), "rows": rows}
-    assert sorted(k for k, _ in budget.reusable_rows(previous, cfg)) == ["failed", "high", "krr", "negative", "rule"]
+    assert sorted(k for k, _ in budget.reusable_rows(previous, cfg)) == [
+        "failed", "high", "kept", "kept_low_p", "krr", "negative", "stale"]
+    monkeypatch.setattr(BudgetedDesign, "leave_out_rank_p", 0.05)  # the rank rule switched on
+    assert [budget.decided_otherwise(r) for r in rows] == [True, False, False, True, False, False, False, False]

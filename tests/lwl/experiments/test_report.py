@@ -9,6 +9,7 @@ from lwl.experiments.report import (
     environment,
     provenance,
     provenance_line,
+    single_threaded,
     write_tables,
 )
 
@@ -36,3 +37,44 @@ def test_a_stamp_from_before_the_environment_was_recorded_still_reads():
     stamp = {k: v for k, v in provenance().items() if k != "environment"}
     line = provenance_line(stamp)
     assert line.startswith("Produced by lwl") and "numpy" not in line and line.endswith(".")
+
+
+def test_single_threaded_pins_blas_and_torch_and_restores_them():
+    """Inside single_threaded one BLAS and one torch thread compute (a row must not depend on how
+    many threads the caller had: reductions round differently); the caller's settings come back."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with single_threaded():
+            assert torch.get_num_threads() == 1
+            assert all(lib["num_threads"] == 1 for lib in threadpool_info() if lib.get("user_api") == "blas")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_study_in_this_process_computes_its_rows_single_threaded(monkeypatch):
+    """budget.run with one worker computes each row under single_threaded, as its worker processes
+    do, so --workers 1 and --workers 2 give the same rows."""
+    import torch
+
+    from lwl.experiments import budget
+
+    seen = []
+
+    def fake_row(key, spec, cfg, seed, progress=None):
+        seen.append(torch.get_num_threads())
+        return {"problem": key, "seed": seed, "budgets": {}}
+
+    monkeypatch.setattr(budget, "run_problem", fake_row)
+    monkeypatch.setattr(budget, "summary", lambda rows, budgets: {})
+    torch_before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        budget.run("smoke")
+    finally:
+        torch.set_num_threads(torch_before)
+    assert seen and set(seen) == {1}

@@ -440,19 +440,21 @@ def test_the_rank_test_reads_the_points_not_the_few_largest_errors():
     assert rank_lower_p(old, old.copy(), w) == 1.0  # no point changes
 
 
-def test_the_rank_rule_alone_leaves_out_points_that_wreck_most_validation_points(toy, monkeypatch):
-    """With the z rule switched off (leave_out_z = inf) the rank rule alone leaves the far labels
-    out (they wreck the served model on most of Q's validation points); with both rules off they
-    stay in: the rule in served_rows is the one that decides."""
+def test_the_rank_rule_when_set_alone_leaves_out_points_that_wreck_most_validation_points(toy, monkeypatch):
+    """The rank rule is off by default (LEAVE_OUT_RANK_P None): with the z rule switched off
+    (leave_out_z = inf) the far labels stay in and their rank p is recorded, not applied. Set
+    (leave_out_rank_p = 0.05), the rank rule alone leaves them out (they wreck the served model on
+    most of Q's validation points): the rule in served_rows is the one that decides."""
     stepper, _ = toy
+    assert LEAVE_OUT_RANK_P is None and MeanOnFarCandidate.leave_out_rank_p is None
     monkeypatch.setattr(MeanOnFarCandidate, "leave_out_z", math.inf)
     far = MeanOnFarCandidate(stepper.spec, stepper.q)
     check = far.result(_run(far, FarLabels(stepper.spec.oracle.build())))["left_out"]["check"]
-    assert check["left_out"] and check["z"] > 0 and check["rank_p"] < LEAVE_OUT_RANK_P
-    monkeypatch.setattr(MeanOnFarCandidate, "leave_out_rank_p", None)
+    assert not check["left_out"] and check["z"] > 0 and check["rank_p"] < 0.05  # measured, not applied
+    monkeypatch.setattr(MeanOnFarCandidate, "leave_out_rank_p", 0.05)
     far = MeanOnFarCandidate(stepper.spec, stepper.q)
     check = far.result(_run(far, FarLabels(stepper.spec.oracle.build())))["left_out"]["check"]
-    assert not check["left_out"] and check["rank_p"] < LEAVE_OUT_RANK_P  # measured, not applied
+    assert check["left_out"] and check["z"] > 0 and check["rank_p"] < 0.05
 
 
 def test_rows_of_several_values_per_input_are_refused_naming_what_to_do(toy):
