@@ -546,7 +546,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
                                                          "validation (validated AMA: Q's validation samples accept "
                                                          "steps and select the returned model)"),
-               workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes; operator-budget: cells"),
+               workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes (each row on one BLAS and one torch thread, whatever this number); operator-budget: cells"),
                q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
                                                                         "parameters, paper (eqn customdist, the "
                                                                         "default) or unit (lwl's earlier law)"),

@@ -248,22 +248,23 @@ def _settings(cfg: dict) -> dict:
 
 def decided_otherwise(row: dict) -> bool:
     """Whether a row's left-out checks would decide otherwise under the check's rule now (z above
-    LEAVE_OUT_Z, and, where ``BudgetedDesign.leave_out_rank_p`` is set, the rank rule): each check
+    ``leave_out_z``, and, where ``leave_out_rank_p`` is set, the rank rule, as the study's design,
+    ``BudgetedBilevel``, has them): each check
     records its z, its rank p (rows made before 15eef4d have none) and its decision, so the decision
     is recomputed from them. A row made under the rank rule that left points out by ranks alone is
     stale with the rule off (its default since it was measured), and with the rule on, a check
-    without rank_p whose z is in (0, LEAVE_OUT_Z) cannot be recomputed and is stale too. Every
+    without rank_p whose z is in (0, leave_out_z] cannot be recomputed and is stale too. Every
     other row is what the current design gives."""
-    from lwl.design.budget.design import LEAVE_OUT_Z, BudgetedDesign
+    from lwl.design.budgeted import BudgetedBilevel  # the design the study's jobs run
 
-    rule = BudgetedDesign.leave_out_rank_p
+    rule, bar = BudgetedBilevel.leave_out_rank_p, BudgetedBilevel.leave_out_z
     for cell in row["budgets"].values():
         check = cell.get("left_out")
         if not check:
             continue
         z, p = check.get("z"), check.get("rank_p")
-        decision = z is not None and z > LEAVE_OUT_Z
-        if rule is not None and z is not None and 0 < z <= LEAVE_OUT_Z:
+        decision = z is not None and z > bar
+        if rule is not None and z is not None and 0 < z <= bar:
             if "rank_p" not in check:
                 return True
             decision = p is not None and p < rule

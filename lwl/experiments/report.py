@@ -116,8 +116,10 @@ def write_tables(doc: dict, out_dir, markdown) -> tuple[Path, dict | None, list[
 
 @contextlib.contextmanager
 def single_threaded():
-    """One thread of BLAS and torch inside, the caller's settings restored after. Every row of a
-    study is computed under it, in worker processes (``--workers`` > 1) and in this one alike: a
+    """One thread of BLAS and torch inside, the caller's settings restored after. Every row of the
+    budget and robustness studies is computed under it, in worker processes (``--workers`` > 1) and
+    in this one alike (the operator-budget study's worker processes too, not its in-process cells,
+    whose DeepONets train on every core): a
     torch reduction on two threads rounds differently from one (p14 of the 2,000 gp study: the
     left-out check's z 0.78209368 on one torch thread, 0.78209377 on two), and a design's
     discrete choices can follow the last digits, so a row must not depend on ``--workers``."""

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lwl.design.budget.design import BudgetedDesign
+from lwl.design.budgeted import BudgetedBilevel
 from lwl.experiments import budget
 
 
@@ -200,11 +200,17 @@ def test_rows_the_current_left_out_rule_decides_otherwise_are_not_reused(monkeyp
             _row("high", {"z": 1.7, "left_out": True}),
             _row("negative", {"z": -0.4, "rank_p": 1e-9, "left_out": False}),
             _row("failed", {"z": None, "left_out": False, "error": "not checked"}),
-            _row("krr", None)]
-    assert [budget.decided_otherwise(r) for r in rows] == [False, False, True, False, False, False, False, False]
+            _row("krr", None),
+            _row("at_bar", {"z": BudgetedBilevel.leave_out_z, "rank_p": 1e-5, "left_out": False})]
+    assert [budget.decided_otherwise(r) for r in rows] == [False, False, True, False, False, False, False, False,
+                                                           False]
     cfg = dict(budget.PRESETS["smoke"])
     previous = {"experiment": "budget", "settings": budget._settings(cfg), "rows": rows}
     assert sorted(k for k, _ in budget.reusable_rows(previous, cfg)) == [
-        "failed", "high", "kept", "kept_low_p", "krr", "negative", "stale"]
-    monkeypatch.setattr(BudgetedDesign, "leave_out_rank_p", 0.05)  # the rank rule switched on
-    assert [budget.decided_otherwise(r) for r in rows] == [True, False, False, True, False, False, False, False]
+        "at_bar", "failed", "high", "kept", "kept_low_p", "krr", "negative", "stale"]
+    monkeypatch.setattr(BudgetedBilevel, "leave_out_rank_p", 0.05)  # the rank rule switched on
+    # (at the bar, z = leave_out_z, the z rule does not leave out and the rank rule would: stale)
+    assert [budget.decided_otherwise(r) for r in rows] == [True, False, False, True, False, False, False, False,
+                                                           True]
+    monkeypatch.setattr(BudgetedBilevel, "leave_out_z", 1.0)  # a lower bar: "kept" (z 1.2) now leaves out
+    assert budget.decided_otherwise(rows[1])

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 import scipy
 
 from lwl.experiments.report import (
@@ -52,6 +53,9 @@ def test_single_threaded_pins_blas_and_torch_and_restores_them():
             assert torch.get_num_threads() == 1
             assert all(lib["num_threads"] == 1 for lib in threadpool_info() if lib.get("user_api") == "blas")
         assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError, match="inside"), single_threaded():
+            raise RuntimeError("inside")
+        assert torch.get_num_threads() == 2  # restored on the way out of a failure too
     finally:
         torch.set_num_threads(before)
 
@@ -75,6 +79,7 @@ def test_a_study_in_this_process_computes_its_rows_single_threaded(monkeypatch):
     torch.set_num_threads(2)
     try:
         budget.run("smoke")
+        assert torch.get_num_threads() == 2  # the caller's threads after the study
     finally:
         torch.set_num_threads(torch_before)
     assert seen and set(seen) == {1}
