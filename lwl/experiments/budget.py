@@ -33,7 +33,10 @@ at 4,500 points per member the verdict came out `worse` where 20,000 put the des
 from __future__ import annotations
 
 import time
+
 import numpy as np
+
+from lwl.experiments.report import machine_words
 
 BASELINE_DRAWS = 5
 MODELS = ("krr", "gp")  # the model the budgeted jobs design for (and are judged with)
@@ -118,7 +121,7 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
 
     if cfg.get("model", "krr") == "gp":
         return run_problem_gp(key, spec, cfg, seed, progress)
-    row: dict = {"problem": key, "seed": seed, "budgets": {}}
+    row: dict = {"problem": key, "seed": seed, "budgets": {}, "computed_on": machine_words()}
     algo = {"name": "bilevel"}
     if cfg["unbudgeted_iterations"] is not None:
         algo["iterations"] = cfg["unbudgeted_iterations"]
@@ -173,7 +176,8 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
     from lwl.runner import run_job
     from lwl.spec import parse_job_spec
 
-    row: dict = {"problem": key, "seed": seed, "model": "gp", "budgets": {}, "unbudgeted": None}
+    row: dict = {"problem": key, "seed": seed, "model": "gp", "budgets": {}, "unbudgeted": None,
+                 "computed_on": machine_words()}
     algo = {"name": "bilevel"}
     q = oracle = test_x = test_y = a = None
     for B in cfg["budgets"]:
@@ -521,12 +525,30 @@ def markdown_gp(doc: dict) -> str:
 
 
 def _rerun_lines(doc: dict) -> list[str]:
-    """results.md's statement of a study with rerun problems (``--rerun``), if it is one."""
+    """results.md's statement of a study with rerun problems (``--rerun``), if it is one, and of
+    the machines its rows were computed on, where there is more than one (:func:`_machines_line`)."""
+    lines = _machines_line(doc)
     if not doc.get("rerun"):
-        return []
+        return lines
     return [(f"Run again over an earlier study (named with `--rerun`, or whose left-out check decided otherwise "
              f"than the check's current rule): {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
-             "with the same settings. Wall time counts both."), ""]
+             "with the same settings. Wall time counts both."), "", *lines]
+
+
+def _machines_line(doc: dict) -> list[str]:
+    """Where a resumed study's rows come from more than one machine (each row's ``computed_on``;
+    rows made before it was recorded have none), which rows each: a row does not reproduce to the
+    last digit on another CPU, and can choose otherwise (docs/method.md, "The rank rule switched off")."""
+    on: dict[str, list[str]] = {}
+    one_seed = len(doc["settings"]["seeds"]) == 1
+    for r in doc["rows"]:
+        where = r.get("computed_on") or "a machine not recorded (rows made before 2026-12-06)"
+        on.setdefault(where, []).append(r["problem"] if one_seed else f"{r['problem']} (seed {r['seed']})")
+    if len(on) < 2:
+        return []
+    parts = [f"{where}: {', '.join(names) if len(names) <= 8 else f'{len(names)} rows'}" for where, names in on.items()]
+    return ["Rows computed on more than one machine (the last digits, and sometimes a design's choices, differ "
+            "between CPUs): " + "; ".join(parts) + ".", ""]
 
 
 def _left_out_cell(check: dict | None) -> str:

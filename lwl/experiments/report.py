@@ -68,6 +68,15 @@ def environment() -> dict:
             "blas": blas, "cpu": cpu, "machine": platform.machine(), "thread_variables": threads}
 
 
+def machine_words(env: dict | None = None) -> str:
+    """The CPU and the BLAS kernel sets of :func:`environment` in words ("AMD EPYC; openblas
+    Haswell"): what a study row records (``computed_on``), since rows of one study resumed on
+    another machine round differently and a design's choices can follow the last digits."""
+    env = environment() if env is None else env
+    kernels = sorted({b["architecture"] for b in env.get("blas", []) if b.get("architecture")})
+    return f"{env.get('cpu') or 'an unknown CPU'}; openblas {', '.join(kernels) or 'unknown'}"
+
+
 def provenance() -> dict:
     """What produced a result: lwl's version and, from a git checkout, the commit and whether
     the code (CODE_PATHS) had uncommitted changes (``None`` outside a checkout), and the numerical

@@ -214,3 +214,20 @@ def test_rows_the_current_left_out_rule_decides_otherwise_are_not_reused(monkeyp
                                                            True]
     monkeypatch.setattr(BudgetedBilevel, "leave_out_z", 1.0)  # a lower bar: "kept" (z 1.2) now leaves out
     assert budget.decided_otherwise(rows[1])
+
+
+def test_results_name_the_machines_of_a_study_resumed_on_another():
+    """Each new row records the machine it was computed on (computed_on: CPU and BLAS kernels);
+    results.md names the rows of each machine where a study's rows come from more than one, and
+    says nothing where they come from one."""
+    from lwl.experiments.report import environment, machine_words
+
+    here = machine_words()
+    env = environment()
+    assert here.startswith(str(env["cpu"])) and "openblas" in here
+    rows = [{"problem": "a", "seed": 0, "computed_on": here}, {"problem": "b", "seed": 0}]
+    doc = {"rows": rows, "settings": {"seeds": [0]}}
+    (line, _) = budget._rerun_lines(doc)
+    assert f"{here}: a" in line and "not recorded (rows made before 2026-12-06): b" in line
+    rows[1]["computed_on"] = here
+    assert budget._rerun_lines(doc) == []
