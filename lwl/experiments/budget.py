@@ -542,7 +542,7 @@ def _machines_line(doc: dict) -> list[str]:
     on: dict[str, list[str]] = {}
     one_seed = len(doc["settings"]["seeds"]) == 1
     for r in doc["rows"]:
-        where = r.get("computed_on") or "a machine not recorded (rows made before 2026-12-06)"
+        where = r.get("computed_on") or "a machine not recorded (rows made before commit 3fb7692)"
         on.setdefault(where, []).append(r["problem"] if one_seed else f"{r['problem']} (seed {r['seed']})")
     if len(on) < 2:
         return []

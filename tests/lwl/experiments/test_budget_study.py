@@ -228,6 +228,6 @@ def test_results_name_the_machines_of_a_study_resumed_on_another():
     rows = [{"problem": "a", "seed": 0, "computed_on": here}, {"problem": "b", "seed": 0}]
     doc = {"rows": rows, "settings": {"seeds": [0]}}
     (line, _) = budget._rerun_lines(doc)
-    assert f"{here}: a" in line and "not recorded (rows made before 2026-12-06): b" in line
+    assert f"{here}: a" in line and "not recorded (rows made before commit 3fb7692): b" in line
     rows[1]["computed_on"] = here
     assert budget._rerun_lines(doc) == []
