@@ -581,6 +581,9 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
     if compare is not None and not compare.exists():
         console.print(f"[red]--compare: {compare} does not exist")
         raise typer.Exit(2)
+    from lwl.experiments.report import code_state
+
+    code_state()  # the commit a study's results name is the one its code was loaded from
     options = StudyOptions(preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
                            cache, q_law, models, precision, q, model, gp_fit_draws, rerun)
     written = STUDIES.get(name).build(options)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from pathlib import Path
 
@@ -77,23 +78,33 @@ def machine_words(env: dict | None = None) -> str:
     return f"{env.get('cpu') or 'an unknown CPU'}; openblas {', '.join(kernels) or 'unknown'}"
 
 
-def provenance() -> dict:
-    """What produced a result: lwl's version and, from a git checkout, the commit and whether
-    the code (CODE_PATHS) had uncommitted changes (``None`` outside a checkout), and the numerical
-    environment (:func:`environment`)."""
+@functools.cache
+def code_state() -> tuple[str | None, bool | None]:
+    """The git commit of the code this process loaded and whether that code (CODE_PATHS) had
+    uncommitted changes; ``(None, None)`` outside a checkout. Read once per process, at the first
+    call: ``lwl experiment`` calls it when a study starts, so a commit made while the study runs
+    does not put its name on rows that the earlier code computed."""
     import subprocess
 
     import lwl
 
     root = Path(lwl.__file__).resolve().parents[1]
-    commit, dirty = None, None
     try:
         git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True,
                                         timeout=10, check=True).stdout.strip()
-        commit = git("rev-parse", "HEAD") or None
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS))
+        return (git("rev-parse", "HEAD") or None,
+                bool(git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)))
     except (OSError, subprocess.SubprocessError):
-        pass
+        return None, None
+
+
+def provenance() -> dict:
+    """What produced a result: lwl's version and, from a git checkout, the commit and whether
+    the code had uncommitted changes when this process first asked (:func:`code_state`), and the
+    numerical environment (:func:`environment`)."""
+    import lwl
+
+    commit, dirty = code_state()
     return {"lwl": lwl.__version__, "commit": commit, "dirty": dirty, "environment": environment()}
 
 

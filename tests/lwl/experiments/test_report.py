@@ -83,3 +83,31 @@ def test_a_study_in_this_process_computes_its_rows_single_threaded(monkeypatch):
     finally:
         torch.set_num_threads(torch_before)
     assert seen and set(seen) == {1}
+
+
+def test_the_commit_a_result_names_is_read_once_per_process(monkeypatch):
+    """A study names the commit its code was loaded from: git is asked at the first call only, so
+    a commit made while a long study runs does not take the name of rows the earlier code made."""
+    import subprocess
+
+    from lwl.experiments import report
+
+    calls = []
+    real_run = subprocess.run
+
+    def counting_run(*args, **kwargs):
+        calls.append(args[0])
+        return real_run(*args, **kwargs)
+
+    report.code_state.cache_clear()
+    monkeypatch.setattr(subprocess, "run", counting_run)
+    try:
+        first = report.provenance()
+        if first["commit"] is None:
+            pytest.skip("not run from a git checkout")
+        asked = len(calls)
+        assert asked == 2  # rev-parse and status, once
+        assert report.provenance()["commit"] == first["commit"] and len(calls) == asked
+        assert report.code_state() == (first["commit"], first["dirty"])
+    finally:
+        report.code_state.cache_clear()
