@@ -460,7 +460,7 @@ def markdown_gp(doc: dict) -> str:
     if len(doc["rows"]) < expected:  # a study stopped early: its rows are the first ones of the preset
         lines += [f"**Partial: {len(doc['rows'])} of the preset's {expected} problem runs** (the study was stopped; "
                   "`--resume` continues it).", ""]
-    lines += _rerun_lines(doc)
+    lines += _rerun_lines(doc) + _machines_line(doc)
     chosen = ("the local optimum of the likelihood, and the kernel, of lowest leave-one-out error on the fitting "
               "points" if doc["settings"].get("gp_select") == "loo" else
               "the local optimum and the kernel of highest marginal likelihood (select evidence: made before the "
@@ -525,14 +525,12 @@ def markdown_gp(doc: dict) -> str:
 
 
 def _rerun_lines(doc: dict) -> list[str]:
-    """results.md's statement of a study with rerun problems (``--rerun``), if it is one, and of
-    the machines its rows were computed on, where there is more than one (:func:`_machines_line`)."""
-    lines = _machines_line(doc)
+    """results.md's statement of a study with rerun problems (``--rerun``), if it is one."""
     if not doc.get("rerun"):
-        return lines
+        return []
     return [(f"Run again over an earlier study (named with `--rerun`, or whose left-out check decided otherwise "
              f"than the check's current rule): {', '.join(doc['rerun'])}; the other rows are the earlier study's, made "
-             "with the same settings. Wall time counts both."), "", *lines]
+             "with the same settings. Wall time counts both."), ""]
 
 
 def _machines_line(doc: dict) -> list[str]:
@@ -565,7 +563,7 @@ def markdown(doc: dict) -> str:
     if doc["settings"].get("model") == "gp":
         return markdown_gp(doc)
     s, budgets = doc["summary"], doc["settings"]["budgets"]
-    lines = [f"# Designs for a label budget ({doc['preset']})", "", *_rerun_lines(doc),
+    lines = [f"# Designs for a label budget ({doc['preset']})", "", *_rerun_lines(doc), *_machines_line(doc),
              "Held-out Err of KRR trained on the budgeted job's training set (every label counted) against "
              "the same number of labels of Q's mixture (over "
              f"{doc['settings']['draws']} training draws) and of the NIPV active-learning anchor; "

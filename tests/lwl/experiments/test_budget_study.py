@@ -227,7 +227,7 @@ def test_results_name_the_machines_of_a_study_resumed_on_another():
     assert here.startswith(str(env["cpu"])) and "openblas" in here
     rows = [{"problem": "a", "seed": 0, "computed_on": here}, {"problem": "b", "seed": 0}]
     doc = {"rows": rows, "settings": {"seeds": [0]}}
-    (line, _) = budget._rerun_lines(doc)
+    (line, _) = budget._machines_line(doc)
     assert f"{here}: a" in line and "not recorded (rows made before commit 3fb7692): b" in line
     rows[1]["computed_on"] = here
-    assert budget._rerun_lines(doc) == []
+    assert budget._machines_line(doc) == []
