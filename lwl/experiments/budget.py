@@ -159,6 +159,7 @@ def run_problem(key: str, spec: dict, cfg: dict, seed: int, progress=None) -> di
             "within_budget": bool(res["labels_used"] <= B), "selected": res["selected"]["candidate"],
             "err": ev["err"]["optimized"], "err_interval": ev["err_interval"]["optimized"],
             "mixture": comps["mixture"], "nipv": comps.get("nipv"),
+            "race": race_summary(res["history"]),
             "design_seconds": design_seconds, "audit_seconds": time.perf_counter() - t1}
         if progress:
             progress(f"{key} seed {seed} B={B}: {ev['err']['optimized']:.4g} vs mixture "
@@ -221,12 +222,27 @@ def run_problem_gp(key: str, spec: dict, cfg: dict, seed: int, progress=None) ->
             # the served model's training set: every paid label, or without the dropped candidates' points
             "left_out": (res.get("left_out") or {}).get("check"),
             "krr_pipeline": {"err": float(err_krr), "err_with_gp": float(err_krr_data_gp),
-                             "labels_used": int(krr["labels_used"]), "selected": krr["selected"]["candidate"]},
+                             "labels_used": int(krr["labels_used"]), "selected": krr["selected"]["candidate"],
+                             "race": race_summary(krr["history"])},
+            "race": race_summary(res["history"]),
             "design_seconds": design_seconds, "audit_seconds": audit_seconds}
         if progress:
             progress(f"{key} seed {seed} B={B}: gp design {ev['err']['optimized']:.4g} vs mixture+gp "
                      f"{comps['mixture']['other_err']:.4g} ({comps['mixture']['outcome']}), krr pipeline {err_krr:.4g}")
     return row
+
+
+def race_summary(history: list[dict]) -> dict | None:
+    """A job's race against Q's mixture (BudgetedDesign._race) as a row records it: its looks, the
+    most points each it compared, its last trend ratio and, where Q's mixture took over, whom it
+    overtook and by which rule (z or trend); None where no race ran. Rows made before it have none."""
+    looks = [h["race"] for h in history if h.get("race")]
+    if not looks:
+        return None
+    won = next((r for r in looks if r.get("outcome") == "rival won"), None)
+    return {"looks": len(looks), "max_points_each": max(int(r["points_each"]) for r in looks),
+            "last_z": looks[-1].get("z"), "last_trend_ratio": looks[-1].get("trend_ratio"),
+            "overtook": won and won.get("overtook"), "by": won and won.get("by")}
 
 
 def heldout_population(tests, cfg: dict):

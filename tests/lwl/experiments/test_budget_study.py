@@ -231,3 +231,18 @@ def test_results_name_the_machines_of_a_study_resumed_on_another():
     assert f"{here}: a" in line and "not recorded (rows made before commit 3fb7692): b" in line
     rows[1]["computed_on"] = here
     assert budget._machines_line(doc) == []
+
+
+def test_a_row_records_its_jobs_race_with_who_was_overtaken_and_by_which_rule():
+    """race_summary: the looks of a job's race against Q's mixture as a row keeps them, so a later race
+    rule can be judged on a study's rows (docs/method.md "The race's trend, measured")."""
+    from lwl.experiments.budget import race_summary
+
+    look = lambda m, z, t, **kw: {"round": m, "race": {"points_each": m, "z": z, "trend_ratio": t, **kw}}
+    history = [{"round": 1}, look(300, -3.0, None), look(600, -1.0, 0.95),
+               look(900, 1.2, 1.10, overtook="given", outcome="rival won", by="z"), {"round": 9}]
+    assert race_summary(history) == {"looks": 3, "max_points_each": 900, "last_z": 1.2, "last_trend_ratio": 1.10,
+                                     "overtook": "given", "by": "z"}
+    held = race_summary(history[:3])
+    assert held["looks"] == 2 and held["overtook"] is None and held["by"] is None and held["last_z"] == -1.0
+    assert race_summary([{"round": 1}]) is None

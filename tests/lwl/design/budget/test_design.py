@@ -467,3 +467,104 @@ def test_rows_of_several_values_per_input_are_refused_naming_what_to_do(toy):
         stepper.step(state, np.stack([y, y], 1))
     assert stepper.labels_spent(state) == 0
     assert stepper.labels_spent(stepper.step(state, y[:, None])) == len(y)  # (n, 1) is one value per input
+
+
+def test_the_race_trend_is_the_power_law_of_the_last_halving_of_its_looks():
+    """race_trend: log ratio = a + b log m fitted to the looks at half the last one's points or more,
+    read at the target; too few such looks, or a score that is not positive, give none."""
+    from lwl.design.budget.design import race_trend
+
+    ratio = lambda m: 0.8 * (m / 600) ** 0.2  # the incumbent's lead shrinking as a power law
+    looks = [(m, ratio(m), 1.0) for m in (100, 300, 600, 700, 800, 900, 1000, 1200)]
+    # the early looks (100, 300: below half of 1,200) are not fitted: a kink there changes nothing
+    bent = [(m, 0.5 if m < 600 else r, b) for m, r, b in looks]
+    assert race_trend(looks, 6000) == pytest.approx(0.8 * 10 ** 0.2, rel=1e-9)
+    assert race_trend(bent, 6000) == pytest.approx(race_trend(looks, 6000), rel=1e-9)
+    assert race_trend(looks, 100) == pytest.approx(ratio(1200), rel=1e-9)  # never read below the last look
+    assert race_trend(looks[-3:], 6000) is None  # three looks in the window: no trend
+    assert race_trend([(m, a, 0.0) for m, a, _ in looks], 6000) is None
+    assert race_trend([], 6000) is None
+
+
+class _Scripted:
+    """The race's comparisons (BudgetedDesign.versus) replaced by a script of looks."""
+
+    def __init__(self, looks):
+        self.looks = iter(looks)
+
+    def __call__(self, state, other, n=None, mine=None):
+        m, inc, riv, z = next(self.looks)
+        return {"points_each": m, "incumbent_score": inc, "rival_score": riv, "z": z}
+
+
+def _race_looks(design, looks, monkeypatch):
+    """Run ``design._race`` once per look on a state whose incumbent (the toy's 'wide') races Q's
+    mixture; the plan stretched to 6,000 design points. Returns the last state and its records."""
+    import dataclasses
+
+    design.plan = dataclasses.replace(design.plan, rounds=(6000,))
+    monkeypatch.setattr(design, "versus", _Scripted(looks))
+    state = design.init().replace(incumbent=1, rival=design._q_mixture_index(), phase=Phase.ROUND)
+    records = []
+    for i, _ in enumerate(looks):
+        record = {"round": 5 + i}
+        state = design._race(state, record)
+        records.append(record)
+        state = state.replace(history=[*state.history, record])
+        if state.rival is None:
+            break
+    return state, records
+
+
+def test_q_mixture_takes_over_when_the_race_curves_cross_before_the_budget_ends(toy, monkeypatch):
+    """The race's trend rule (race_trend_ratio): Table 1's g4 at 8,000 in miniature. The incumbent
+    leads at every look (z < 0, never the RIVAL_Z that hands over), but its lead, within
+    RACE_TREND_LEAD, shrinks as a power law that crosses 1 long before the design's 6,000 points: Q's
+    mixture takes over, 'by trend'. The same looks with the rule off, a lead that holds, a lead
+    still 2x, or below RACE_TREND_MIN_POINTS points each change nothing."""
+    from lwl.design.budget import design as layer
+
+    stepper, _ = toy
+    closing = [(m, 0.8 * (m / 600) ** 0.2, 1.0, -2.0) for m in range(600, 1300, 100)]
+    stepper.race_trend_ratio = layer.RACE_TREND_RATIO
+    state, records = _race_looks(stepper, closing, monkeypatch)
+    assert state.rival is None and stepper.incumbent_name(state) == "q_mixture"
+    last = records[-1]["race"]
+    assert last["outcome"] == "rival won" and last["by"] == "trend" and last["overtook"] == "wide"
+    assert last["trend_ratio"] >= layer.RACE_TREND_RATIO and len(records) == layer.RACE_TREND_MIN_LOOKS
+    basis = stepper.validation_verdict(state)["basis"]  # the job says why, without a z that favours the loser
+    assert "by the race's trend" in basis and f"{last['trend_ratio']:.3f}" in basis and "z =" not in basis
+
+    held = [(m, 0.8, 1.0, -2.0) for m, *_ in closing]
+    state, records = _race_looks(stepper, held, monkeypatch)
+    assert state.rival is not None and records[-1]["race"]["trend_ratio"] == pytest.approx(0.8)
+
+    far = [(m, 0.5 * (m / 600) ** 0.4, 1.0, -2.0) for m, *_ in closing]  # still 2x ahead: a trend read
+    state, records = _race_looks(stepper, far, monkeypatch)  # 5x beyond its looks does not hand over
+    assert state.rival is not None and records[-1]["race"]["trend_ratio"] > layer.RACE_TREND_RATIO
+
+    small = [(m // 4, r, b, z) for m, r, b, z in closing]  # 150-300 points each
+    state, records = _race_looks(stepper, small, monkeypatch)
+    assert state.rival is not None and records[-1]["race"]["trend_ratio"] > layer.RACE_TREND_RATIO
+
+    stepper.race_trend_ratio = None
+    state, records = _race_looks(stepper, closing, monkeypatch)
+    assert state.rival is not None and all("outcome" not in r["race"] for r in records)
+
+
+def test_the_trend_rule_is_off_by_default_and_every_race_look_records_its_trend(toy, monkeypatch):
+    """Measured on the bilevel studies' races (docs/method.md "The race's trend"): it mends Table 1's g4
+    at 8,000 but fires on noise where the ratio is near 1, so no design sets it by default; each look
+    records its trend_ratio either way, and the z rule alone decides."""
+    from lwl.design.budgeted import BudgetedBilevel
+    from lwl.design.budgeted_interval import BudgetedIntervalSearch
+    from lwl.design.budgeted_operator import BudgetedOperatorDesign
+
+    designs = (BudgetedBilevel, BudgetedOperatorDesign, BudgetedIntervalSearch)
+    assert all(d.race_trend_ratio is None for d in designs)
+    stepper, _ = toy
+    assert stepper.race_trend_ratio is None
+    closing = [(m, 0.8 * (m / 600) ** 0.2, 1.0, -2.0) for m in range(600, 1300, 100)]
+    state, records = _race_looks(stepper, closing, monkeypatch)
+    assert state.rival is not None and all("outcome" not in r["race"] for r in records)
+    assert records[-1]["race"]["trend_ratio"] > 1.05 and records[-1]["race"]["incumbent"] == "wide"
