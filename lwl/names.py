@@ -94,6 +94,8 @@ def names_of(result: dict[str, Any], family: str | None = None) -> dict[str, str
     for h in result.get("history") or []:
         ids.update(h.get("scores") or {})
         ids.update(_strings([h.get("incumbent"), h.get("rival")]))
+        race = h.get("race") or {}  # the race against Q's mixture (the dashboard's race chart)
+        ids.update(_strings([race.get("incumbent"), race.get("overtook"), race and "q_mixture"]))
     out = {i: words(i, family) for i in sorted(ids)}
     out.update({s: source_words(s, family) for s in result.get("labels_by_source") or {}})
     return out

@@ -238,6 +238,7 @@ const SERIES = [  // what the convergence panel plots when a record has it
   ["w2", "W2 to the previous iterate", true],
 ];
 const KEPT = "#2ca02c";
+const Q_COLOR = "#7f7f7f";  // Q's own mixture, the baseline a budgeted design races
 const AVERAGE = 25;  // iterations in the moving average of a per-iteration validation Err
 
 function rejected(rec) { return (rec.event !== undefined && rec.event !== null) || rec.accepted === false; }
@@ -348,7 +349,43 @@ function budgetCharts(history, result) {
   const perRound = el("div", { class: "chart-box", "data-series": "labels-per-round", html: Plots.bars({
     title: "labels per round", labels: rounds.map((r) => `${r.round} · ${r.kind || "round"}`),
     values: rounds.map((r) => r.labels) }) });
-  return [errChart, perRound];
+  const race = raceChart(history, result);
+  return race ? [errChart, race, perRound] : [errChart, perRound];
+}
+
+// The race against Q's mixture (lwl.design.budget BudgetedDesign._race): after each round the
+// leading candidate and Q's own mixture are validated at equal numbers of their own points; Q's
+// mixture takes over when it validates better by z >= 1. One curve per leading candidate (a
+// challenger that replaced it starts its own; looks made before they named it share one), Q's
+// mixture's beside them, and a line where it took over: rankings at a hundred points reverse at a
+// thousand, which is what a person checks here. Null without a look.
+function raceChart(history, result) {
+  const looks = history.filter((r) => r.race && num(r.race.points_each) && num(r.race.incumbent_score) && num(r.race.rival_score));
+  if (!looks.length) return null;
+  const names = result && result.names;
+  const curves = new Map();
+  for (const r of looks) {
+    const who = r.race.incumbent || "";
+    if (!curves.has(who)) curves.set(who, { x: [], y: [] });
+    curves.get(who).x.push(r.race.points_each);
+    curves.get(who).y.push(r.race.incumbent_score);
+  }
+  // a running job's page has no names yet (they come with the result): no ids in the legend meanwhile
+  const leader = (who, i) => (who && names && names[who]) || (curves.size > 1 && i >= 0 ? `the leading candidate (${i + 1})` : "the leading candidate");
+  const q = (names && names.q_mixture) || "Q's own mixture";
+  const series = [...curves].map(([who, c], i) => ({ name: leader(who, i), ...c,
+    color: Plots.COLORS[(i + 1) % Plots.COLORS.length], data: { incumbent: who } }));
+  series.push({ name: q, x: looks.map((r) => r.race.points_each), y: looks.map((r) => r.race.rival_score),
+    color: Q_COLOR, dash: "5 3", data: { incumbent: "q_mixture" } });
+  const won = looks.find((r) => r.race.outcome === "rival won");
+  const how = won && (won.race.by === "trend" ? " (by the race's trend)" : num(won.race.z) ? ` (z ${Plots.fmt(won.race.z)})` : "");
+  // whom it overtook is the curve that ends there; the legend stays one short line
+  const vmarks = won ? [{ x: won.race.points_each, color: Q_COLOR, data: { overtaken: won.race.points_each, overtook: won.race.overtook },
+    name: `${q} took over${how}` }] : [];
+  const positive = looks.every((r) => r.race.incumbent_score > 0 && r.race.rival_score > 0);
+  return el("div", { class: "chart-box", "data-series": "race", html: Plots.lines({
+    title: "the race against Q's mixture", xlabel: "points each (first n of both)", ylabel: "validation Err",
+    logx: positive && looks.length > 1, logy: positive, series, vmarks }) });
 }
 
 // Which iterate the design kept and how its validation check compares with the initial

@@ -36,6 +36,13 @@ def test_a_result_names_every_id_it_holds():
                      "initial": "the lab's initial data", "moment_matched": "Q's moment-matched Gaussian",
                      "q_mixture": "Q's own mixture"}
 
+    # the race's looks name their incumbent and whom Q's mixture overtook (the dashboard's race chart)
+    raced = {"history": [{"race": {"incumbent": "given", "points_each": 300}},
+                         {"race": {"incumbent": "broadened_2", "overtook": "broadened_2", "outcome": "rival won"}}]}
+    assert names_of(raced, "gaussian") == {"given": words("given", "gaussian"), "broadened_2": "Q's fit broadened ×2",
+                                           "q_mixture": "Q's own mixture"}
+    assert names_of({"history": [{"round": 1, "race": None}]}) == {}
+
 
 def test_verdict_sentences_say_words_not_ids():
     v = {"kind": "validation", "outcome": "better", "selected": "broadened_4", "best_baseline": "mixture",

@@ -205,7 +205,7 @@ def test_the_job_list_keeps_a_job_whose_verdict_has_no_ratio(tab, alice):
     assert tab.errors == []
 
 
-def test_a_budgeted_job_page_shows_its_labels_and_serves_its_training_set(tab, alice):
+def test_a_budgeted_job_page_shows_its_labels_and_serves_its_training_set(tab, alice, browser, tmp_path):
     """What the lab paid for: labels of the budget in the header and the list, Err against labels
     spent, labels per round, where the points came from in words, and the training set as .npz
     and CSV, equal to the API's."""
@@ -227,6 +227,14 @@ def test_a_budgeted_job_page_shows_its_labels_and_serves_its_training_set(tab, a
     assert bars.count() == len(rounds)
     labels_text = page.inner_text("[data-series=labels-per-round]")
     assert all(str(r["labels"]) in labels_text for r in rounds)
+    looks = [r for r in rounds if r.get("race")]
+    assert looks  # the job races Q's mixture from its refinement round on
+    race = page.locator("[data-series=race] svg")
+    assert race.locator("circle").count() == 2 * len(looks)  # the leading candidate's and Q's mixture's, per look
+    assert race.locator("polyline[data-incumbent=q_mixture]").count() == 1
+    assert race.locator("line.vmark").count() == 0  # nobody overtook
+    legend = page.inner_text("[data-series=race]")
+    assert "Q's own mixture" in legend and "broadened_" not in legend and "q_mixture" not in legend
     sources = page.inner_text("#labels-by-source")
     assert "Q's validation points" in sources and "q_mixture" not in sources and "broadened_" not in sources
     assert "broadened_" not in page.inner_text("#evaluation-section")
@@ -248,6 +256,33 @@ def test_a_budgeted_job_page_shows_its_labels_and_serves_its_training_set(tab, a
     row = page.wait_for_selector(f"tr[data-id='{job}']")
     assert row.query_selector(".labels").inner_text() == f"{result['labels_used']} / 300"
     assert tab.errors == []
+    _race_with_a_takeover_in_the_report(browser, result, tmp_path)
+
+
+def _race_with_a_takeover_in_the_report(browser, result, tmp_path):
+    """Where Q's mixture overtook the leader, the race chart draws a line at that look, in words and
+    by which rule (lwl report of the job's result with its last look turned into a takeover by z)."""
+    doc = json.loads(json.dumps(result))
+    last = [r for r in doc["history"] if r.get("race")][-1]["race"]
+    last.update(z=1.3, outcome="rival won", overtook=last["incumbent"], by="z")
+    path = tmp_path / "raced.json"
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "raced.html"
+    proc = subprocess.run(["lwl", "report", str(path), "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    ctx = browser.new_context(offline=True)
+    page = ctx.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(out.as_uri())
+    page.wait_for_selector("[data-series=race] svg")
+    mark = page.locator(f"[data-series=race] line.vmark[data-overtaken='{last['points_each']}']")
+    assert mark.count() == 1 and mark.get_attribute("data-overtook") == last["incumbent"]
+    text = page.inner_text("[data-series=race]")
+    assert "Q's own mixture took over (z 1.3" in text and doc["names"][last["incumbent"]] in text  # the leader's curve
+    assert "broadened_" not in text and "q_mixture" not in text
+    ctx.close()
+    assert errors == []
 
 
 def shown_number(text: str) -> float:

@@ -933,9 +933,9 @@ class BudgetedDesign(StepperDefaults):
                 if last.get("by") == "trend":  # ahead no longer than the trend said it would stay
                     lead = last["incumbent_score"] / last["rival_score"]
                     out["basis"] += (f"; Q's mixture overtook {overtook} in round {overtaken['round']} by the race's "
-                                     f"trend: {overtook} ahead by a ratio of {lead:.3f} at {last['points_each']} "
-                                     f"points each, a lead shrinking to {last['trend_ratio']:.3f} at the design's "
-                                     f"{sum(self.plan.rounds)} points")
+                                     f"trend: validation Err ratio ({overtook} / Q's mixture) {lead:.3f} at "
+                                     f"{last['points_each']} points each, extrapolated to {last['trend_ratio']:.3f} at "
+                                     f"the design's {sum(self.plan.rounds)} points")
                 else:
                     out["basis"] += (f"; Q's mixture overtook {overtook} in round {overtaken['round']} "
                                      f"(z = {last['z']:.2f} at {last['points_each']} points each)")
@@ -1064,12 +1064,15 @@ def race_trend(looks: list[tuple[int, float, float]], target: int) -> float | No
     if not looks:
         return None
     last = looks[-1][0]
-    window = [(m, a / b) for m, a, b in looks if m >= last / 2 and a > 0 and b > 0]
+    # a failed fit scores inf, and a resumed service job's stored history holds it as null
+    window = [(m, a / b) for m, a, b in looks
+              if m >= last / 2 and a is not None and b is not None and 0 < a < math.inf and 0 < b < math.inf]
     if len(window) < RACE_TREND_MIN_LOOKS or len({m for m, _ in window}) < 2:
         return None
     lm, lr = np.log([m for m, _ in window]), np.log([r for _, r in window])
     slope, intercept = np.polyfit(lm, lr, 1)
-    return float(np.exp(intercept + slope * math.log(max(target, last))))
+    trend = float(np.exp(intercept + slope * math.log(max(target, last))))
+    return trend if math.isfinite(trend) else None
 
 
 def extrapolated_ratio(ratio: float, ratio_half: float, n: int, target: int) -> float:

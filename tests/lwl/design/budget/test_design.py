@@ -483,6 +483,9 @@ def test_the_race_trend_is_the_power_law_of_the_last_halving_of_its_looks():
     assert race_trend(looks, 100) == pytest.approx(ratio(1200), rel=1e-9)  # never read below the last look
     assert race_trend(looks[-3:], 6000) is None  # three looks in the window: no trend
     assert race_trend([(m, a, 0.0) for m, a, _ in looks], 6000) is None
+    # a failed fit's score (inf), or one a resumed service job's stored history holds as null, is no look
+    failed = [*looks, (1300, math.inf, 1.0), (1400, None, 1.0)]  # (the others' power law holds in any window)
+    assert race_trend(failed, 6000) == pytest.approx(0.8 * 10 ** 0.2, rel=1e-9)
     assert race_trend([], 6000) is None
 
 
