@@ -857,7 +857,7 @@ class BudgetedDesign(StepperDefaults):
         z = race["z"] if race["z"] is not None else 0.0
         # the looks at this incumbent (a challenger that replaced it starts a curve of its own)
         looks = [(h["race"]["points_each"], h["race"]["incumbent_score"], h["race"]["rival_score"])
-                 for h in new.history if h.get("race", {}).get("incumbent") == name] + [
+                 for h in new.history if (h.get("race") or {}).get("incumbent") == name] + [
                      (race["points_each"], race["incumbent_score"], race["rival_score"])]
         trend = race_trend(looks, sum(self.plan.rounds))
         if trend is not None:
