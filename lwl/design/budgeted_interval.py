@@ -190,10 +190,10 @@ class BudgetedIntervalSearch(BudgetedDesign):
         X, y = self.training_set(state)
         return self._fit(X, y, self.spec.seed)
 
-    def model_document(self, state) -> dict | None:
+    def model_document(self, state, served=None) -> dict | None:
         from lwl.models.amino import AMINOOperator
 
-        return AMINOOperator(self.served_model(state), self.pairs).to_spec()
+        return AMINOOperator(self.served_model(state) if served is None else served, self.pairs).to_spec()
 
     # -- the verdict at equal solves (lwl.evaluation.equal_solves) ---------------------------------
     def heldout_points(self) -> list[np.ndarray]:

@@ -72,6 +72,7 @@ SELECTIONS = ("loo", "evidence")  # how a fit chooses among its local optima and
 DOCUMENT_KIND = "lwl.model"
 DOCUMENT_VERSION = 1
 PREDICT_BLOCK = 4096  # test points per kernel block in predict
+LOO_BLOCK_ELEMENTS = 1 << 22  # n x columns of one block of loo_residuals (32 MB of float64)
 MIN_FIT_POINTS = 300  # the likelihood's fitting subset of a gp job at d <= 8 (default_fit_points)
 FIT_POINTS_PER_HYPERPARAMETER = 30
 FIT_POINTS_RULE = f"max({MIN_FIT_POINTS}, {FIT_POINTS_PER_HYPERPARAMETER} (d + 2))"  # default_fit_points, in words
@@ -611,6 +612,29 @@ class GaussianProcess:
         if self.single_output_:
             mu, sd = mu[:, 0], sd[:, 0]
         return (mu, sd) if return_std else mu
+
+    def loo_residuals(self, rows=None) -> np.ndarray:
+        """Leave-one-out residuals y_i - mean_{-i}(x_i) of the conditioned model at its training
+        points ``rows`` (None: all), in closed form (R&W sec. 5.4.2, eq. 5.12):
+        [K_y^{-1}(y - c)]_i / [K_y^{-1}]_ii, the hyperparameters and the constant mean c held at
+        their fitted values (not refitted without point i). [K_y^{-1}]_ii = ||L^{-1} e_i||^2 from
+        the model's own Cholesky factor, in blocks of columns: O(n^2) per row asked for, no n x n
+        inverse. (len(rows),) for single-output labels, (len(rows), p) otherwise."""
+        n = len(self.X_)
+        rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
+        if len(rows) and (rows.min() < 0 or rows.max() >= n):
+            raise ValueError(f"rows: training rows are 0..{n - 1}")
+        out = np.empty((len(rows), len(self.alpha_)))
+        block = max(1, LOO_BLOCK_ELEMENTS // max(n, 1))
+        with torch.no_grad():
+            for j, (L, alpha) in enumerate(zip(self.chol_, self.alpha_)):
+                for s in range(0, len(rows), block):
+                    r = torch.as_tensor(rows[s:s + block], device=L.device)
+                    E = torch.zeros(n, len(r), dtype=L.dtype, device=L.device)
+                    E[r, torch.arange(len(r), device=L.device)] = 1.0
+                    diag = (torch.linalg.solve_triangular(L, E, upper=False) ** 2).sum(0)
+                    out[s:s + block, j] = (alpha[r] / diag).cpu().numpy()
+        return out[:, 0] if self.single_output_ else out
 
     def log_marginal_likelihood(self, theta=None, output: int = 0, mean=None) -> float:
         """log p(y | X, theta) of ``output`` (R&W eq. 2.30) at theta = (log ell, log s^2,

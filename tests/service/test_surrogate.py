@@ -83,6 +83,12 @@ def test_a_budgeted_job_without_a_model_named_trains_and_serves_a_gp(results):
     assert out["noise_share"] == pytest.approx(res["model"]["outputs"][0]["noise"] / np.mean(y ** 2))
     assert out["err_floor"] == pytest.approx(np.sqrt(out["noise_share"]))
     assert any("unresolved" in w for w in res["warnings"]) == (out["err_floor"] >= 0.01)
+    # its Err on Q estimated from its own labels: the served model's leave-one-out residuals at those points
+    served = from_spec({**res["model"], "training_set": res["training_set"]})
+    r = served.loo_residuals(np.arange(n))
+    assert out["loo_err"] == pytest.approx(np.sqrt(np.mean(r ** 2) / np.mean(y ** 2)), rel=1e-9)
+    assert 0 < out["loo_err"] < 1
+    assert any("explains little" in w for w in res["warnings"]) == (out["loo_err"] >= 0.25)
     assert results["krr"]["model_diagnosis"] is None  # a KRR fits no noise
 
 

@@ -274,9 +274,11 @@ class BudgetedDesign(StepperDefaults):
             self._served_model = (key, self.final_model(state))
         return self._served_model[1]
 
-    def model_document(self, state: BudgetedState) -> dict | None:
-        """The served model's document (``result["model"]``), without its training set."""
-        return self.served_model(state).to_spec(training_set=False)
+    def model_document(self, state: BudgetedState, served=None) -> dict | None:
+        """The served model's document (``result["model"]``), without its training set; ``served``:
+        :meth:`served_model`'s model when the caller holds it (a design that does not keep it
+        would fit it again)."""
+        return (self.served_model(state) if served is None else served).to_spec(training_set=False)
 
     # -- what a point is, where one point costs several oracle solves (plan.solves_per_label) --
     @property
@@ -614,11 +616,15 @@ class BudgetedDesign(StepperDefaults):
         v = self.validation_verdict(state) if state.phase is Phase.DONE else None
         if v is not None:  # the verdict's caveats head the job's warnings (an audit replaces them with its own)
             warnings += v["warnings"]
-        model = self.model_document(state) if state.phase is Phase.DONE and len(y_served) >= 2 else None
-        diagnosis = None  # what the served GP's noise says (None: not a gp), on Q's labels at the head of the points
+        served = self.served_model(state) if state.phase is Phase.DONE and len(y_served) >= 2 else None
+        model = None if served is None else self.model_document(state, served)
+        diagnosis = None  # what the served GP says (None: not a gp), on Q's labels at the head of the points
         if model is not None and model.get("model") == "gp":
             val = self.validation(state)
-            diagnosis = diagnose_document(model, y[:val.n], val.weights)
+            # Q's validation points are the served training set's first rows (the left-out check keeps them)
+            head = np.arange(val.n)
+            loo = served.loo_residuals(head) if np.array_equal(rows[:val.n], head) else None
+            diagnosis = diagnose_document(model, y[:val.n], val.weights, loo)
             warnings += diagnosis_warnings(diagnosis)  # after the verdict's: an audit keeps these (equal_labels.evaluate)
         return {"distribution": measure.to_spec(), "history": [dict(h) for h in state.history],
                 "verdict": v, "validation_verdict": v,

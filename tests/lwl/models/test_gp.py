@@ -308,6 +308,38 @@ def test_loo_error_is_the_refit_without_each_point():
     assert got == pytest.approx(expected, rel=1e-8)
 
 
+@pytest.mark.parametrize("device", devices())
+def test_loo_residuals_of_the_conditioned_model_are_its_refits_without_each_point(device, monkeypatch):
+    """GaussianProcess.loo_residuals (R&W eq. 5.12 from the model's own factor, in column blocks)
+    equals GPs conditioned on n - 1 points at the same hyperparameters and mean, at any rows asked,
+    per output; a block of one column gives the same numbers."""
+    import lwl.models.gp as gp_module
+
+    X, y, _ = _problem("friedman1", 5, n=40, seed=3)
+    Y = np.stack([y, np.sin(3 * X[:, 0]) + X[:, 1]], 1)
+    # at well-conditioned hyperparameters (a fitted near-interpolant agrees to ~1e-7: agreement_rtol)
+    g = GaussianProcess("squared_exponential", lengthscale=[0.4] * 5, output_scale=2.0, noise=1e-2, optimize=False,
+                        device=device).fit(X, Y)
+    rows = np.array([0, 7, 39, 12])
+    expected = np.empty((len(rows), 2))
+    for a, i in enumerate(rows):
+        keep = np.arange(len(X)) != i
+        for j in range(2):
+            h = GaussianProcess("squared_exponential", lengthscale=g.lengthscale_[j],
+                                output_scale=float(g.output_scale_[j]), noise=float(g.noise_[j]),
+                                mean=float(g.mean_[j]), optimize=False).fit(X[keep], Y[keep, j])
+            expected[a, j] = Y[i, j] - float(h.predict(X[i:i + 1])[0])
+    got = g.loo_residuals(rows)
+    assert got.shape == (4, 2)
+    np.testing.assert_allclose(got, expected, rtol=1e-8, atol=1e-12 * np.abs(Y).max())
+    monkeypatch.setattr(gp_module, "LOO_BLOCK_ELEMENTS", 1)  # one column per block
+    np.testing.assert_allclose(g.loo_residuals(rows), got, rtol=1e-12)
+    single = GaussianProcess("squared_exponential", restarts=0, random_state=0).fit(X, y)
+    assert single.loo_residuals().shape == (40,)
+    with pytest.raises(ValueError, match="rows"):
+        g.loo_residuals([40])
+
+
 def test_loo_selection_keeps_a_predictive_optimum_where_the_evidence_keeps_an_interpolant():
     """On noise-free Friedman-1 labels of Q's mixture (examples/friedman1_budget.json, 2,000
     points, hyperparameters on 300) a Matern fit started in the corner of the bounds (noise at
