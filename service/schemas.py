@@ -153,7 +153,8 @@ class JobResult(OpenDocument):
     model_diagnosis: dict[str, Any] | None = Field(
         default=None, description="a budgeted gp job's reading of its served GP (outputs: noise_share, the fitted "
                                   "noise over Q's mean square label (the job's validation labels), and err_floor, its square root, the "
-                                  "held-out Err the served GP will not go much below); null for other models")
+                                  "held-out Err the served GP will not go much below, and loo_err, its Err on Q estimated by leave-one-out at "
+                                  "Q's validation labels, members weighted); null for other models")
     timings: dict[str, Any] | None = Field(default=None, description="design, last slice and evaluation seconds")
     views: dict[str, Any] | None = Field(default=None, description="the numbers of the dashboard's pictures")
     names: dict[str, str] | None = Field(default=None, description="every candidate and baseline id the result "

@@ -31,7 +31,7 @@ estimate what a fresh point of Q costs:
 the relative Err of the study's held-out judge with r_i the residual of point i predicted from the
 others. It can read low (the hyperparameters were fitted with point i, and the fit kept the
 optimum of lowest leave-one-out error) or high (heavy-tailed labels: a few points far from the
-rest dominate both sums): on the 22 problems of the gp study at 2,000 labels it was 0.54-1.8 times
+rest dominate both sums): on the 22 problems of the gp study at 2,000 labels it was 0.52-1.82 times
 the held-out Err (docs/method.md, "What the served GP says about the problem"). Where the model
 explains little of the labels, the noise floor above can read low (on Sobol G at d = 7 the GP
 interpolates heavy-tailed labels with a small noise, floor 0.009, held-out Err 0.83) while this
@@ -72,8 +72,8 @@ def diagnose(noise, labels, weights=None, loo_residuals=None) -> list[OutputDiag
     if w.shape != (len(y),):
         raise ValueError(f"weights: {w.shape} for {len(y)} labels")
     r = None if loo_residuals is None else np.asarray(loo_residuals, dtype=np.float64)
-    if r is not None and r.size == y.size:
-        r = r.reshape(y.shape)
+    if r is not None and r.ndim == 1 and y.shape[1] == 1:  # (n,) for one output; (p, n) is refused, not reshaped
+        r = r[:, None]
     if r is not None and r.shape != y.shape:
         raise ValueError(f"loo_residuals: {r.shape} for labels {y.shape}")
     out = []

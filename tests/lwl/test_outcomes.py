@@ -139,3 +139,33 @@ def test_a_budgeted_round_that_failed_whole_is_paid_and_the_design_goes_on(small
     assert lost["failed"] == lost["labels"] and res["labels_failed"] == lost["labels"]
     assert res["labels_used"] == 300 == len(res["training_set"]["labels"]) + lost["labels"]
     assert res["rounds"] == res["plan"]["total_rounds"]  # every planned round ran
+
+
+def test_a_budgeted_gp_job_estimates_its_err_on_the_validation_labels_that_came_back(small_spec):
+    """loo_err (lwl.models.gp_diagnosis) with failed validation labels: the served GP's leave-one-out
+    residuals at the validation points that came back (the training set's first rows), each member
+    weighted w_k / M'_k by the labels of it that came back, as the held-out Err weighs Q."""
+    from lwl.models import from_spec
+    from lwl.q_samples import MetaTestSamples
+    from lwl.spec import parse_job_spec
+
+    spec = copy.deepcopy(small_spec)
+    spec.update(budget=300, algorithm={"name": "bilevel"}, model={"name": "gp", "restarts": 0, "max_fit_points": 100})
+    q = MetaTestSamples.from_spec(parse_job_spec(spec).test_distributions, spec["seed"])
+    bad = {r.tobytes() for r in q.validation[0][:5]}  # five of member 0's validation points fail
+
+    lab = FlakyLab(lambda x: np.array([r.tobytes() in bad for r in x], dtype=bool))
+    res = run_job(spec, oracle=lab, evaluate=False)
+    per = res["plan"]["per_member"]
+    back = [x[5:per] if k == 0 else x[:per] for k, x in enumerate(q.validation)]
+    counts = np.array([len(b) for b in back])
+    assert len(lab.failed[0]) == 5 and res["labels_failed"] == 5 and len(set(counts)) > 1  # unequal counts
+    X = np.asarray(res["training_set"]["inputs"])
+    y = np.asarray(res["training_set"]["labels"])
+    n = counts.sum()
+    np.testing.assert_array_equal(X[:n], np.concatenate(back))  # the head of the training set
+    a = np.concatenate([np.full(c, w / c) for c, w in zip(counts, q.weights)])
+    r = from_spec({**res["model"], "training_set": res["training_set"]}).loo_residuals(np.arange(n))
+    (out,) = res["model_diagnosis"]["outputs"]
+    assert out["loo_err"] == pytest.approx(np.sqrt((a * r ** 2).sum() / (a * y[:n] ** 2).sum()), rel=1e-9)
+    assert np.isfinite(out["loo_err"]) and out["loo_err"] > 0

@@ -621,7 +621,8 @@ class BudgetedDesign(StepperDefaults):
         diagnosis = None  # what the served GP says (None: not a gp), on Q's labels at the head of the points
         if model is not None and model.get("model") == "gp":
             val = self.validation(state)
-            # Q's validation points are the served training set's first rows (the left-out check keeps them)
+            # Q's validation points are the served training set's first rows (the left-out check keeps them;
+            # were that to change, loo_err would be null rather than read at other rows)
             head = np.arange(val.n)
             loo = served.loo_residuals(head) if np.array_equal(rows[:val.n], head) else None
             diagnosis = diagnose_document(model, y[:val.n], val.weights, loo)

@@ -75,6 +75,8 @@ def test_the_estimated_err_is_q_s_weighted_leave_one_out_error_and_warns_when_th
     assert f"{d.loo_err:.3g}" in w and "explains little" in w
     with pytest.raises(ValueError, match="loo_residuals"):
         diagnose([1e-6], y, loo_residuals=[0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="loo_residuals"):  # (p, n), transposed: refused, not reshaped
+        diagnose([1e-6] * 3, np.ones((2, 3)), loo_residuals=np.ones((3, 2)))
     two = diagnose([1e-6, 1e-6], np.ones((2, 2)), loo_residuals=np.array([[0.0, 1.0], [0.0, 1.0]]))
     assert [o.loo_err for o in two] == pytest.approx([0.0, 1.0])
     assert len(warnings(two)) == 1 and "(output 1)" in warnings(two)[0]
