@@ -173,6 +173,12 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
                f"model {model.get('model', 'gp')}{kernel}" if model else
                f"model {result.get('spec', {}).get('model', {}).get('name')}")
         console.print(f"selected {names.get(cand, cand)} ({cand}, {how})", highlight=False)
+        outputs = (result.get("model_diagnosis") or {}).get("outputs") or []
+        for j, o in enumerate(outputs):  # the served GP's Err on Q from its own labels (lwl.models.gp_diagnosis)
+            if o.get("loo_err") is not None:
+                which = f" (output {j})" if len(outputs) > 1 else ""
+                console.print(f"served GP{which}: Err on Q estimated from its own labels {o['loo_err']:.4f} "
+                              f"(leave-one-out at Q's validation labels)", highlight=False)
     elif result.get("selected"):
         sel = result["selected"]
         check = f" (validation check Err {sel['check_err']:.4f})" if sel.get("check_err") is not None else ""

@@ -101,7 +101,10 @@ def test_run_a_budgeted_job_writes_its_training_set(tmp_path):
     assert "labels used: 400 of a budget of 400" in proc.stderr
     assert "verdict at equal labels (400)" in proc.stderr and res["verdict"]["kind"] == "equal_labels"
     # the example's model: a fitted GP (the console wraps long lines: compared with whitespace folded)
-    assert f"model gp, kernel {res['model']['kernel']})" in " ".join(proc.stderr.split())
+    said = " ".join(proc.stderr.split())
+    assert f"model gp, kernel {res['model']['kernel']})" in said
+    loo = res["model_diagnosis"]["outputs"][0]["loo_err"]  # its Err on Q estimated from its own labels
+    assert f"Err on Q estimated from its own labels {loo:.4f}" in said
 
 
 
