@@ -368,6 +368,47 @@ def _operator_budget_study(preset: str, out: Path | None, merge: str | None = No
     return _report(operator_budget.write_outputs(doc, out), out)
 
 
+def _gp_units_study(preset: str, out: Path | None, problems: str | None, workers: int = 1,
+                    resume: bool = False) -> Path:
+    """lwl's GP against scikit-learn's on the same points, posed in the problem's units and a
+    lab's (lwl.experiments.gp_units, issue #83): one tick per (problem, posing) row. OUT is
+    rewritten after every row, and ``resume`` keeps the rows of OUT/results.json made with the
+    same settings."""
+    from lwl.experiments import gp_units
+
+    if preset not in gp_units.PRESETS:
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(gp_units.PRESETS)}")
+        raise typer.Exit(2)
+    keys = [k for k in problems.split(",") if k] if problems else None
+    try:
+        total = len(keys or gp_units.problem_specs(gp_units.PRESETS[preset])) * len(gp_units.POSINGS)
+    except ValueError as exc:
+        console.print(f"[red]{exc}")
+        raise typer.Exit(2)
+    out = out or Path("runs") / f"gp-units-{preset}"
+    previous = None
+    if resume and (out / "results.json").is_file():
+        previous = json.loads((out / "results.json").read_text())
+
+    def tick(row: dict) -> str:
+        ratio = "-" if row.get("ratio") is None else f"{row['ratio']:.3g}"
+        return f"{row['problem']} {row['posing']}: lwl/sklearn {ratio} ({row['verdict']})"
+
+    with _progress() as bar:
+        task = bar.add_task(f"gp-units ({preset})", total=total, info="")
+        try:
+            doc = gp_units.run(preset, problems=keys, workers=workers, previous=previous,
+                               progress=lambda row: bar.update(task, advance=1, info=tick(row)),
+                               checkpoint=lambda partial: gp_units.write_outputs(partial, out))
+        except ValueError as exc:
+            console.print(f"[red]{exc}")
+            raise typer.Exit(2)
+    if previous is not None:
+        console.print(f"reused {doc['reused_rows']} rows of {out / 'results.json'}"
+                      + ("" if doc["reused_rows"] else " (none made with these settings)"))
+    return _report(gp_units.write_outputs(doc, out), out)
+
+
 def _eit_study(preset: str, out: Path | None, cache: Path, models: str = "all", precision: str = "float32") -> Path:
     """AMINO on EIT (lwl.experiments.eit): one tick per trained model; every model's training
     state is kept in OUT/checkpoints each epoch, so a rerun resumes where it stopped."""
@@ -510,6 +551,7 @@ class StudyOptions:
     model: str = "krr"
     gp_fit_draws: int = 1
     rerun: str | None = None
+    problems: str | None = None
 
 
 # the studies ``lwl experiment NAME`` runs: name -> runner(StudyOptions) -> output folder
@@ -526,6 +568,8 @@ STUDIES.register("eit", None, lambda o: _eit_study(o.preset, o.out, o.cache, o.m
 STUDIES.register("budget", None, lambda o: _budget_study(o.preset, o.out, o.columns, o.workers, o.resume, o.model,
                                                                  o.gp_fit_draws, o.rerun))
 STUDIES.register("operator-budget", None, lambda o: _operator_budget_study(o.preset, o.out, o.merge, o.workers))
+STUDIES.register("gp-units", None, lambda o: _gp_units_study(o.preset, o.out, o.problems or o.columns, o.workers,
+                                                               o.resume))
 
 
 @app.command()
@@ -537,7 +581,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                                                                 "problems, by key or pNN)"),
                knudsen: Optional[str] = typer.Option(None, help="rte: comma-separated subset of 1/8,2,8"),
                sizes: Optional[str] = typer.Option(None, help="rte: comma-separated particle numbers N"),
-               resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers, budget: reuse the trials (runs, problems) in "
+               resume: bool = typer.Option(False, help="rte, ntd, darcy, burgers, budget, gp-units: reuse the trials (runs, problems) in "
                                                        "OUT/results.json made with the same settings (grow a study, "
                                                        "or resume one); robustness: rerun the --columns problems and "
                                                        "keep OUT's other rows"),
@@ -552,7 +596,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                select: str = typer.Option("bound", help="ntd, darcy, burgers, rte: bound (the paper's AMA) or "
                                                          "validation (validated AMA: Q's validation samples accept "
                                                          "steps and select the returned model)"),
-               workers: int = typer.Option(1, min=1, help="robustness, budget: problems run in this many processes (each row on one BLAS and one torch thread, whatever this number); operator-budget: cells"),
+               workers: int = typer.Option(1, min=1, help="robustness, budget, gp-units: problems (gp-units: rows) run in this many processes (each row on one BLAS and one torch thread, whatever this number); operator-budget: cells"),
                q_law: Optional[str] = typer.Option(None, "--q-law", help="ntd, darcy: the law of the test members' "
                                                                         "parameters, paper (eqn customdist, the "
                                                                         "default) or unit (lwl's earlier law)"),
@@ -571,6 +615,9 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
                rerun: Optional[str] = typer.Option(None, "--rerun", help="budget: comma-separated problems to run "
                                                                         "again; OUT/results.json's other rows (same "
                                                                         "settings) are kept"),
+               problems: Optional[str] = typer.Option(None, "--problems", help="gp-units: comma-separated subset of "
+                                                                              "problems by key (table1-g1, "
+                                                                              "p07-kernel_expansion-d3-K5, ...)"),
                precision: str = typer.Option("float32", "--precision", help="eit: AMINO's float32 or tf32 "
                                                                           "(NVIDIA GPUs) matrix products"),
                compare: Optional[Path] = typer.Option(None, "--compare", help="a committed result (its folder or "
@@ -591,7 +638,7 @@ def experiment(name: str = typer.Argument(..., metavar="NAME", help=f"one of {',
 
     code_state()  # the commit a study's results name is the one its code was loaded from
     options = StudyOptions(preset, out, runs, columns, knudsen, sizes, resume, family, merge, join, select, workers,
-                           cache, q_law, models, precision, q, model, gp_fit_draws, rerun)
+                           cache, q_law, models, precision, q, model, gp_fit_draws, rerun, problems)
     written = STUDIES.get(name).build(options)
     if compare is not None:
         _compare(written, compare, compare_rtol)

@@ -7,6 +7,7 @@
     dist = c.distribution(job)          # the distribution spec (lwl.measures.from_spec reads it)
     x = c.samples(job, n=1000, seed=0)  # numpy array, bit-for-bit from_spec(dist).sample(1000, 0)
     X, y = c.training_set(job)          # a budgeted job: the labelled points its model is trained on
+    c.labelled_set(job).status          # ... which a failed or cancelled job serves too (all it holds)
 
 Ask/tell: ``c.ask(job)`` / ``c.tell(job, batch_id, labels)`` for whole batches;
 ``c.queries(job)`` (the pending points of a batch) and ``c.tell(..., indices=, failed=)`` for
@@ -36,6 +37,18 @@ class Queries:
     pending: np.ndarray  # int positions
     failed: np.ndarray  # int positions
     pending_batches: int
+
+
+@dataclass(frozen=True)
+class LabelledSet:
+    """What ``GET /v1/jobs/{id}/training-set`` answers: the job's ``status`` (its ``LWL-Job-Status``
+    header; None from a service that predates it) and the archive's ``arrays`` (``inputs``, ``labels``,
+    ``left_out_inputs``, ``left_out_labels``; an ask/tell job without a result also ``told_inputs``,
+    ``told_labels``). Only a succeeded job's points are its final training set; a failed or cancelled
+    job's are every label it holds, a running one's those so far."""
+
+    status: str | None
+    arrays: dict[str, np.ndarray]
 
 
 class ApiError(Exception):
@@ -176,10 +189,18 @@ class Client:
     def training_arrays(self, job) -> dict[str, np.ndarray]:
         """Every array of ``GET /v1/jobs/{id}/training-set``: ``inputs``, ``labels``, and
         ``left_out_inputs``, ``left_out_labels`` (paid labels kept out of the served model's training
-        set by the left-out check; empty where none were)."""
+        set by the left-out check; empty where none were). A job of any status that holds labels
+        answers (a failed or cancelled one's: every label it holds): :meth:`labelled_set` also gives
+        the job's status."""
+        return self.labelled_set(job).arrays
+
+    def labelled_set(self, job) -> LabelledSet:
+        """The labelled points of a budgeted job, whatever its status, with that status
+        (:class:`LabelledSet`); 409 (:class:`ApiError`) for a job without a budget or with no
+        labelled point yet."""
         r = self._check(self.http.get(f"/v1/jobs/{self._id(job)}/training-set"))
         with np.load(io.BytesIO(r.content), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            return LabelledSet(r.headers.get("LWL-Job-Status"), {k: z[k] for k in z.files})
 
     def model(self, job) -> dict:
         """A budgeted job's trained model document (``lwl.models.from_spec`` reads it)."""

@@ -161,7 +161,15 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
         t1 = time.perf_counter()
         budgeted = spec.budget is not None
         hook = entry.resolve("budgeted_evaluate" if budgeted else "evaluate")
-        if (spec.evaluation.enabled if evaluate is None else evaluate) and hook is not None:
+        audit = (spec.evaluation.enabled if evaluate is None else evaluate) and hook is not None
+        if audit and budgeted and (out.get("model_fallback") or {}).get("reason") == "fit_failed":
+            # the audit trains the job's model on the same training set (equal_labels' design model,
+            # equal_solves' draw 0 is the served model): the fit that just failed, again; the job
+            # keeps its validation verdict and its training set, and says why there is no audit
+            out["warnings"] = [*out.get("warnings", []), (
+                "no verdict on held-out data: the audit trains the job's model on its training set, which "
+                "could not be fitted (model_fallback); the verdict is the one on Q's validation labels")]
+        elif audit:
             # a budgeted verdict may run another job (lwl's KRR pipeline beside a gp job): this
             # loop is handed down, as the evaluation sits below the runner
             extra = {"run": run_job} if budgeted else {}

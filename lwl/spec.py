@@ -214,6 +214,10 @@ def _check_budget(spec: JobSpec, entry) -> None:
     needs = entry.resolve("budget_needs")
     if needs is not None:
         needs(spec)  # raises "budget: ..." naming the smallest budget the job runs with
+    check_labels = getattr(spec.model, "check_labels", None)  # a model's own limit on the labels it trains on
+    if check_labels is not None:
+        initial = len(getattr(spec.initial_data, "labels", None) or [])
+        check_labels(spec.budget + initial)  # raises "budget: ..." naming the largest that fits
 
 
 def _algorithms():

@@ -195,6 +195,10 @@ def _outcome_lines(doc: dict) -> list[str]:
     lines = []
     if doc.get("error"):
         lines.append("error: " + _problem_line(doc["error"]))
+    p = doc.get("progress") or {}
+    if doc.get("status") in ("failed", "cancelled") and p.get("budget") is not None and p.get("labels_used"):
+        # no paid label is lost (issue #83): the route serves a job's labels whatever its status
+        lines.append(f"its {p['labels_used']} paid labels are kept: lwl training-set {doc['id']}")
     if doc.get("verdict"):
         from lwl.evaluation.verdict_text import verdict_sentence
 
@@ -267,15 +271,21 @@ def wait(job: str = typer.Argument(..., metavar="JOB", help="job id"),
     console.print(f"job {job} succeeded", highlight=False)
 
 
-def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a finished budgeted job"),
+def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a budgeted job (of any status: a "
+                                                                     "failed or cancelled job's labelled points too)"),
                  out: Path = typer.Option(Path("training_set.npz"), "--out",
                                           help="where to write the .npz (arrays inputs (n, d) and labels (n,), "
-                                               "left_out_inputs and left_out_labels)"),
+                                               "left_out_inputs and left_out_labels; an ask/tell job that has not "
+                                               "succeeded also told_inputs and told_labels)"),
                  url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
-    """Fetch a budgeted job's labelled training set: every point it paid for that came back labelled
-    (those the left-out check kept out of the served model's training set as left_out_*)."""
+    """Fetch a budgeted job's labelled points: a succeeded job's training set, every point it paid for
+    that came back labelled (those the left-out check kept out of the served model's training set as
+    left_out_*); a failed, cancelled or running job's, every label it holds so far (its last
+    checkpoint's rounds, and an ask/tell job's labels told for the round it was in as told_*). The
+    job's status is printed with them."""
     with _service_errors(url), _client(url, api_key) as c:
-        arrays = c.training_arrays(job)
+        got = c.labelled_set(job)
+    arrays, status = got.arrays, got.status
     inputs, labels = arrays["inputs"], arrays["labels"]
     try:
         with open(out, "wb") as fh:  # to a file object: np.savez would add .npz to another name
@@ -284,9 +294,21 @@ def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a
         console.print(f"[red]cannot write {escape(str(out))}: {escape(exc.strerror or str(exc))}")
         raise typer.Exit(2)
     left = len(arrays.get("left_out_labels", ()))
-    console.print(f"{len(labels)} labelled points (d = {inputs.shape[1] if inputs.ndim == 2 else 0}) "
-                  f"written to {out}" + (f", and {left} paid labels the served model leaves out (left_out_*)"
-                                         if left else ""), highlight=False)
+    told = len(arrays.get("told_labels", ()))
+    line = (f"{len(labels)} labelled points (d = {inputs.shape[1] if inputs.ndim == 2 else 0}) written to {out}"
+            + (f", and {left} paid labels the served model leaves out (left_out_*)" if left else "")
+            + (f", and {told} labels told for the round it was in (told_*)" if told else ""))
+    console.print(line, highlight=False, markup=False)
+    if status is None:  # a service that predates the header
+        return
+    if status == "succeeded":
+        console.print(f"job {job} succeeded: its training set", highlight=False, markup=False)
+    elif status in TERMINAL:
+        console.print(f"job {job} {status}: it ended without a result; these are every label it holds, "
+                      f"not a finished design", highlight=False, markup=False)
+    else:
+        console.print(f"job {job} {status}: it goes on; these are its labels so far (fetch again for more)",
+                      highlight=False, markup=False)
 
 
 def predict(job: str = typer.Argument(..., metavar="JOB", help="job id (a budgeted job)"),

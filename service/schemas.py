@@ -8,7 +8,7 @@ are written by their handlers; their JSON variant's model documents them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -130,6 +130,19 @@ class DistributionDocument(OpenDocument):
     family: str = Field(description="the family whose fields follow (GET /v1/catalog lists them)")
 
 
+class ModelFallback(BaseModel):
+    """Why a succeeded budgeted job serves no model (``result.model`` null): it ends succeeded all
+    the same, with every paid label in its training set (``GET /v1/jobs/{id}/training-set``)."""
+    model_config = ConfigDict(extra="allow")
+
+    reason: Literal["fit_failed", "too_few_points"] = Field(
+        description="fit_failed: fitting the served model to the training set raised (error says what); "
+                    "too_few_points: under two labelled points")
+    error: str | None = Field(default=None, description='the fit\'s error, "<type>: <message>" (e.g. '
+                                                        '"LinAlgError: ..."); null for too_few_points')
+    points: int = Field(description="labelled points in the training set the fit was given")
+
+
 class JobResult(OpenDocument):
     """A succeeded job's result document (``lwl.run_job``'s, plus the worker that finished it).
     Algorithms add their own fields (``last_distribution``, ``checks``, ``lipschitz``,
@@ -150,6 +163,9 @@ class JobResult(OpenDocument):
                                   "score_all, score_without, z, rank_p, left_out; the points are left out on z alone, rank_p "
                                   "is recorded, not applied; null where none ran: krr jobs) and the inputs and labels it kept out of the served model's training set: "
                                   "paid for, counted in labels_used")
+    model_fallback: ModelFallback | None = Field(
+        default=None, description="a budgeted job's reason for serving no model (model null): null where the "
+                                  "served model was fitted; its labels and training set are there either way")
     model_diagnosis: dict[str, Any] | None = Field(
         default=None, description="a budgeted gp job's reading of its served GP (outputs: noise_share, the fitted "
                                   "noise over Q's mean square label (the job's validation labels), and err_floor, its square root, the "
@@ -202,6 +218,11 @@ class TrainingSet(BaseModel):
     """The JSON variant of ``GET /v1/jobs/{id}/training-set``; with them ``d``, the dimension."""
     model_config = _WITH_D
 
+    status: JobStatus = Field(description="the job's status: a succeeded job's points are its result's training "
+                                          "set; any other's, the labels it holds so far (a failed or cancelled "
+                                          "job's are all it will have)")
+    rounds: int | None = Field(default=None, description="labelling rounds in inputs (the validation round "
+                                                          "included)")
     n: int
     inputs: list[list[float]] = Field(description="(n, d)")
     labels: list[float] | list[list[float]] = Field(description="(n,), or (n, p) fields (an operator job)")
@@ -209,6 +230,10 @@ class TrainingSet(BaseModel):
         "(m, d): paid labels the served model was trained without (the result's left_out: they made it "
         "validate worse on Q's labels); not in inputs"))
     left_out_labels: list[float] | list[list[float]] = Field(default_factory=list, description="(m,) or (m, p)")
+    told_inputs: list[list[float]] | None = Field(default=None, description=(
+        "an ask/tell job without a result: the rows told so far of the round it was in, not yet taken into "
+        "inputs (the oracle's rows as asked: an EIT point's L pairs are L rows); absent otherwise"))
+    told_labels: list[float] | list[list[float]] | None = Field(default=None, description="their labels")
 
 
 class Queries(BaseModel):

@@ -42,24 +42,26 @@ def train(model, X, y, *, ridge: float, seed: int, hyperparameters=None, device:
     if model.name == "krr":
         return KernelRidge(model.kernel, model.lengthscale, ridge / len(X), device=device).fit(X, y)
     if model.name == "gp":
-        if hyperparameters is not None:
+        if hyperparameters is not None:  # every output at its own values
             h = hyperparameters
-            return GaussianProcess(h.kernel_, lengthscale=h.lengthscale_[0], output_scale=float(h.output_scale_[0]),
-                                   noise=float(h.noise_[0]), optimize=False, device=device).fit(X, y)
+            return GaussianProcess(h.kernel_, lengthscale=h.lengthscale_, output_scale=h.output_scale_,
+                                   noise=h.noise_, optimize=False, device=device).fit(X, y)
         return GaussianProcess(model.kernel, restarts=model.restarts, max_fit_points=model.max_fit_points,
                                refit_points=model.refit_points, final_fit_points=model.final_fit_points,
-                               random_state=seed, device=device, select=model.select,
-                               fit_draws=model.fit_draws).fit(X, y)
+                               noise_bounds=(model.noise_floor, 1.0), random_state=seed, device=device,
+                               select=model.select, fit_draws=model.fit_draws).fit(X, y)
     raise ValueError(f"model.name: {model.name} is not a regression model lwl trains on a training set")
 
 
 def fit_hyperparameters(model, X, y, *, seed: int, device: str = "cpu") -> GaussianProcess:
-    """A ``gp`` spec block's hyperparameters fitted to (X, y) as :func:`train` fits them, without
-    conditioning on all of (X, y): for ``train(..., hyperparameters=...)`` on other training sets
-    (a budgeted design's scores), where the factorisation of every point would go unused."""
+    """A ``gp`` spec block's hyperparameters fitted to (X, y) as :func:`train` fits them, with its
+    evidence check (a collapsed subset fit is fitted again on more points) and without its final
+    fit or a kept factor of every point: for ``train(..., hyperparameters=...)`` on other
+    training sets (a budgeted design's scores)."""
     if model.name != "gp":
         raise ValueError(f"model.name: a {model.name} model has no fitted hyperparameters")
     return GaussianProcess(model.kernel, restarts=model.restarts, max_fit_points=model.max_fit_points,
+                           refit_points=model.refit_points, noise_bounds=(model.noise_floor, 1.0),
                            random_state=seed, device=device, select=model.select).fit_hyperparameters(X, y)
 
 

@@ -11,6 +11,16 @@ kernel (one lengthscale per input), Rasmussen & Williams (2006) conventions, as 
 with r^2 = sum_d (x_d - x'_d)^2 / ell_d^2. (lwl's KRR kernel of the paper, exp(-||x-x'||^2 / l^2),
 has no 1/2: an isotropic GP lengthscale ell is the KRR l / sqrt(2).)
 
+**Units.** A lab sends inputs in its own units (Pa, m, K, ohm: spreads from 1e-3 to 1e4, an
+input whose zero is far from its spread) and labels in its own. The fit works in standardised
+coordinates (:class:`Standardisation`): each input centred at its mean and scaled by its standard
+deviation over the training set, each output's labels likewise. Every hyperparameter it learns
+or is given, and every prediction, is in the user's units: ell_d = ell_d^s x_scale_d,
+s^2 = s_s^2 y_scale^2, sigma_n^2 = sigma_s^2 y_scale^2, c = y_loc + y_scale c_s, log likelihoods
+carry the labels' Jacobian -n log y_scale. So a fit is the same whatever affine units it is posed
+in (up to round-off), and r^2 is formed on centred inputs (|x|^2 + |y|^2 - 2 x.y on inputs offset
+by 1e6 with a spread of 1e-3 cancels to noise and K_y fails to factor).
+
 **Hyperparameters** theta = (log ell_1..ell_d, log s^2, log sigma_n^2) maximise the log marginal
 likelihood (R&W eq. 2.30, with the constant mean c):
 
@@ -20,13 +30,18 @@ likelihood (R&W eq. 2.30, with the constant mean c):
 The constant mean is profiled out: for each theta, c is its maximum-likelihood value
 c = 1^T K_y^{-1} y / 1^T K_y^{-1} 1 (generalised least squares), so the optimiser sees
 max_c log p. The maximisation is L-BFGS-B (scipy) on log scales with the gradient in closed form
-(:func:`_lml_and_gradient`, checked against torch autograd in the tests), in float64, from ``restarts`` + 1 starts: the data's own scales (ell_d = the spread of
+(:func:`_lml_and_gradient`, checked against torch autograd in the tests), in float64, on the
+standardised data, from ``restarts`` + 1 starts: the data's own scales (ell_d = the spread of
 input d, s^2 = Var(y), sigma_n^2 = Var(y)/100), then draws log-uniform within the bounds from
 ``random_state``. Bounds are relative to the data: ell_d in ``lengthscale_bounds`` x the spread
-of input d, s^2 in ``output_scale_bounds`` x Var(y), sigma_n^2 in ``noise_bounds`` x Var(y) (the
-lower noise bound keeps K_y well conditioned). With more than ``max_fit_points`` points the
-hyperparameters are fitted on a random subset of that size (an O(n^3) evaluation per step);
-the model then conditions on every point.
+of input d, s^2 in ``output_scale_bounds`` x Var(y), sigma_n^2 up to ``noise_bounds[1]`` x Var(y)
+and down to the **noise floor** (:meth:`GaussianProcess.noise_floor`): 1e-10 Var(y) (scikit-learn's
+``alpha`` on standardised labels), or more where float64 inputs and labels resolve less (an input
+offset far from its spread). A deterministic simulator's labels carry no noise; the floor before
+was 1e-6 Var(y), which smoothed them at 1e-3 of their spread. Where K_y still fails to factor, the
+noise is raised along a jitter ladder and the raise recorded (``jitter_``). With more than
+``max_fit_points`` points the hyperparameters are fitted on a random subset of that size (an
+O(n^3) evaluation per step); the model then conditions on every point.
 
 **Which optimum is kept** (``select``). Every start ends at a local maximum of the likelihood;
 by default (``"loo"``) the one kept, and with ``kernel="auto"`` the kernel kept, is the one of
@@ -45,7 +60,9 @@ for held-out error; it cannot see what conditioning on every point does (the evi
     mean(x*) = c + s^2 k(x*, X) alpha,
     var(x*)  = s^2 - s^2 k(x*, X) K_y^{-1} k(X, x*) s^2,
 
-the variance of the latent f (add sigma_n^2 for that of a new observation). The mean is kernel
+the variance of the latent f; ``predict``'s std is by default that of a new measurement,
+sqrt(var + sigma_n^2), the error bar a lab reads (scikit-learn's with a ``WhiteKernel``), and
+``std="latent"`` gives f's alone. The mean is kernel
 ridge regression with the kernel s^2 k_ell and ridge sigma_n^2 on y - c: for fixed hyperparameters
 the bilevel inner problem of the paper with this kernel.
 
@@ -56,6 +73,7 @@ output.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -71,12 +89,43 @@ AUTO = "auto"  # both kernels fitted, the one of lower leave-one-out error kept 
 SELECTIONS = ("loo", "evidence")  # how a fit chooses among its local optima and kernels (GaussianProcess)
 DOCUMENT_KIND = "lwl.model"
 DOCUMENT_VERSION = 1
-PREDICT_BLOCK = 4096  # test points per kernel block in predict
+PREDICT_BLOCK = 4096  # test points per kernel block in predict (fewer where n is large: PREDICT_BLOCK_ELEMENTS)
+PREDICT_BLOCK_ELEMENTS = 1 << 25  # n x test points of one predict block (268 MB of float64; two such temporaries)
+STDS = ("measurement", "latent")  # what predict's std is of: a new measurement (latent + noise) or f alone
+DEFAULT_RESTARTS = 2  # a job's (GPSpec.restarts) and the constructor's
+DEFAULT_REFIT_POINTS = 2000  # a job's (GPSpec.refit_points) and the constructor's
+# the noise's lower bound in standardised units (Var(y) = 1) unless the data resolve less (GaussianProcess.noise_floor):
+# scikit-learn's alpha; lwl's fixed 1e-6 before smoothed deterministic labels at 1e-3 of their spread
+NOISE_FLOOR = 1e-10
+# where K_y does not factor, the noise is raised by these multiples of the output scale in turn (GaussianProcess._condition)
+JITTER_LADDER = (1e-10, 1e-8, 1e-6, 1e-4)
 LOO_BLOCK_ELEMENTS = 1 << 22  # n x columns of one block of loo_residuals (32 MB of float64)
 MIN_FIT_POINTS = 300  # the likelihood's fitting subset of a gp job at d <= 8 (default_fit_points)
 FIT_POINTS_PER_HYPERPARAMETER = 30
 FIT_POINTS_RULE = f"max({MIN_FIT_POINTS}, {FIT_POINTS_PER_HYPERPARAMETER} (d + 2))"  # default_fit_points, in words
 FINAL_FIT_POINTS = 2000  # the final fit's points (GaussianProcess._final_fit): a bounded O(M^3) per step
+
+
+# the most memory a budgeted gp job's served model may need (GPSpec.check_labels): a budget beyond it is refused at
+# submit, naming the field (bench/gp_memory.py measures the GP's peak at 2,000, 8,000 and 20,000 labels)
+GP_MEMORY_LIMIT_BYTES = 6 * 10**9
+MAX_FIT_STEP_POINTS = 10_000  # one likelihood step holds about 7 m^2 float64 (fit_step_bytes): 5.6 GB at 10,000
+
+
+def fit_step_bytes(m: int) -> int:
+    """The float64 temporaries of one likelihood step on m points (:func:`_lml_and_gradient`):
+    r^2, the kernel, its derivative factor, K_y, its factor, K_y^{-1} and W, about 7 m^2."""
+    return 7 * 8 * int(m) ** 2
+
+
+def served_model_bytes(n: int, largest_fit: int) -> int:
+    """The peak a budgeted gp job's model work may reach on n labels: two conditioned factors at
+    once (the design keeps its fit to every point while it scores another row set: 8 n^2 bytes
+    each, factored in place), a prediction block beside them, and the likelihood step of its
+    largest fit (``largest_fit`` points, :func:`fit_step_bytes`)."""
+    n = int(n)
+    block = max(1, min(PREDICT_BLOCK, PREDICT_BLOCK_ELEMENTS // max(n, 1)))
+    return 2 * 8 * n * n + 2 * 8 * n * block + fit_step_bytes(min(n, largest_fit))
 
 
 def default_fit_points(d: int) -> int:
@@ -196,7 +245,14 @@ def _loo_error(kind: str, X: torch.Tensor, y: torch.Tensor, theta: np.ndarray) -
     (Rasmussen & Williams 2006, sec. 5.4.2, eq. 5.12): the residual of point i predicted from the
     others is [K_y^{-1}(y - c)]_i / [K_y^{-1}]_ii, with the constant mean c at its maximum-likelihood
     value on all points (not re-estimated without i). Returned as mean(r_i^2) / Var(y) (a
-    standardised error, comparable across outputs); inf where K_y is not positive definite."""
+    standardised error, comparable across outputs); inf where K_y is not positive definite.
+
+    **Duplicate inputs** (an instrument measuring one setting twice) are left out together: the
+    residuals of a group G of equal inputs predicted from the rest are ([K_y^{-1}]_GG)^{-1}
+    [K_y^{-1}(y - c)]_G (the block form of eq. 5.12). Left out one at a time, each would be
+    predicted by its twin: on deterministic labels an interpolant with lengthscales 1e-4 of the
+    spread (the twin's value at the twin, the mean elsewhere, held-out Err 0.44) scored a
+    leave-one-out error of 1e-23 and was kept (``tests/lwl/models/test_gp_units.py``)."""
     d = X.shape[1]
     t = torch.as_tensor(theta, dtype=X.dtype, device=X.device)
     with torch.no_grad():
@@ -204,15 +260,95 @@ def _loo_error(kind: str, X: torch.Tensor, y: torch.Tensor, theta: np.ndarray) -
             _, _, L, alpha = _lml_terms(kind, X, y, t[:d], t[d], t[d + 1])
         except torch.linalg.LinAlgError:
             return math.inf
-        r = alpha / torch.diagonal(torch.cholesky_inverse(L))
+        inverse = torch.cholesky_inverse(L)
+        r = alpha / torch.diagonal(inverse)
+        for group in duplicate_groups(X):
+            g = torch.as_tensor(group, device=X.device)
+            try:
+                r[g] = torch.linalg.solve(inverse[g][:, g], alpha[g])
+            except torch.linalg.LinAlgError:
+                return math.inf
         var = float(y.var(correction=0))  # as np.var
         return float((r * r).mean()) / (var if var > 0 else 1.0)
+
+
+def duplicate_groups(X: torch.Tensor | np.ndarray) -> list[np.ndarray]:
+    """The row indices of each group of two or more equal rows of ``X`` (none: an empty list)."""
+    a = X.cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X)
+    _, inverse, counts = np.unique(a, axis=0, return_inverse=True, return_counts=True)
+    if counts.max(initial=0) < 2:
+        return []
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(counts)[:-1]
+    return [rows for rows in np.split(order, bounds) if len(rows) > 1]
+
+
+@dataclass(frozen=True)
+class Standardisation:
+    """The affine map a fit works through (module docstring, "Units"): inputs centred and scaled
+    per input, x_s = (x - x_loc) / x_scale, labels per output, y_s = (y - y_loc) / y_scale, each
+    scale the training set's standard deviation (1 where it is 0). A function of the training set
+    alone, so a document's loader forms the same map from the same points."""
+
+    x_loc: np.ndarray  # (d,)
+    x_scale: np.ndarray  # (d,)
+    y_loc: np.ndarray  # (p,)
+    y_scale: np.ndarray  # (p,)
+
+    @classmethod
+    def of(cls, X: np.ndarray, Y: np.ndarray) -> "Standardisation":
+        # column by column: an output's map is the same alone as beside others (a reduction over a
+        # strided column sums in another order, and an ulp of scale moves an interpolant's predictions)
+        cols = [np.ascontiguousarray(Y[:, j]) for j in range(Y.shape[1])]
+        y_loc = np.array([c.mean() for c in cols])
+        y_scale = np.array([c.std() for c in cols])
+        x_scale = X.std(0)
+        x_scale[~(x_scale > 0)] = 1.0
+        y_scale[~(y_scale > 0)] = 1.0
+        return cls(X.mean(0), x_scale, y_loc, y_scale)
+
+    def inputs(self, X: np.ndarray) -> np.ndarray:
+        return (X - self.x_loc) / self.x_scale
+
+    def resolution(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Per output, the smallest label difference the data resolve in standardised units: float64
+        round-off of the labels (eps |y| / y_scale) and of the inputs carried through a change of
+        the function over one input spread (eps |x| / x_scale; an input offset far from its spread,
+        a wavelength in metres or a temperature in K read to mK, resolves only that finely)."""
+        eps = np.finfo(np.float64).eps
+        x_part = float(np.max(np.abs(X) / self.x_scale)) if X.size else 0.0
+        return eps * (np.max(np.abs(Y), 0) / self.y_scale + x_part)
+
+    def to_json(self) -> dict:
+        return {"input_loc": self.x_loc.tolist(), "input_scale": self.x_scale.tolist(),
+                "label_loc": self.y_loc.tolist(), "label_scale": self.y_scale.tolist()}
+
+
+def _per_output(value, p: int, what: str, width: int | None = None) -> np.ndarray | None:
+    """A hyperparameter given once or per output, as (p,) (or (p, width) for lengthscales)."""
+    if value is None:
+        return None
+    a = np.asarray(value, dtype=np.float64)
+    shape = (p,) if width is None else (p, width)
+    if width is not None and a.ndim == 2 and a.shape != shape:
+        raise ValueError(f"{what}: per-output values of shape {shape}, got {a.shape}")
+    if width is None and a.ndim == 1 and a.shape != shape:
+        raise ValueError(f"{what}: one value or one per output ({p}), got {a.shape}")
+    try:
+        return np.broadcast_to(a, shape).copy()
+    except ValueError:
+        raise ValueError(f"{what}: one value, one per input ({width}) or one row per output {shape}; got "
+                         f"{a.shape}") from None
 
 
 class GaussianProcess:
     """GP regression with ARD lengthscales, output scale, noise and a constant mean fitted by
     maximum marginal likelihood (module docstring). scikit-learn's habits: the constructor
-    stores its arguments, ``fit`` returns self, learned state ends in ``_``.
+    stores its arguments, ``fit`` returns self, learned state ends in ``_``. The constructor's
+    defaults are a job's (:class:`GPSpec`); every hyperparameter given or learned is in the
+    user's units (inputs' and labels'), the fit itself works in standardised ones
+    (:class:`Standardisation`).
 
     Parameters
     ----------
@@ -223,8 +359,10 @@ class GaussianProcess:
         or the one of highest log marginal likelihood (module docstring)
     lengthscale, output_scale, noise : starting values (``optimize=True``; the first start) or
         the hyperparameters used as they are (``optimize=False``); None: the data's scales.
-        ``lengthscale`` is one value or one per input.
-    mean : the constant mean when ``optimize=False`` (None: its maximum-likelihood value)
+        ``lengthscale`` is one value, one per input, or one row per output; ``output_scale`` and
+        ``noise`` one value or one per output.
+    mean : the constant mean when ``optimize=False`` (None: its maximum-likelihood value); one
+        value or one per output
     optimize : fit the hyperparameters by maximising the log marginal likelihood
     restarts : random starts besides the first
     max_fit_points : the hyperparameters are fitted on at most this many points (a random subset);
@@ -233,7 +371,9 @@ class GaussianProcess:
         points (``fit``: the evidence check below; None or <= max_fit_points: never)
     final_fit_points : the kept hyperparameters are then refined on up to this many points
         (``fit``: the final fit below; None or <= the fitting subset: never)
-    lengthscale_bounds, output_scale_bounds, noise_bounds : relative bounds (module docstring)
+    lengthscale_bounds, output_scale_bounds : relative bounds (module docstring)
+    noise_bounds : (lower, upper) of sigma_n^2 relative to Var(y); lower None: the noise floor
+        of the data (:meth:`noise_floor`)
     random_state : seed of the random starts and of the fitting subset
     device : "cpu" | "cuda" | "auto"
     fit_draws : ``fit`` is repeated this many times, each from its own seed (the first:
@@ -241,12 +381,12 @@ class GaussianProcess:
         (:meth:`_fit_best_draw`); 1: one fit
     """
 
-    def __init__(self, kernel: str = AUTO, lengthscale=None, output_scale: float | None = None,
-                 noise: float | None = None, mean=None, optimize: bool = True, restarts: int = 3,
-                 max_fit_points: int | None = 1000, refit_points: int | None = 2000,
-                 final_fit_points: int | None = FINAL_FIT_POINTS, lengthscale_bounds: tuple[float, float] = (1e-3, 1e4),
+    def __init__(self, kernel: str = AUTO, lengthscale=None, output_scale=None, noise=None, mean=None,
+                 optimize: bool = True, restarts: int = DEFAULT_RESTARTS, max_fit_points: int | None = None,
+                 refit_points: int | None = DEFAULT_REFIT_POINTS, final_fit_points: int | None = FINAL_FIT_POINTS,
+                 lengthscale_bounds: tuple[float, float] = (1e-3, 1e4),
                  output_scale_bounds: tuple[float, float] = (1e-4, 1e6),
-                 noise_bounds: tuple[float, float] = (1e-6, 1.0), random_state: int = 0, device: str = "cpu",
+                 noise_bounds: tuple[float | None, float] = (None, 1.0), random_state: int = 0, device: str = "cpu",
                  select: str = "loo", fit_draws: int = 1):
         self.kernel = kernel
         self.fit_draws = fit_draws
@@ -266,10 +406,50 @@ class GaussianProcess:
         self.random_state = random_state
         self.device = device
 
-    # -- fitting ------------------------------------------------------------------------------
+    # -- units --------------------------------------------------------------------------------
     def _tensor(self, a) -> torch.Tensor:
         return torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=DTYPE, device=self.device_)
 
+    def _set_data(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """The training set in the user's units (``X_``, ``Y_``) and in standardised ones (``Xs_``,
+        ``Ys_``), with the map between them (``standardisation_``)."""
+        self.standardisation_ = Standardisation.of(X, Y)
+        self.X_ = self._tensor(X)
+        self.Y_ = Y
+        self.Xs_ = self._tensor(self.standardisation_.inputs(X))
+        self.Ys_ = (Y - self.standardisation_.y_loc) / self.standardisation_.y_scale
+        self.n_features_in_ = X.shape[1]
+
+    def _to_standard(self, j: int, lengthscale, output_scale, noise) -> np.ndarray:
+        """User-unit hyperparameters of output j as standardised log theta (log ell, log s^2, log sigma_n^2)."""
+        s = self.standardisation_
+        v = float(s.y_scale[j]) ** 2
+        return np.log(np.concatenate([np.asarray(lengthscale, dtype=np.float64) / s.x_scale,
+                                      [float(output_scale) / v, float(noise) / v]]))
+
+    def _from_standard(self, j: int, theta: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """Standardised log theta of output j as user-unit (lengthscales, output scale, noise)."""
+        s, d = self.standardisation_, self.n_features_in_
+        v = float(s.y_scale[j]) ** 2
+        return np.exp(theta[:d]) * s.x_scale, float(np.exp(theta[d])) * v, float(np.exp(theta[d + 1])) * v
+
+    def _lml_to_user(self, lml: float, j: int, n: int) -> float:
+        """A standardised label's log density as the user's label's: the Jacobian of y = y_loc + y_scale y_s."""
+        return float(lml) - n * math.log(float(self.standardisation_.y_scale[j]))
+
+    def noise_floor(self, j: int = 0) -> float:
+        """The lower bound of output j's sigma_n^2 in standardised units (Var(y) = 1) when
+        ``noise_bounds[0]`` is None: the larger of :data:`NOISE_FLOOR` and the square of 100 times
+        what the data resolve (:meth:`Standardisation.resolution`). Why: a deterministic
+        simulator's labels carry no noise, and a floor of a fixed 1e-6 Var(y) (lwl's before)
+        smoothed them at 1e-3 of their spread, where scikit-learn's standardised GP interpolates
+        at 1e-10 (docs/method.md, "The served GP in a lab's units"); below what float64 inputs and
+        labels resolve, a smaller nugget fits round-off."""
+        if self.noise_bounds[0] is not None:
+            return float(self.noise_bounds[0])
+        return max(NOISE_FLOOR, float(100.0 * self.resolution_[j]) ** 2)
+
+    # -- fitting ------------------------------------------------------------------------------
     def fit(self, X, y) -> "GaussianProcess":
         """Fit the hyperparameters (on a subset beyond ``max_fit_points``) and condition on every
         point. **Evidence check** of a subset fit: conditioned on all n points, the log marginal
@@ -296,6 +476,11 @@ class GaussianProcess:
         self._final_fit(X, y)
         return self
 
+    def _params(self) -> dict:
+        import inspect
+
+        return {k: getattr(self, k) for k in inspect.signature(GaussianProcess.__init__).parameters if k != "self"}
+
     def _fit_best_draw(self, X, y) -> "GaussianProcess":
         """``fit`` repeated ``fit_draws`` times, draw k from its own seed (k = 0: ``random_state``
         itself, so the first draw is the one-draw fit), each with its own fitting subsets and random
@@ -310,30 +495,39 @@ class GaussianProcess:
         errors on one common 2,000 points, 0.92, 1.85, 0.77, 0.91 and 0.60, order them but for one
         pair. Measured in the study (three draws for every GP, docs/results/budget-full-8000-gp-draws3)
         it did not mend that row: p12's served fit 1.21 -> 1.075 against Q's mixture + GP's 0.72, and
-        the other rows within their ties; so one draw is the default. A draw costs one whole fit. ``fit_draw_`` is the kept draw, ``draw_loo_errors_``
-        their errors on the common subset (rows ``draw_loo_rows_``), ``draw_seeds_`` their seeds."""
-        import inspect
-
-        params = {k: getattr(self, k) for k in inspect.signature(GaussianProcess.__init__).parameters if k != "self"}
+        the other rows within their ties; so one draw is the default. A draw costs one whole fit.
+        Each draw keeps its hyperparameters only (its factors are dropped as soon as it is scored:
+        at 8,000 points one factor is 0.5 GB); the kept draw is conditioned again. ``fit_draw_`` is
+        the kept draw, ``draw_loo_errors_`` their errors on the common subset (rows
+        ``draw_loo_rows_``), ``draw_seeds_`` their seeds."""
+        params = self._params()
         seeds = [int(self.random_state)] + [int(np.random.SeedSequence([int(self.random_state), k]).generate_state(1)[0])
                                             for k in range(1, int(self.fit_draws))]
-        draws = [GaussianProcess(**{**params, "fit_draws": 1, "random_state": s}).fit(X, y) for s in seeds]
         X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(y, dtype=np.float64).reshape(len(X), -1)
         n, M = len(X), min(len(X), int(self.final_fit_points or FINAL_FIT_POINTS))
         rows = np.arange(n)
         if n > M:  # a stream of its own ("common" in ASCII): no draw's fitting subset
             rows = np.sort(np.random.default_rng([int(self.random_state), 0x636F6D6D6F6E, M]).choice(n, M, replace=False))
-        Xc = draws[0]._tensor(X[rows])
-        errors = []
-        for g in draws:
-            theta = np.concatenate([np.log(g.lengthscale_), np.log(g.output_scale_)[:, None], np.log(g.noise_)[:, None]], 1)
-            errors.append(float(sum(_loo_error(g.kernel_, Xc, g._tensor(Y[rows, j]), theta[j]) for j in range(Y.shape[1]))))
+        errors, kept = [], []
+        for s in seeds:
+            g = GaussianProcess(**{**params, "fit_draws": 1, "random_state": s}).fit(X, y)
+            Xc = g.Xs_[torch.as_tensor(rows, device=g.Xs_.device)]
+            errors.append(float(sum(_loo_error(g.kernel_, Xc, g._tensor(g.Ys_[rows, j]), g._theta(j))
+                                    for j in range(Y.shape[1]))))
+            for k in FACTORS:  # hyperparameters only: one draw's factors at a time
+                g.__dict__.pop(k, None)
+            kept.append(g)
         best = int(np.argmin(errors))  # the first of equal ones
-        self.__dict__.update({k: v for k, v in vars(draws[best]).items() if k.endswith("_")})
+        self.__dict__.update({k: v for k, v in vars(kept[best]).items() if k.endswith("_")})
+        self._condition(self.mean_)
         self.fit_draw_, self.draw_loo_errors_, self.draw_seeds_ = best, np.array(errors), np.array(seeds)
         self.draw_loo_rows_ = rows
         return self
+
+    def _theta(self, j: int) -> np.ndarray:
+        """Output j's fitted hyperparameters as standardised log theta."""
+        return self._to_standard(j, self.lengthscale_[j], self.output_scale_[j], self.noise_[j])
 
     def _final_fit(self, X, y) -> None:
         """Refine the kept hyperparameters on M = min(n, ``final_fit_points``) points (all of them
@@ -358,16 +552,15 @@ class GaussianProcess:
         self.final_fit_kept_ = np.zeros(self.Y_.shape[1], dtype=bool)
         if not self.optimize or M <= self.fit_points_:
             return
-        X = np.asarray(X, dtype=np.float64)
-        Y = np.asarray(y, dtype=np.float64).reshape(n, -1)
         changed = False
-        for j in range(Y.shape[1]):
+        for j in range(self.Y_.shape[1]):
             rows = np.arange(n)
             if n > M:
                 rows = np.sort(np.random.default_rng([self.random_state, j, M]).choice(n, M, replace=False))
-            lo, hi = self._bounds(X, Y[:, j])
-            Xf, yf = self._tensor(X[rows]), self._tensor(Y[rows, j])
-            kept = np.log(np.concatenate([self.lengthscale_[j], [self.output_scale_[j], self.noise_[j]]]))
+            lo, hi = self._bounds(j)
+            Xf = self.Xs_[torch.as_tensor(rows, device=self.Xs_.device)]
+            yf = self._tensor(self.Ys_[rows, j])
+            kept = self._theta(j)
             theta, lml = self._maximise(Xf, yf, np.clip(kept, lo, hi), lo, hi)
             if lml <= -1e299:  # met the not-positive-definite wall at once: no optimum
                 continue
@@ -376,9 +569,7 @@ class GaussianProcess:
             else:
                 better = not np.array_equal(theta, kept)
             if better:
-                d = X.shape[1]
-                self.lengthscale_[j] = np.exp(theta[:d])
-                self.output_scale_[j], self.noise_[j] = float(np.exp(theta[d])), float(np.exp(theta[d + 1]))
+                self.lengthscale_[j], self.output_scale_[j], self.noise_[j] = self._from_standard(j, theta)
                 self.final_fit_kept_[j], changed = True, True
         self.final_fit_points_ = M
         if changed:
@@ -386,18 +577,17 @@ class GaussianProcess:
 
     def _evidence_gap(self, n: int) -> np.ndarray:
         """Per output: log marginal likelihood per point on the fitting points minus that on all
-        n points (> 0: the fit does not carry over; ``fit``'s evidence check)."""
+        n points (> 0: the fit does not carry over; ``fit``'s evidence check). Both in the user's
+        units: the labels' Jacobian is the same per point on both sides."""
         return self.fit_log_marginal_likelihood_ / min(self.fit_points_, n) - self.log_marginal_likelihood_ / n
 
     def _refit_on(self, X, y, m: int) -> None:
         """A refit of the evidence check on m points: the kernel already chosen only (``auto``
         compared the kernels on the subset; ``kernel_loo_error_`` and ``kernel_evidence_`` keep that
-        comparison), from two
-        starts: the data's scales and the last fit's optimum, without random starts. On p04's
-        2,000 points one fit took 150 s with both kernels and three starts each (each likelihood
-        step is an O(m^3) factorisation and inverse at m = 2,000)."""
-        warm = np.concatenate([np.log(self.lengthscale_), np.log(self.output_scale_)[:, None],
-                               np.log(self.noise_)[:, None]], 1)
+        comparison), from two starts: the data's scales and the last fit's optimum, without random
+        starts. On p04's 2,000 points one fit took 150 s with both kernels and three starts each
+        (each likelihood step is an O(m^3) factorisation and inverse at m = 2,000)."""
+        warm = np.stack([self._theta(j) for j in range(self.Y_.shape[1])])
         self.fit_points_ = min(m, len(X))
         self._fit_hyperparameters(X, y, self.kernel_, m, warm=warm)
         self._condition(self._given_mean())
@@ -413,13 +603,28 @@ class GaussianProcess:
         if condition:
             self._condition(self._given_mean())
 
-    def fit_hyperparameters(self, X, y) -> "GaussianProcess":
-        """``fit`` without conditioning on (X, y), so without its evidence check and final fit:
-        the learned hyperparameters (``kernel_``, ``lengthscale_``, ``output_scale_``, ``noise_``,
-        ``fit_log_marginal_likelihood_``) and nothing to predict with. For a caller that
-        conditions other training sets at these values (a budgeted design's scores), it saves the
-        O(n^3) factorisation of all n points (and the final fit's O(M^3) steps)."""
-        self._fit_on(X, y, self._fit_points(X), condition=False)
+    def fit_hyperparameters(self, X, y, *, check: bool = True) -> "GaussianProcess":
+        """The learned hyperparameters (``kernel_``, ``lengthscale_``, ``output_scale_``,
+        ``noise_``, ``fit_log_marginal_likelihood_``) without keeping a model conditioned on
+        (X, y), so without its final fit: for a caller that conditions other training sets at
+        these values (a budgeted design's scores). With ``check`` (the default) the subset fit
+        passes ``fit``'s evidence check first (conditioned on every point to read it, the
+        factor then dropped), refitted on more points where it does not carry over: a collapsed
+        subset fit would otherwise score every candidate of a round. ``check=False`` saves that
+        O(n^3) factorisation."""
+        n, m = len(X), self._fit_points(X)
+        if not check or not self.optimize or n <= m:
+            self._fit_on(X, y, m, condition=False)
+        else:
+            cap = max(m, min(n, self.refit_points or 0))
+            self._fit_on(X, y, m)
+            while m < cap and np.any(self._evidence_gap(n) > 0):
+                m = min(4 * m, cap)
+                self._refit_on(X, y, m)
+            for k in FACTORS:
+                self.__dict__.pop(k, None)
+            self.__dict__.pop("log_marginal_likelihood_", None)
+        self.evidence_checked_ = bool(check and self.optimize)
         return self
 
     def _fit_points(self, X) -> int:
@@ -432,13 +637,13 @@ class GaussianProcess:
     def _given_mean(self):
         if self.mean is None:
             return None
-        return np.broadcast_to(np.asarray(self.mean, dtype=np.float64), (self.Y_.shape[1],))
+        return _per_output(self.mean, self.Y_.shape[1], "mean")
 
     def _fit_hyperparameters(self, X, y, kernel: str, fit_points: int, warm: np.ndarray | None = None) -> None:
         """Everything of ``fit`` but the conditioning: the learned hyperparameters and
         ``fit_log_marginal_likelihood_``, the maximised evidence on the fitting points (all of
-        them up to ``fit_points``; NaN without ``optimize``). ``warm`` (outputs x (d + 2) log
-        hyperparameters): a refit's starts, the data's scales and these, no random ones."""
+        them up to ``fit_points``; NaN without ``optimize``). ``warm`` (outputs x (d + 2)
+        standardised log hyperparameters): a refit's starts, the data's scales and these, no random ones."""
         if kernel not in GP_KERNELS:
             raise ValueError(f"kernel: unknown GP kernel {kernel!r}; known: {[AUTO, *GP_KERNELS]}")
         if self.select not in SELECTIONS:
@@ -451,16 +656,18 @@ class GaussianProcess:
         Y = y.reshape(len(y), -1)
         if X.ndim != 2 or len(X) != len(Y) or len(X) < 2:
             raise ValueError(f"X: expected (n, d) inputs with n >= 2 matching {len(Y)} labels, got shape {X.shape}")
-        self.X_ = self._tensor(X)
-        self.Y_ = Y
-        self.n_features_in_ = X.shape[1]
-        outputs = [self._fit_output(X, Y[:, j], j, fit_points, None if warm is None else warm[j])
-                   for j in range(Y.shape[1])]
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+            raise ValueError("X, y: inputs and labels must be finite numbers")
+        self._set_data(X, Y)
+        self.resolution_ = self.standardisation_.resolution(X, Y)
+        outputs = [self._fit_output(j, fit_points, None if warm is None else warm[j]) for j in range(Y.shape[1])]
         self.lengthscale_ = np.stack([o[0] for o in outputs])  # (p, d)
         self.output_scale_ = np.array([o[1] for o in outputs])
         self.noise_ = np.array([o[2] for o in outputs])
         self.fit_log_marginal_likelihood_ = np.array([o[3] for o in outputs])
         self.fit_loo_error_ = np.array([o[4] for o in outputs])
+        self.noise_floor_ = np.array([self.noise_floor(j) * float(self.standardisation_.y_scale[j]) ** 2
+                                      for j in range(Y.shape[1])])
 
     def _fit_auto(self, X, y, fit_points: int, condition: bool) -> None:
         """``kernel="auto"``: the hyperparameters fitted with each kernel on the same points
@@ -473,9 +680,7 @@ class GaussianProcess:
         labels) the squared exponential's evidence is higher and its held-out Err half the
         Matern's (docs/method.md, "The model a lab deploys"); with ``select="loo"`` the budget
         study's g4 row is the same to the last digit (the same kernel kept)."""
-        import inspect
-
-        params = {k: getattr(self, k) for k in inspect.signature(GaussianProcess.__init__).parameters if k != "self"}
+        params = self._params()
         fits = []
         for kind in GP_KERNELS:
             g = GaussianProcess(**{**params, "kernel": kind})
@@ -494,28 +699,32 @@ class GaussianProcess:
         self.kernel_evidence_ = {g.kernel_: float(np.sum(g.fit_log_marginal_likelihood_)) for g in fits}
         self.kernel_loo_error_ = {g.kernel_: float(np.sum(g.fit_loo_error_)) for g in fits}
 
-    def _fit_output(self, X: np.ndarray, y: np.ndarray, j: int, fit_points: int,
+    def _fit_output(self, j: int, fit_points: int,
                     warm: np.ndarray | None = None) -> tuple[np.ndarray, float, float, float, float]:
         """(lengthscales, output scale, noise, LML and leave-one-out error on the fitting points)
-        of output j at the local optimum ``select`` keeps among the starts'; the hyperparameters
-        as given (and NaN, NaN) without ``optimize``; ``warm``: see ``_fit_hyperparameters``."""
-        d = X.shape[1]
-        var = float(np.var(y)) or 1.0
-        spread = X.std(0)
-        spread[spread == 0] = 1.0
-        ell0 = np.broadcast_to(np.asarray(self.lengthscale if self.lengthscale is not None else spread,
-                                          dtype=np.float64), (d,))
-        s0 = self.output_scale if self.output_scale is not None else var
-        n0 = self.noise if self.noise is not None else var / 100.0
+        of output j, in the user's units, at the local optimum ``select`` keeps among the
+        starts' (fitted on the standardised data); the hyperparameters as given (and NaN, NaN)
+        without ``optimize``; ``warm``: see ``_fit_hyperparameters``."""
+        d, p = self.n_features_in_, self.Y_.shape[1]
+        s = self.standardisation_
+        v = float(s.y_scale[j]) ** 2
+        given_ell = _per_output(self.lengthscale, p, "lengthscale", d)
+        given_s2, given_noise = _per_output(self.output_scale, p, "output_scale"), _per_output(self.noise, p, "noise")
+        # the data's scales in the user's units: each input's spread, Var(y), Var(y) / 100
+        ell0 = given_ell[j] if given_ell is not None else s.x_scale.copy()
+        s0 = float(given_s2[j]) if given_s2 is not None else v
+        n0 = float(given_noise[j]) if given_noise is not None else v / 100.0
         if not self.optimize:  # (a score of a budgeted design: conditioning is all it needs)
-            return ell0.copy(), float(s0), float(n0), math.nan, math.nan
-        lo, hi = self._bounds(X, y)
+            return np.asarray(ell0, dtype=np.float64).copy(), s0, n0, math.nan, math.nan
+        lo, hi = self._bounds(j)
         rng = np.random.default_rng([self.random_state, j])
-        rows = np.arange(len(X))
-        if len(X) > fit_points:  # an O(n^3) likelihood: fitted on a subset, conditioned on all
-            rows = np.sort(rng.choice(len(X), fit_points, replace=False))
-        Xf, yf = self._tensor(X[rows]), self._tensor(y[rows])
-        starts = [np.clip(np.log(np.concatenate([ell0, [s0, n0]])), lo, hi)]
+        n = len(self.Ys_)
+        rows = np.arange(n)
+        if n > fit_points:  # an O(n^3) likelihood: fitted on a subset, conditioned on all
+            rows = np.sort(rng.choice(n, fit_points, replace=False))
+        Xf = self.Xs_[torch.as_tensor(rows, device=self.Xs_.device)]
+        yf = self._tensor(self.Ys_[rows, j])
+        starts = [np.clip(self._to_standard(j, ell0, s0, n0), lo, hi)]
         if warm is None:
             starts += [rng.uniform(lo, hi) for _ in range(self.restarts)]
         else:
@@ -533,19 +742,19 @@ class GaussianProcess:
             i = max(range(len(optima)), key=lambda k: optima[k][1])
             loo = _loo_error(self.kernel_, Xf, yf, optima[i][0])
         theta, lml = optima[i]
-        return np.exp(theta[:d]), float(np.exp(theta[d])), float(np.exp(theta[d + 1])), float(lml), float(loo)
+        ell, s2, noise = self._from_standard(j, theta)
+        return ell, s2, noise, self._lml_to_user(lml, j, len(rows)), float(loo)
 
-    def _bounds(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(lo, hi) of the log hyperparameters (log ell_1..ell_d, log s^2, log sigma_n^2): the
-        relative bounds times the spread of each input and Var(y) (module docstring)."""
-        var = float(np.var(y)) or 1.0
-        spread = X.std(0)
-        spread[spread == 0] = 1.0
-        lo = np.log(np.concatenate([spread * self.lengthscale_bounds[0], [var * self.output_scale_bounds[0],
-                                                                          var * self.noise_bounds[0]]]))
-        hi = np.log(np.concatenate([spread * self.lengthscale_bounds[1], [var * self.output_scale_bounds[1],
-                                                                          var * self.noise_bounds[1]]]))
-        return lo, hi
+    def _bounds(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) of output j's standardised log hyperparameters (log ell_1..ell_d, log s^2,
+        log sigma_n^2): the relative bounds (each input's spread and Var(y) are 1 there), the
+        noise's lower one :meth:`noise_floor`."""
+        d = self.n_features_in_
+        lo = np.log(np.concatenate([np.full(d, self.lengthscale_bounds[0]),
+                                    [self.output_scale_bounds[0], self.noise_floor(j)]]))
+        hi = np.log(np.concatenate([np.full(d, self.lengthscale_bounds[1]),
+                                    [self.output_scale_bounds[1], self.noise_bounds[1]]]))
+        return lo, np.maximum(hi, lo)
 
     def _maximise(self, X: torch.Tensor, y: torch.Tensor, theta0: np.ndarray, lo: np.ndarray,
                   hi: np.ndarray) -> tuple[np.ndarray, float]:
@@ -565,114 +774,205 @@ class GaussianProcess:
         return res.x, -float(res.fun)
 
     def _condition(self, mean) -> None:
-        """Factor K_y and form alpha at the learned hyperparameters; the mean is ``mean`` when
-        given, else its maximum-likelihood value. The same factor gives the log marginal
-        likelihood on every point, ``log_marginal_likelihood_`` (R&W eq. 2.30):
-        -1/2 (y - c)^T alpha - sum log diag L - n/2 log 2 pi."""
+        """Factor K_y and form alpha at the learned hyperparameters, in standardised units from
+        the user-unit values (so a document's loader, which has only those, factors the same
+        numbers); the mean is ``mean`` (user units) when given, else its maximum-likelihood
+        value. The same factor gives the log marginal likelihood on every point,
+        ``log_marginal_likelihood_`` (R&W eq. 2.30, in the user's units):
+        -1/2 (y - c)^T alpha - sum log diag L - n/2 log 2 pi.
+
+        **Jitter.** Where K_y does not factor (a noise at its floor beside near-duplicate inputs),
+        the noise is raised along :data:`JITTER_LADDER` (multiples of the output scale) until it
+        does; the raise is added to the served ``noise_`` (the document then factors at once) and
+        recorded in ``jitter_`` (user units, 0 where none was needed). Past the last rung a
+        ``numpy.linalg.LinAlgError`` says so."""
+        s = self.standardisation_
+        p = self.Y_.shape[1]
         self.chol_, self.alpha_, means, lml = [], [], [], []
-        for j in range(self.Y_.shape[1]):
-            y = self._tensor(self.Y_[:, j])
-            ell = self._tensor(self.lengthscale_[j])
+        jitter = np.zeros(p)
+        for j in range(p):
+            y = self._tensor(self.Ys_[:, j])
+            theta = self._theta(j)
+            d = self.n_features_in_
+            ell, s2, noise = self._tensor(np.exp(theta[:d])), float(np.exp(theta[d])), float(np.exp(theta[d + 1]))
+            L, added = _factor_with_jitter(self.kernel_, self.Xs_, ell, s2, noise)
+            if added:  # served at the noise it factored with, in the user's units
+                jitter[j] = added * float(s.y_scale[j]) ** 2
             with torch.no_grad():
-                K = self.output_scale_[j] * ard_kernel(self.kernel_, self.X_, self.X_, ell)
-                K.diagonal().add_(float(self.noise_[j]))
-                L, info = torch.linalg.cholesky_ex(K)
-                if int(info) != 0:
-                    raise np.linalg.LinAlgError("K_y is not positive definite; raise the noise's lower bound")
                 both = torch.cholesky_solve(torch.stack([y, torch.ones_like(y)], 1), L)
-                c = float(mean[j]) if mean is not None else float(both[:, 0].sum() / both[:, 1].sum())
+                user = float(mean[j]) if mean is not None else \
+                    float(s.y_loc[j]) + float(s.y_scale[j]) * float(both[:, 0].sum() / both[:, 1].sum())
+                # the standardised mean from the user-unit one, as a document's loader forms it
+                c = (user - float(s.y_loc[j])) / float(s.y_scale[j])
                 alpha = both[:, 0] - c * both[:, 1]
-                self.chol_.append(L)
-                self.alpha_.append(alpha)
-                means.append(c)
-                lml.append(float(-0.5 * (y - c) @ alpha - torch.log(L.diagonal()).sum()
-                                 - 0.5 * len(y) * math.log(2 * math.pi)))
+            self.chol_.append(L)
+            self.alpha_.append(alpha)
+            means.append(user)
+            lml.append(self._lml_to_user(float(-0.5 * (y - c) @ alpha - torch.log(L.diagonal()).sum()
+                                               - 0.5 * len(y) * math.log(2 * math.pi)), j, len(y)))
         self.mean_ = np.array(means)
         self.log_marginal_likelihood_ = np.array(lml)
+        if np.any(jitter):  # factored again from the raised user-unit noise: the numbers its document gives
+            self.noise_ = self.noise_ + jitter
+            self._condition(self.mean_ if mean is None else mean)
+            self.jitter_ = self.jitter_ + jitter
+        else:
+            self.jitter_ = np.zeros(p)
 
     # -- prediction ---------------------------------------------------------------------------
-    def predict(self, X, return_std: bool = False):
-        """Posterior mean (and the latent f's standard deviation) at ``X`` (R&W eqs. 2.25-2.26):
-        (m,) for single-output labels, (m, p) otherwise."""
-        X = self._tensor(X).reshape(-1, self.n_features_in_)
-        p = len(self.alpha_)
-        mu = np.empty((X.shape[0], p))
-        sd = np.empty((X.shape[0], p))
+    def _inputs(self, X) -> torch.Tensor:
+        """``X`` as (m, d) standardised inputs, or a ValueError naming the width it expected."""
+        X = np.asarray(X, dtype=np.float64)
+        d = self.n_features_in_
+        if X.ndim == 1 and d == 1:
+            X = X[:, None]
+        if X.ndim != 2 or X.shape[1] != d:
+            raise ValueError(f"X: expected (m, {d}) inputs (the model's input dimension is {d}), got shape {X.shape}")
+        return self._tensor(self.standardisation_.inputs(X))
+
+    def predict(self, X, return_std: bool = False, std: str = "measurement"):
+        """Posterior mean (and standard deviation) at ``X`` (R&W eqs. 2.25-2.26): (m,) for
+        single-output labels, (m, p) otherwise. ``std="measurement"`` (the default, as
+        scikit-learn's with a ``WhiteKernel``): the std of a new measurement y* = f(x*) + eps,
+        sqrt(var f(x*) + sigma_n^2), the error bar a label taken there falls within;
+        ``std="latent"``: that of f(x*) alone (0 at a training point as the noise goes to 0).
+        ``X`` must be (m, d) for the model's d inputs ((m,) when d = 1); another width is refused."""
+        if std not in STDS:
+            raise ValueError(f"std: one of {list(STDS)}, got {std!r}")
+        if not return_std:
+            return self.predict_stds(X, stds=False)[0]
+        mean, measurement, latent = self.predict_stds(X)
+        return mean, (measurement if std == "measurement" else latent)
+
+    def predict_stds(self, X, stds: bool = True) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """(mean, measurement std, latent std) at ``X`` in one pass (:meth:`predict`; the
+        service's ``POST /predict`` answers all three); the stds None without ``stds``."""
+        Xs = self._inputs(X)
+        s = self.standardisation_
+        p, n, d = len(self.alpha_), len(self.Xs_), self.n_features_in_
+        mu = np.empty((Xs.shape[0], p))
+        var = np.empty((Xs.shape[0], p))
+        noise = np.empty(p)
+        block = max(1, min(PREDICT_BLOCK, PREDICT_BLOCK_ELEMENTS // max(n, 1)))
         with torch.no_grad():
             for j in range(p):
-                ell = self._tensor(self.lengthscale_[j])
-                s2 = float(self.output_scale_[j])
-                for i in range(0, X.shape[0], PREDICT_BLOCK):
-                    k = s2 * ard_kernel(self.kernel_, self.X_, X[i:i + PREDICT_BLOCK], ell)  # (n, b)
-                    mu[i:i + PREDICT_BLOCK, j] = (self.mean_[j] + k.T @ self.alpha_[j]).cpu().numpy()
-                    if return_std:
+                theta = self._theta(j)
+                ell, s2, noise[j] = self._tensor(np.exp(theta[:d])), float(np.exp(theta[d])), float(np.exp(theta[d + 1]))
+                c = (float(self.mean_[j]) - float(s.y_loc[j])) / float(s.y_scale[j])
+                for i in range(0, Xs.shape[0], block):
+                    k = s2 * ard_kernel(self.kernel_, self.Xs_, Xs[i:i + block], ell)  # (n, b)
+                    mu[i:i + block, j] = (c + k.T @ self.alpha_[j]).cpu().numpy()
+                    if stds:
                         v = torch.linalg.solve_triangular(self.chol_[j], k, upper=False)
-                        var = (s2 - (v * v).sum(0)).clamp_min(0.0)
-                        sd[i:i + PREDICT_BLOCK, j] = var.sqrt().cpu().numpy()
+                        var[i:i + block, j] = (s2 - (v * v).sum(0)).clamp_min(0.0).cpu().numpy()
+        mu = s.y_loc + s.y_scale * mu
+        latent = measurement = None
+        if stds:
+            latent = s.y_scale * np.sqrt(var)
+            measurement = s.y_scale * np.sqrt(var + noise)
         if self.single_output_:
-            mu, sd = mu[:, 0], sd[:, 0]
-        return (mu, sd) if return_std else mu
+            mu = mu[:, 0]
+            latent, measurement = (None, None) if not stds else (latent[:, 0], measurement[:, 0])
+        return mu, measurement, latent
 
-    def loo_residuals(self, rows=None) -> np.ndarray:
+    def loo(self, rows=None) -> tuple[np.ndarray, np.ndarray]:
         """Leave-one-out residuals y_i - mean_{-i}(x_i) of the conditioned model at its training
-        points ``rows`` (None: all), in closed form (R&W sec. 5.4.2, eq. 5.12):
-        [K_y^{-1}(y - c)]_i / [K_y^{-1}]_ii, the hyperparameters and the constant mean c held at
-        their fitted values (not refitted without point i). [K_y^{-1}]_ii = ||L^{-1} e_i||^2 from
-        the model's own Cholesky factor, in blocks of columns: O(n^2) per row asked for, no n x n
-        inverse. (len(rows),) for single-output labels, (len(rows), p) otherwise."""
-        n = len(self.X_)
+        points ``rows`` (None: all) and the std of that prediction of the measurement y_i, in
+        closed form (R&W sec. 5.4.2, eq. 5.12): residual [K_y^{-1}(y - c)]_i / [K_y^{-1}]_ii,
+        variance 1 / [K_y^{-1}]_ii, the hyperparameters and the constant mean c held at their
+        fitted values (not refitted without point i). [K_y^{-1}]_ii = ||L^{-1} e_i||^2 from the
+        model's own Cholesky factor, in blocks of columns: O(n^2) per row asked for, no n x n
+        inverse. Equal inputs are left out together, as in :func:`_loo_error` (the variance of
+        each: the diagonal of ([K_y^{-1}]_GG)^{-1}). Each (len(rows),) for single-output labels,
+        (len(rows), p) otherwise, in the labels' units."""
+        n = len(self.Xs_)
         rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
         if len(rows) and (rows.min() < 0 or rows.max() >= n):
             raise ValueError(f"rows: training rows are 0..{n - 1}")
-        out = np.empty((len(rows), len(self.alpha_)))
+        res = np.empty((len(rows), len(self.alpha_)))
+        sd = np.empty((len(rows), len(self.alpha_)))
         block = max(1, LOO_BLOCK_ELEMENTS // max(n, 1))
         with torch.no_grad():
             for j, (L, alpha) in enumerate(zip(self.chol_, self.alpha_)):
+                scale = float(self.standardisation_.y_scale[j])
                 for s in range(0, len(rows), block):
                     r = torch.as_tensor(rows[s:s + block], device=L.device)
                     E = torch.zeros(n, len(r), dtype=L.dtype, device=L.device)
                     E[r, torch.arange(len(r), device=L.device)] = 1.0
                     diag = (torch.linalg.solve_triangular(L, E, upper=False) ** 2).sum(0)
-                    out[s:s + block, j] = (alpha[r] / diag).cpu().numpy()
-        return out[:, 0] if self.single_output_ else out
+                    res[s:s + block, j] = (alpha[r] / diag).cpu().numpy() * scale
+                    sd[s:s + block, j] = diag.rsqrt().cpu().numpy() * scale
+                where = {int(row): k for k, row in enumerate(rows)}
+                for group in duplicate_groups(self.Xs_):  # equal inputs left out together (_loo_error)
+                    asked = [g for g in group if int(g) in where]
+                    if not asked:
+                        continue
+                    gi = torch.as_tensor(group, device=L.device)
+                    E = torch.zeros(n, len(group), dtype=L.dtype, device=L.device)
+                    E[gi, torch.arange(len(group), device=L.device)] = 1.0
+                    V = torch.linalg.solve_triangular(L, E, upper=False)
+                    block_inverse = torch.linalg.inv(V.T @ V)  # ([K_y^{-1}]_GG)^{-1}
+                    r = (block_inverse @ alpha[gi]).cpu().numpy() * scale
+                    v = torch.diagonal(block_inverse).sqrt().cpu().numpy() * scale
+                    for k, g in enumerate(group):
+                        if int(g) in where:
+                            res[where[int(g)], j], sd[where[int(g)], j] = r[k], v[k]
+        if self.single_output_:
+            return res[:, 0], sd[:, 0]
+        return res, sd
+
+    def loo_residuals(self, rows=None) -> np.ndarray:
+        """The residuals of :meth:`loo` alone."""
+        return self.loo(rows)[0]
 
     def log_marginal_likelihood(self, theta=None, output: int = 0, mean=None) -> float:
         """log p(y | X, theta) of ``output`` (R&W eq. 2.30) at theta = (log ell, log s^2,
-        log sigma_n^2) (default: the fitted ones), at the constant ``mean`` (default: its
-        maximum-likelihood value)."""
+        log sigma_n^2) in the user's units (default: the fitted ones), at the constant ``mean``
+        (default: its maximum-likelihood value); computed in standardised units and carried back
+        by the labels' Jacobian."""
         d = self.n_features_in_
+        s = self.standardisation_
         if theta is None:
-            theta = np.concatenate([np.log(self.lengthscale_[output]),
-                                    [np.log(self.output_scale_[output]), np.log(self.noise_[output])]])
-        theta = np.asarray(theta, dtype=np.float64)
-        y = self._tensor(self.Y_[:, output])
-        if mean is None:
-            with torch.no_grad():
+            theta_s = self._theta(output)
+        else:
+            theta = np.asarray(theta, dtype=np.float64)
+            theta_s = self._to_standard(output, np.exp(theta[:d]), np.exp(theta[d]), np.exp(theta[d + 1]))
+        y = self._tensor(self.Ys_[:, output])
+        n = len(y)
+        t = [self._tensor(v) for v in (theta_s[:d], theta_s[d], theta_s[d + 1])]
+        with torch.no_grad():
+            if mean is None:
                 try:
-                    return float(_lml_terms(self.kernel_, self.X_, y, *(self._tensor(v) for v in
-                                                                        (theta[:d], theta[d], theta[d + 1])))[0])
+                    return self._lml_to_user(float(_lml_terms(self.kernel_, self.Xs_, y, *t)[0]), output, n)
                 except torch.linalg.LinAlgError:
                     return -math.inf
-        with torch.no_grad():
-            K = np.exp(theta[d]) * ard_kernel(self.kernel_, self.X_, self.X_, self._tensor(np.exp(theta[:d])))
-            K.diagonal().add_(float(np.exp(theta[d + 1])))
-            L = torch.linalg.cholesky(K)
-            r = y - float(mean)
+            K = torch.exp(t[1]) * ard_kernel(self.kernel_, self.Xs_, self.Xs_, torch.exp(t[0]))
+            K.diagonal().add_(float(torch.exp(t[2])))
+            L, info = torch.linalg.cholesky_ex(K)
+            if int(info) != 0:
+                return -math.inf
+            r = y - (float(mean) - float(s.y_loc[output])) / float(s.y_scale[output])
             a = torch.cholesky_solve(r[:, None], L)[:, 0]
-            return float(-0.5 * r @ a - torch.log(L.diagonal()).sum() - 0.5 * len(r) * math.log(2 * math.pi))
+            return self._lml_to_user(float(-0.5 * r @ a - torch.log(L.diagonal()).sum()
+                                           - 0.5 * n * math.log(2 * math.pi)), output, n)
 
     # -- the document -------------------------------------------------------------------------
     def to_spec(self, training_set: bool = True) -> dict:
-        """The versioned model document (:func:`lwl.models.from_spec` reads it back)."""
+        """The versioned model document (:func:`lwl.models.from_spec` reads it back): every
+        hyperparameter in the user's units; ``standardisation`` is the map the model computes
+        through (a function of the training set; informative, the loader forms it again)."""
         from lwl import __version__
 
         doc = {"kind": DOCUMENT_KIND, "version": DOCUMENT_VERSION, "lwl_version": __version__, "model": "gp",
-               "kernel": self.kernel_, "std": "latent: sqrt of the posterior variance of f (R&W eq. 2.26); add "
-                                             "noise for that of a new measurement",
+               "kernel": self.kernel_,
+               "std": "measurement: sqrt of the posterior variance of f (R&W eq. 2.26) plus the noise, the std of a new "
+                      "measurement (scikit-learn's with a WhiteKernel); latent_std leaves the noise out",
                "outputs": [{"lengthscale": self.lengthscale_[j].tolist(), "output_scale": float(self.output_scale_[j]),
                             "noise": float(self.noise_[j]), "mean": float(self.mean_[j]),
+                            "jitter": float(self.jitter_[j]),
                             "log_marginal_likelihood": float(self.log_marginal_likelihood_[j])}
                            for j in range(len(self.alpha_))],
+               "standardisation": self.standardisation_.to_json(),
                "single_output": bool(self.single_output_)}
         if training_set:
             doc["training_set"] = {"inputs": self.X_.cpu().numpy().tolist(),
@@ -695,16 +995,61 @@ class GaussianProcess:
         X = np.asarray(ts["inputs"], dtype=np.float64)
         y = np.asarray(ts["labels"], dtype=np.float64)
         gp.single_output_ = y.ndim == 1
-        gp.Y_ = y.reshape(len(y), -1)
-        if gp.Y_.shape[1] != len(outs) or X.ndim != 2 or len(X) != len(gp.Y_):
+        Y = y.reshape(len(y), -1)
+        if Y.shape[1] != len(outs) or X.ndim != 2 or len(X) != len(Y):
             raise ValueError(f"training_set: {X.shape} inputs and {y.shape} labels do not fit {len(outs)} output(s)")
-        gp.X_ = gp._tensor(X)
-        gp.n_features_in_ = X.shape[1]
+        gp._set_data(X, Y)
         gp.lengthscale_ = np.array([np.broadcast_to(o["lengthscale"], (X.shape[1],)) for o in outs], dtype=np.float64)
         gp.output_scale_ = np.array([o["output_scale"] for o in outs], dtype=np.float64)
         gp.noise_ = np.array([o["noise"] for o in outs], dtype=np.float64)
         gp._condition(np.array([o["mean"] for o in outs], dtype=np.float64))
         return gp
+
+    def to_sklearn(self, output: int = 0):
+        """scikit-learn's ``GaussianProcessRegressor`` of this model's output ``output``, fitted
+        (``optimizer=None``) at the same hyperparameters in the user's units:
+        ``ConstantKernel(s^2) * RBF(ell)`` (squared exponential) or ``* Matern(ell, nu=2.5)``,
+        ``+ WhiteKernel(sigma_n^2)``, all fixed, on the labels minus the constant mean, with that
+        mean restored in ``predict`` (its ``_y_train_mean``, the attribute ``normalize_y`` sets:
+        scikit-learn has no constant-mean prior). ``predict(x, return_std=True)`` then gives this
+        model's mean and measurement std; its ``kernel_`` is the document's kernel. Beside this
+        model's standardised computation it agrees to round-off (rtol about 1e-8 on a well
+        conditioned K_y)."""
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel
+
+        ell = self.lengthscale_[output]
+        base = RBF(ell, "fixed") if self.kernel_ == "squared_exponential" else Matern(ell, "fixed", nu=2.5)
+        kernel = ConstantKernel(float(self.output_scale_[output]), "fixed") * base + \
+            WhiteKernel(float(self.noise_[output]), "fixed")
+        X = self.X_.cpu().numpy()
+        y = self.Y_[:, output] - float(self.mean_[output])
+        reg = GaussianProcessRegressor(kernel, alpha=0.0, optimizer=None, normalize_y=False).fit(X, y)
+        reg._y_train_mean = np.asarray(float(self.mean_[output]))
+        return reg
+
+
+def _factor_with_jitter(kind: str, Xs: torch.Tensor, ell: torch.Tensor, s2: float,
+                        noise: float) -> tuple[torch.Tensor, float]:
+    """(L, added): the Cholesky factor of K_y = s2 K_ell(Xs, Xs) + (noise + added) I, factored in
+    place (one n x n matrix: at 20,000 points 3.2 GB, not two), with ``added`` the first rung of
+    :data:`JITTER_LADDER` (times s2) at which it factors (0: at once). Raises
+    ``numpy.linalg.LinAlgError`` past the last rung."""
+    for rung in (0.0, *JITTER_LADDER):
+        added = rung * s2
+        with torch.no_grad():
+            K = ard_kernel(kind, Xs, Xs, ell).mul_(s2)
+            K.diagonal().add_(noise + added)
+            info = torch.empty((), dtype=torch.int32, device=K.device)
+            L, info = torch.linalg.cholesky_ex(K, out=(K, info))
+        if int(info) == 0:
+            return L, added
+        del K, L
+    raise np.linalg.LinAlgError(f"K_y is not positive definite even with a jitter of {JITTER_LADDER[-1]:g} times the "
+                                f"output scale added to the noise")
+
+
+FACTORS = ("chol_", "alpha_")  # a conditioned model's O(n^2) state (what fit_draws drops between draws)
 
 
 class KernelRidgeForm(NamedTuple):
@@ -743,10 +1088,10 @@ class GPSpec(StrictModel):
     kernel: Literal[(AUTO, *GP_KERNELS)] = Field(
         default=AUTO, description="auto: squared exponential and Matern 5/2 both fitted, the one select prefers "
                                   "kept; or one of them")
-    restarts: int = Field(default=2, ge=0, le=50, description="random starts of the likelihood maximisation "
+    restarts: int = Field(default=DEFAULT_RESTARTS, ge=0, le=50, description="random starts of the likelihood maximisation "
                                                                 "besides the data-scaled one")
     max_fit_points: int | None = Field(
-        default=None, ge=10, le=20_000,
+        default=None, ge=10, le=MAX_FIT_STEP_POINTS,
         description="the hyperparameters are fitted on at most this many labelled points (drawn with the job's "
                     "seed); the model conditions on all of them. Default: the larger of 300 and 30 per "
                     "hyperparameter, 30 (d + 2) for d inputs")
@@ -755,11 +1100,11 @@ class GPSpec(StrictModel):
                                    "the one of lowest leave-one-out error on the fitting points; evidence, the one of "
                                    "highest marginal likelihood (lwl's choice before the leave-one-out selection: on noise-free labels "
                                    "it can keep an interpolant at the bounds that predicts worse)")
-    refit_points: int = Field(default=2000, ge=10, le=20_000,
+    refit_points: int = Field(default=DEFAULT_REFIT_POINTS, ge=10, le=MAX_FIT_STEP_POINTS,
                               description="where the hyperparameters fitted on the subset do not carry over to every "
                                           "point (the evidence per point falls), they are fitted again on 4x as many "
                                           "points, up to this many")
-    final_fit_points: int = Field(default=FINAL_FIT_POINTS, ge=0, le=20_000,
+    final_fit_points: int = Field(default=FINAL_FIT_POINTS, ge=0, le=MAX_FIT_STEP_POINTS,
                                   description="the kept hyperparameters are refined by the likelihood on up to this "
                                               "many labelled points (from the kept optimum; kept where their "
                                               "leave-one-out error there is lower), then conditioned on all; 0: "
@@ -770,6 +1115,27 @@ class GPSpec(StrictModel):
                                        "subset of the labels is kept; each draw costs one fit. Default 1: three "
                                        "draws did not change a verdict of the 8,000-label study (docs/method.md, "
                                        "\"Several fits of the served GP\")")
+
+
+    noise_floor: float | None = Field(
+        default=None, gt=0, le=1.0,
+        description="the lower bound of the fitted noise variance as a fraction of Var(y). Default (null): 1e-10, or "
+                    "more where the inputs' and labels' float64 digits resolve less (an input offset far from its "
+                    "spread); lwl's floor before was 1e-6, which smooths a deterministic simulator's labels")
+
+    def check_labels(self, n: int) -> None:
+        """A budget of n labels whose model work would pass :data:`GP_MEMORY_LIMIT_BYTES`
+        (:func:`served_model_bytes`) is refused at submit, naming the field and the largest that fits."""
+        largest = max(self.max_fit_points or 0, self.refit_points, self.final_fit_points, MIN_FIT_POINTS)
+        need = served_model_bytes(n, largest)
+        if need <= GP_MEMORY_LIMIT_BYTES:
+            return
+        fits = int(n)
+        while fits > 1 and served_model_bytes(fits, largest) > GP_MEMORY_LIMIT_BYTES:
+            fits = int(fits * 0.99)
+        raise ValueError(f"budget: a gp model on {n} labels needs about {need / 1e9:.1f} GB (two {n} x {n} factors "
+                         f"and a likelihood step), more than the {GP_MEMORY_LIMIT_BYTES / 1e9:.0f} GB a job may use; "
+                         f"a budget of up to about {fits} labels fits")
 
 
 MODELS.register("gp", GPSpec, document="lwl.models.gp:GaussianProcess.from_spec")

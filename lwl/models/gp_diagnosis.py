@@ -36,6 +36,13 @@ the held-out Err (docs/method.md, "What the served GP says about the problem"). 
 explains little of the labels, the noise floor above can read low (on Sobol G at d = 7 the GP
 interpolates heavy-tailed labels with a small noise, floor 0.009, held-out Err 0.83) while this
 reads high (1.51 there), so a ``loo_err`` of :data:`POOR_FIT_WARNING` or more is a warning of its own.
+
+**Is the error bar honest?** (``loo_coverage_1sd``, ``loo_coverage_2sd``). The same closed form
+gives the std of each left-out prediction of the measurement y_i, 1 / sqrt([K_y^{-1}]_ii)
+(R&W eq. 5.12: the latent variance plus the noise), so the share of Q's validation labels within
+1 and 2 of those stds of their left-out prediction, members weighted as above, is the coverage a
+lab will see of fresh measurements by the served ``std`` (a calibrated Gaussian: 68% and 95%). A
+2-sd coverage below :data:`COVERAGE_WARNING` is a warning: the served ``std`` is too narrow there.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ NOISE_FLOOR_WARNING = 0.01  # a floor on Err this high is worth a warning (a 1% 
 # an estimated Err this high says the served model explains little of the labels on Q: the gp study's
 # problems read <= 0.025 except Sobol G at d >= 7 (0.43-1.51, held-out 0.79-1.0; docs/method.md)
 POOR_FIT_WARNING = 0.25
+# a share of Q's validation labels within 2 served sd (left out in turn) below this: the error bar is too narrow
+COVERAGE_WARNING = 0.85
 
 
 @dataclass(frozen=True)
@@ -57,13 +66,16 @@ class OutputDiagnosis:
     noise_share: float  # sigma_n^2 / E_Q y^2
     err_floor: float  # sqrt(noise_share): the relative Err the noise alone costs
     loo_err: float | None = None  # the served model's Err on Q estimated by leave-one-out (module docstring)
+    loo_coverage_1sd: float | None = None  # share of Q's validation labels within 1 served sd, left out in turn
+    loo_coverage_2sd: float | None = None  # ... within 2 (module docstring)
 
 
-def diagnose(noise, labels, weights=None, loo_residuals=None) -> list[OutputDiagnosis]:
+def diagnose(noise, labels, weights=None, loo_residuals=None, loo_std=None) -> list[OutputDiagnosis]:
     """The reading of each output (module docstring): ``noise`` the fitted sigma_n^2 per output,
     ``labels`` (n,) or (n, p) labels of points of Q, ``weights`` theirs in E_Q (None: equal),
-    ``loo_residuals`` the served model's leave-one-out residuals at those points, shaped as
-    ``labels`` (None: no ``loo_err``)."""
+    ``loo_residuals`` the served model's leave-one-out residuals at those points and ``loo_std``
+    the std of those predictions of the measurement, each shaped as ``labels`` (None: no
+    ``loo_err``, no coverage)."""
     noise = np.atleast_1d(np.asarray(noise, dtype=np.float64))
     y = np.asarray(labels, dtype=np.float64).reshape(len(labels), -1)
     if y.shape[1] != len(noise):
@@ -76,21 +88,32 @@ def diagnose(noise, labels, weights=None, loo_residuals=None) -> list[OutputDiag
         r = r[:, None]
     if r is not None and r.shape != y.shape:
         raise ValueError(f"loo_residuals: {r.shape} for labels {y.shape}")
+    sd = None if loo_std is None else np.asarray(loo_std, dtype=np.float64)
+    if sd is not None and sd.ndim == 1 and y.shape[1] == 1:
+        sd = sd[:, None]
+    if sd is not None and (r is None or sd.shape != y.shape):
+        raise ValueError(f"loo_std: {sd.shape} for labels {y.shape} (and residuals beside it)")
     out = []
     for j in range(len(noise)):
         square = float(w @ y[:, j] ** 2 / w.sum()) or 1.0
         share = float(noise[j]) / square
         loo = None if r is None else float(np.sqrt(w @ r[:, j] ** 2 / w.sum() / square))
-        out.append(OutputDiagnosis(noise_share=share, err_floor=float(np.sqrt(share)), loo_err=loo))
+        cover = [None, None]
+        if sd is not None:
+            z = np.abs(r[:, j]) / np.maximum(sd[:, j], np.finfo(np.float64).tiny)
+            cover = [float(w @ (z <= k) / w.sum()) for k in (1.0, 2.0)]
+        out.append(OutputDiagnosis(noise_share=share, err_floor=float(np.sqrt(share)), loo_err=loo,
+                                   loo_coverage_1sd=cover[0], loo_coverage_2sd=cover[1]))
     return out
 
 
-def diagnose_document(doc: dict, labels, weights=None, loo_residuals=None) -> list[OutputDiagnosis] | None:
+def diagnose_document(doc: dict, labels, weights=None, loo_residuals=None,
+                      loo_std=None) -> list[OutputDiagnosis] | None:
     """:func:`diagnose` of a model document (:meth:`lwl.models.GaussianProcess.to_spec`) on
     labels of Q; None for a model without a fitted noise (KRR, operator networks)."""
     if not doc or doc.get("model") != "gp":
         return None
-    return diagnose([o["noise"] for o in doc["outputs"]], labels, weights, loo_residuals)
+    return diagnose([o["noise"] for o in doc["outputs"]], labels, weights, loo_residuals, loo_std)
 
 
 def to_json(diagnosis: list[OutputDiagnosis]) -> dict:
@@ -98,7 +121,8 @@ def to_json(diagnosis: list[OutputDiagnosis]) -> dict:
     return {"outputs": [asdict(d) for d in diagnosis],
             "equation": "err_floor = sqrt(noise / E_Q y^2), E_Q over Q's validation labels, members weighted; "
                         "loo_err = sqrt(E_Q r^2 / E_Q y^2), r the served model's leave-one-out residual at each of "
-                        "them (an estimate of its held-out Err on Q from its own labels)"}
+                        "them (an estimate of its held-out Err on Q from its own labels); loo_coverage_ksd = E_Q "
+                        "[|r| <= k sd], sd the std of that left-out prediction of the measurement (latent + noise)"}
 
 
 def warnings(diagnosis: list[OutputDiagnosis]) -> list[str]:
@@ -112,6 +136,11 @@ def warnings(diagnosis: list[OutputDiagnosis]) -> list[str]:
             out.append(f"the served GP predicts Q's validation labels, each left out in turn, with relative Err "
                        f"{d.loo_err:.3g}{where}: it explains little of the labels on Q at this budget (its held-out Err "
                        f"is likely of that size; check it before relying on its predictions)")
+        if d.loo_coverage_2sd is not None and d.loo_coverage_2sd < COVERAGE_WARNING:
+            out.append(f"only {d.loo_coverage_2sd:.0%} of Q's validation labels{where} lie within 2 standard deviations "
+                       f"of the served GP's prediction made without them ({d.loo_coverage_1sd:.0%} within 1; a calibrated "
+                       f"error bar covers about 95% and 68%): its std is too narrow on Q; widen it before using it as an "
+                       f"error bar")
         if d.err_floor < NOISE_FLOOR_WARNING:
             continue
         out.append(f"the served GP takes {d.noise_share:.2%} of Q's mean square label for noise{where}, so its "

@@ -612,6 +612,14 @@ class Store:
                              .order_by(label_batches.c.position)).mappings().all()
         return [BatchRecord.from_row(r) for r in rows]
 
+    def step_batches(self, job_id: str, step: int) -> list[BatchRecord]:
+        """Every batch of the job's ask/tell round ``step`` (inputs included), in order."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(label_batches).where(label_batches.c.job_id == job_id,
+                                                         label_batches.c.step == step)
+                             .order_by(label_batches.c.position)).mappings().all()
+        return [BatchRecord.from_row(r) for r in rows]
+
     def open_round(self, job_id: str, lease: str, step_key: str, inputs: np.ndarray,
                    batch_size: int | None) -> list[str]:
         """Split ``inputs`` into batches of a new round and pause the job (awaiting_labels)."""

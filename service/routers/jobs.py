@@ -19,7 +19,8 @@ from lwl.spec import SpecError, parse_job_spec
 from lwl.params import MAX_SEED
 from service import problems
 from service.core.routing import DEVICE_OF_QUEUE, QUEUE_CPU, queue_for
-from service.core.store import IdempotencyConflict, JobRecord, JobStatus, Store, WorkerRecord
+from service.core.store import (TERMINAL, IdempotencyConflict, JobRecord, JobStatus, PointOutcome, Store,
+                                WorkerRecord)
 from service.deps import EnqueueDep, MeasuresDep, OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
 from service.jsonresponse import FastJSONResponse
 from service.problems import Problem
@@ -215,32 +216,99 @@ def get_distribution(job_id: str, store: StoreDep, owner: OwnerDep):
     return FastJSONResponse(finished_result(job_id, store, owner)["distribution"])
 
 
+JOB_STATUS_HEADER = "LWL-Job-Status"  # the .npz training set's job status (the JSON one has it as a field)
+
+
 @router.get("/v1/jobs/{job_id}/training-set", tags=["results"],
-            responses={200: {"model": TrainingSet, "content": {NPZ: BINARY}}, **problems.responses(401, 404, 409)})
+            responses={200: {"model": TrainingSet, "content": {NPZ: BINARY},
+                             "headers": {JOB_STATUS_HEADER: {
+                                 "description": "the job's status (queued, running, awaiting_labels, succeeded, "
+                                                "failed, cancelled): only a succeeded job's points are final",
+                                 "schema": {"type": "string"}}}},
+                       **problems.responses(401, 404, 409)})
 def get_training_set(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
-    """The labelled training set of a budgeted job (the labels its served model trains on; with
-    ``left_out_inputs`` (m, d) and ``left_out_labels`` (m,), the paid labels the left-out check
-    kept out of it: together every label it paid for): an ``.npz`` archive with arrays
-    ``inputs`` (n, d) and ``labels`` (n,), or JSON with ``Accept: application/json``."""
-    result = finished_result(job_id, store, owner)
-    ts = result.get("training_set")
-    if ts is None:
-        # the job exists and finished; its kind has no training set: a conflict with the job's
-        # state, not a missing resource (schemathesis's stateful check ST302 holds 404 to that)
-        raise Problem(409, "No training set", "only a job with a budget returns its labelled training set",
-                      field="budget")
+    """The labelled points of a budgeted job, whatever its status: an ``.npz`` archive with arrays
+    ``inputs`` (n, d) and ``labels`` (n,), or JSON with ``Accept: application/json`` (with
+    ``status``, the job's; the archive's is in the ``LWL-Job-Status`` header). A succeeded job's
+    are the labels its served model trains on, with ``left_out_inputs`` (m, d) and
+    ``left_out_labels`` (m,), the paid labels the left-out check kept out of it: together every
+    label it paid for. A job without a result (failed, cancelled, or on its way) serves the labels
+    its last checkpoint holds (every round it finished), and an ask/tell job's also ``told_inputs``
+    and ``told_labels``, the labels told so far for the round it was in (the oracle's rows as asked;
+    not in ``inputs``). 409 for a job without a budget, and for one with no labelled point yet."""
+    job = own_job(store, job_id, owner)
+    status = job.status
     from lwl.design.budget.ledger import training_arrays
 
-    arrays = training_arrays(result)
+    if status == JobStatus.SUCCEEDED:
+        result = store.result(job_id)
+        if result.get("training_set") is None:
+            raise no_training_set()
+        arrays, rounds = training_arrays(result), result.get("rounds")
+    else:
+        arrays, rounds = labelled_so_far(store, job)
+    headers = {JOB_STATUS_HEADER: str(status)}
     if "application/json" in request.headers.get("accept", ""):
         inputs = arrays["inputs"]
-        payload = orjson.dumps({"n": int(len(arrays["labels"])), "d": int(inputs.shape[1]), **arrays},
-                               option=orjson.OPT_SERIALIZE_NUMPY)
-        return Response(payload, media_type="application/json")
+        payload = orjson.dumps({"status": str(status), "rounds": rounds, "n": int(len(arrays["labels"])),
+                                "d": int(inputs.shape[1]), **arrays}, option=orjson.OPT_SERIALIZE_NUMPY)
+        return Response(payload, media_type="application/json", headers=headers)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return Response(buf.getvalue(), media_type=NPZ,
-                    headers={"Content-Disposition": f'attachment; filename="{job_id}-training-set.npz"'})
+                    headers={**headers, "Content-Disposition": f'attachment; filename="{job_id}-training-set.npz"'})
+
+
+def no_training_set() -> Problem:
+    # the job exists; its kind has no training set: a conflict with the job's state, not a missing
+    # resource (schemathesis's stateful check ST302 holds 404 to that)
+    return Problem(409, "No training set", "only a job with a budget returns its labelled training set",
+                   field="budget")
+
+
+def labelled_so_far(store: Store, job: JobRecord) -> tuple[dict[str, np.ndarray], int]:
+    """(arrays, rounds taken in) of a budgeted job without a result: the points of its last
+    checkpoint (written after every round: :func:`lwl.design.budget.ledger.checkpoint_arrays`),
+    and for an ask/tell job ``told_inputs``, ``told_labels``: the points told so far of its current
+    round while the checkpoint does not hold that round yet (its round ``ask_step`` is the
+    checkpoint's ``iteration`` + 1 until the design takes it in). The checkpoint is lwl's own
+    pickle-free format (:func:`lwl.design.state.unpack`). 409 when the job has no labelled point."""
+    from lwl.design.budget.ledger import checkpoint_arrays
+    from lwl.design.state import unpack
+
+    spec = store.spec(job.id) or {}
+    if spec.get("budget") is None:
+        raise no_training_set()
+    blob = store.get_job(job.id, full=True).checkpoint
+    flat = unpack(blob) if blob is not None else {}
+    arrays = checkpoint_arrays(flat) if flat else None
+    rounds = int(flat.get("iteration", 0)) if flat else 0
+    told_x, told_y = [], []
+    if job.ask_step > rounds:  # an ask/tell round the checkpoint does not hold yet
+        for batch in store.step_batches(job.id, job.ask_step):
+            outcomes, labels = batch.point_state()
+            keep = outcomes == PointOutcome.LABELLED
+            if keep.any():
+                told_x.append(np.load(io.BytesIO(batch.inputs), allow_pickle=False)[keep])
+                told_y.append(np.asarray(labels, dtype=np.float64)[keep])
+    if arrays is None and not told_x:
+        if job.status in TERMINAL:
+            detail = (f"the job is {job.status}: it ended before any label of its first round came back, so it "
+                      f"has no labelled point (and will have none)")
+        else:
+            detail = (f"the job is {job.status} and no label of its first round has come back yet: its labelled "
+                      f"points are served from the end of that round (an ask/tell job's as they are told)")
+        raise Problem(409, "No labelled point", detail, field="status", job_status=job.status)
+    if arrays is None:  # only told points yet (the first round's)
+        d, width = told_x[0].shape[1], told_y[0].shape[1:]
+        arrays = {"inputs": np.zeros((0, d)), "labels": np.zeros((0, *width)),
+                  "left_out_inputs": np.zeros((0, d)), "left_out_labels": np.zeros((0, *width))}
+    if (spec.get("oracle") or {}).get("name") == "external":  # an ask/tell job: told_* always, empty or not
+        d = told_x[0].shape[1] if told_x else arrays["inputs"].shape[1]
+        width = told_y[0].shape[1:] if told_y else arrays["labels"].shape[1:]
+        arrays["told_inputs"] = np.concatenate(told_x) if told_x else np.zeros((0, d))
+        arrays["told_labels"] = np.concatenate(told_y) if told_y else np.zeros((0, *width))
+    return arrays, rounds
 
 
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],

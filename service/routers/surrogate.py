@@ -25,7 +25,9 @@ from service.schemas import OpenDocument
 
 router = APIRouter()
 BINARY = {"schema": {"type": "string", "format": "binary"}}
-CACHED_MODELS = 8  # models kept factored between requests (a Cholesky factor of n^2 floats each)
+CACHED_MODELS = 8  # models kept factored between requests, at most
+# and at most this many bytes of them (a GP's Cholesky factor is n^2 floats: 0.5 GB at 8,000 labels, 3.2 GB at 20,000)
+CACHED_MODEL_BYTES = 2 * 1024**3
 
 
 class ModelDocument(OpenDocument):
@@ -56,18 +58,26 @@ class Prediction(BaseModel):
     d: int
     outputs: int = Field(description="values per prediction: 1, or Q for a field (a deeponet's query points)")
     mean: list[float] | list[list[float]] = Field(description="(m,) posterior mean, or (m, Q) predicted fields")
-    std: list[float] | None = Field(description="(m,) posterior standard deviation (of the latent function; see "
-                                                "the model document's ``std``); null for a model without one "
-                                                "(deeponet)")
+    std: list[float] | None = Field(description="(m,) standard deviation of a new measurement at each input "
+                                                "(the latent function's plus the fitted noise, as scikit-learn's "
+                                                "with a WhiteKernel: the error bar a label taken there falls "
+                                                "within; see the model document's ``std``); null for a model "
+                                                "without one (deeponet)")
+    latent_std: list[float] | None = Field(default=None, description="(m,) standard deviation of the latent "
+                                                                     "function alone (without the noise); null "
+                                                                     "for a model without one")
 
 
 def job_model_document(job_id: str, store, owner: str) -> dict:
     """The model document of a succeeded job, or 409 naming why it has none."""
     result = finished_result(job_id, store, owner)
     doc = model_document(result)
-    if doc is None and "training_set" in result:  # budgeted, with no model document (e.g. under two labels)
+    if doc is None and "training_set" in result:  # budgeted, with no model document (a fit that failed)
         name = ((result.get("spec") or {}).get("model") or {}).get("name")
-        raise Problem(409, "Model not served", f"this budgeted job's {name} model is not served yet; its labelled "
+        fallback = result.get("model_fallback") or {}
+        why = (f": its fit failed ({fallback['error']}; the result's model_fallback)" if fallback.get("error")
+               else f" ({fallback['reason']})" if fallback.get("reason") else "")
+        raise Problem(409, "Model not served", f"this budgeted job serves no {name} model{why}; its labelled "
                       f"training set is (GET /v1/jobs/{job_id}/training-set)", field="model.name")
     if doc is None:
         raise Problem(409, "No model", "only a job with a budget returns a trained model (its training set and the "
@@ -75,20 +85,37 @@ def job_model_document(job_id: str, store, owner: str) -> dict:
     return doc
 
 
-_cache: OrderedDict[str, object] = OrderedDict()
+_cache: OrderedDict[str, tuple[object, int]] = OrderedDict()
 _lock = Lock()
 
 
+def model_bytes(model) -> int:
+    """The bytes a loaded model holds in its tensors and arrays (a GP: its factors, its training set)."""
+    import torch
+
+    total = 0
+    for value in vars(model).values():
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, torch.Tensor):
+                total += v.element_size() * v.nelement()
+            elif isinstance(v, np.ndarray):
+                total += v.nbytes
+    return total
+
+
 def _model(job_id: str, doc: dict):
-    """The job's model, factored once and kept for the next requests (a result never changes)."""
+    """The job's model, factored once and kept for the next requests (a result never changes):
+    the least recently used are dropped past :data:`CACHED_MODELS` models or
+    :data:`CACHED_MODEL_BYTES` bytes (a model larger than that alone is served and not kept)."""
     with _lock:
         if job_id in _cache:
             _cache.move_to_end(job_id)
-            return _cache[job_id]
+            return _cache[job_id][0]
     model = from_spec(doc)
+    size = model_bytes(model)
     with _lock:
-        _cache[job_id] = model
-        while len(_cache) > CACHED_MODELS:
+        _cache[job_id] = (model, size)
+        while _cache and (len(_cache) > CACHED_MODELS or sum(b for _, b in _cache.values()) > CACHED_MODEL_BYTES):
             _cache.popitem(last=False)
     return model
 
@@ -147,11 +174,12 @@ async def post_predict(job_id: str, request: Request, store: StoreDep, owner: Ow
         raise Problem(422, "Non-finite inputs", "inputs must be finite numbers", field="inputs")
     if x.size > settings.max_samples:
         raise Problem(422, "Too many inputs", f"m * d must be at most {settings.max_samples}", field="inputs")
-    mean, std = await run_in_threadpool(lambda: _model(job_id, doc).predict(x, return_std=True))
+    mean, std, latent = await run_in_threadpool(lambda: _predict(_model(job_id, doc), x))
     mean = np.asarray(mean, dtype=np.float64).reshape(len(x), -1)
     outputs = mean.shape[1]
     if std is not None:
         std = np.asarray(std, dtype=np.float64).reshape(len(x))
+        latent = None if latent is None else np.asarray(latent, dtype=np.float64).reshape(len(x))
     if std is not None:  # a scalar model: (m,) means beside (m,) stds; a field model keeps (m, Q)
         mean = mean[:, 0]
     if NPY in request.headers.get("accept", ""):
@@ -160,5 +188,16 @@ async def post_predict(job_id: str, request: Request, store: StoreDep, owner: Ow
         out = np.ascontiguousarray(mean if std is None else np.stack([mean, std], 1))
         return Response(_npy_header(out) + out.tobytes(), media_type=NPY,
                         headers={"LWL-Std": "none" if std is None else "column"})
-    return Response(orjson.dumps({"n": int(len(x)), "d": d, "outputs": int(outputs), "mean": mean, "std": std},
-                                 option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
+    return Response(orjson.dumps({"n": int(len(x)), "d": d, "outputs": int(outputs), "mean": mean, "std": std,
+                                  "latent_std": latent}, option=orjson.OPT_SERIALIZE_NUMPY),
+                    media_type="application/json")
+
+
+def _predict(model, x: np.ndarray):
+    """(mean, std, latent std) of a served model: a GP's std is a new measurement's and its latent
+    std f's alone (one pass); another model's std is what its ``predict`` gives, with no latent
+    std apart from it."""
+    if hasattr(model, "predict_stds"):
+        return model.predict_stds(x)
+    mean, std = model.predict(x, return_std=True)
+    return mean, std, None

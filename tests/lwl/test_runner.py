@@ -1,3 +1,5 @@
+import copy
+
 import numpy as np
 import pytest
 
@@ -158,3 +160,42 @@ def test_progress_counts_the_labels_asked_for_so_far(small_spec, ama_spec):
         used = [p["labels_used"] for p in seen]
         assert all(isinstance(u, int) for u in used) and used == sorted(used) and used[0] > 0
         assert used[-1] == res["labels_used"]
+
+
+def test_a_budgeted_job_whose_served_model_cannot_be_fitted_succeeds_with_its_labels(small_spec, monkeypatch):
+    """Issue #83: a budgeted gp job whose served fit raises (torch's LinAlgError, after the whole
+    budget is paid) returns its result: no model, model_fallback naming the error, every paid label
+    in the training set; the audit, which would fit the same model to the same set, does not run
+    (nor pay its held-out labels) and the verdict is the validation one."""
+    import torch
+
+    from lwl.design.budgeted import BudgetedBilevel
+    from lwl.oracles import make_oracle
+
+    spec = copy.deepcopy(small_spec)
+    spec.update(budget=300, algorithm={"name": "bilevel"}, model={"name": "gp", "restarts": 0, "max_fit_points": 100})
+    fits = []
+
+    def unfittable(self, state):  # the served model's fit only: the scores and the left-out check fit as ever
+        fits.append(len(state.points.y))
+        raise torch.linalg.LinAlgError("linalg.cholesky: The factorization could not be completed")
+
+    monkeypatch.setattr(BudgetedBilevel, "final_model", unfittable)
+    friedman, asked = make_oracle({"name": "friedman1"}), []
+
+    class Lab(type(friedman)):
+        def _label(self, x):
+            asked.append(len(x))
+            return super()._label(x)
+
+    res = run_job(spec, oracle=Lab())  # the evaluation on, as the spec says
+    assert fits == [300] and sum(asked) == res["labels_used"] == 300  # no audit label was paid for
+    assert res["model"] is None and res["model_diagnosis"] is None
+    fallback = res["model_fallback"]
+    assert fallback["reason"] == "fit_failed" and fallback["error"].startswith("LinAlgError: linalg.cholesky")
+    assert any("could not be fitted" in w and "LinAlgError" in w for w in res["warnings"])
+    assert any(w.startswith("no verdict on held-out data") for w in res["warnings"])
+    assert "evaluation" not in res and res["verdict"]["kind"] == "validation"
+    X = np.asarray(res["training_set"]["inputs"])
+    y = np.asarray(res["training_set"]["labels"])
+    assert len(y) + len(res["left_out"]["labels"]) == 300 and np.array_equal(y, friedman.label(X))

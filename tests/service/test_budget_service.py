@@ -88,6 +88,59 @@ def test_asktell_job_stops_at_the_budget_and_serves_its_training_set(server):
             assert z["left_out_inputs"].shape == (left, 5)
 
 
+def test_a_cancelled_asktell_job_serves_every_label_it_paid_for(server, tmp_path):
+    """Issue #83: a budgeted ask/tell job cancelled in its second round serves, with its status, the
+    labels of the round its checkpoint holds (inputs, labels) and those told so far of the round it
+    was in (told_inputs, told_labels), as JSON, as .npz and through `lwl training-set`; before any
+    label came back it answers 409 naming why."""
+    from typer.testing import CliRunner
+
+    from lwl.cli import app
+
+    url = f"{server.url}/v1/jobs/{{}}/training-set"
+    as_json = {"Accept": "application/json"}
+    with Client(server.url) as c:
+        job = c.submit(budget_spec())
+        wait_until(lambda: c.job(job)["status"] == "awaiting_labels", 60, 0.1, "awaiting_labels")
+        early = httpx.get(url.format(job), headers=as_json)
+        assert early.status_code == 409 and early.json()["field"] == "status"
+        assert "no label of its first round has come back yet" in early.json()["detail"]
+        validation = []
+        while (batch := c.ask(job)) is not None:  # the validation round, told whole
+            validation.append(batch[1])
+            c.tell(job, batch[0], FRIEDMAN.label(batch[1]))
+        wait_until(lambda: (c.job(job)["status"] == "awaiting_labels"
+                            and c.job(job)["progress"]["iteration"] == 1), 60, 0.1, "the second round")
+        batch_id, x = c.ask(job)  # the second round: 5 points of its first batch told, 1 failed, then cancelled
+        c.tell(job, batch_id, [*FRIEDMAN.label(x[:5]), None], indices=range(6), failed=[5])
+        assert c.cancel(job)["status"] == "cancelled"
+
+    X_val = np.concatenate(validation)
+    doc = httpx.get(url.format(job), headers=as_json)
+    assert doc.status_code == 200 and doc.headers["LWL-Job-Status"] == "cancelled"
+    body = doc.json()
+    assert body["status"] == "cancelled" and body["rounds"] == 1 and body["n"] == len(X_val) and body["d"] == 5
+    assert np.array_equal(np.asarray(body["inputs"]), X_val)
+    assert np.array_equal(np.asarray(body["labels"]), FRIEDMAN.label(X_val))
+    assert body["left_out_labels"] == [] and np.array_equal(np.asarray(body["told_inputs"]), x[:5])
+    assert np.array_equal(np.asarray(body["told_labels"]), FRIEDMAN.label(x[:5]))  # not the failed point
+
+    raw = httpx.get(url.format(job))
+    assert raw.status_code == 200 and raw.headers["LWL-Job-Status"] == "cancelled"
+    with np.load(io.BytesIO(raw.content), allow_pickle=False) as z:
+        assert set(z.files) == {"inputs", "labels", "left_out_inputs", "left_out_labels", "told_inputs", "told_labels"}
+        assert np.array_equal(z["inputs"], X_val) and np.array_equal(z["told_inputs"], x[:5])
+
+    out = tmp_path / "cancelled.npz"
+    shown = CliRunner().invoke(app, ["training-set", job, "--out", str(out), "--url", server.url],
+                               env={"COLUMNS": "200", "NO_COLOR": "1", "LWL_URL": None, "LWL_API_KEY": None})
+    assert shown.exit_code == 0, shown.output
+    assert f"job {job} cancelled: it ended without a result" in shown.output
+    assert f"{len(X_val)} labelled points (d = 5)" in shown.output and "5 labels told for the round it was in" in shown.output
+    with np.load(out, allow_pickle=False) as z:
+        assert np.array_equal(z["labels"], FRIEDMAN.label(X_val)) and len(z["told_labels"]) == 5
+
+
 def test_a_job_without_budget_has_no_training_set_and_a_small_budget_is_refused(server):
     with Client(server.url) as c:
         job = c.submit(small_job(iterations=3))

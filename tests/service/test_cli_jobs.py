@@ -132,6 +132,83 @@ def test_wait_fails_on_a_failed_job_and_prints_its_error(server, client):
     assert "error: Lab oracle failed" in invoke(server, "status", job).stdout
 
 
+class FailingLab:
+    """A lab on loopback that labels its first ``good`` calls with Friedman-1 (remembering the
+    inputs) and answers 500 from then on."""
+
+    def __init__(self, good: int):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import threading
+
+        self.good, self.inputs = good, []
+        lab = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                x = np.asarray(json.loads(self.rfile.read(int(self.headers["Content-Length"])))["inputs"])
+                if len(lab.inputs) >= lab.good:
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                lab.inputs.append(x)
+                out = json.dumps({"labels": FRIEDMAN.label(x).tolist()}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/label"
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def test_training_set_of_a_failed_job_downloads_the_labels_it_paid_for(server, client, tmp_path):
+    """Issue #83: a budgeted job whose lab fails after labelling two rounds ends failed;
+    `lwl training-set` still writes the labels it paid for (its last checkpoint's) and says the job
+    failed, and the route answers them with the status, as JSON and .npz."""
+    lab = FailingLab(good=2)  # the validation round and the first design round, then 500s
+    try:
+        spec = small_job()
+        spec.update(budget=300, algorithm={"name": "bilevel"}, evaluation={"enabled": False})
+        spec["oracle"] = {"name": "http", "url": lab.url, "batch_size": 128, "attempts": 1, "timeout_s": 5}
+        job = client.submit(spec)
+        wait_until(lambda: client.job(job)["status"] == "failed", 60, 0.1, "failed")
+    finally:
+        lab.close()
+    from lwl.design.budget import plan_budget
+    from lwl.spec import parse_job_spec
+
+    assert client.job(job)["error"]["title"] == "Lab oracle failed"
+    X = np.concatenate(lab.inputs)
+    plan = plan_budget(parse_job_spec({**spec, "oracle": {"name": "friedman1"}}))  # the same plan
+    assert plan.validation <= 128 and plan.rounds[0] <= 128  # a call each
+    n = plan.validation + plan.rounds[0]
+    assert X.shape == (n, 5)  # Q's validation points and the first design round's, paid for
+
+    out = tmp_path / "failed.npz"
+    fetched = invoke(server, "training-set", job, "--out", str(out))
+    assert fetched.exit_code == 0, fetched.output
+    assert f"{n} labelled points (d = 5) written to {out}" in fetched.output
+    assert f"job {job} failed: it ended without a result" in fetched.output
+    with np.load(out, allow_pickle=False) as z:
+        assert set(z.files) == {"inputs", "labels", "left_out_inputs", "left_out_labels"}  # no ask/tell round
+        assert np.array_equal(z["inputs"], X) and np.array_equal(z["labels"], FRIEDMAN.label(X))
+    got = client.labelled_set(job)
+    assert got.status == "failed" and np.array_equal(got.arrays["inputs"], X)
+    shown = invoke(server, "status", job)  # the job says where its labels are
+    assert f"its {n} paid labels are kept: lwl training-set {job}" in shown.stdout, shown.stdout
+    doc = client.http.get(f"/v1/jobs/{job}/training-set", headers={"Accept": "application/json"})
+    assert doc.headers["LWL-Job-Status"] == "failed"
+    assert doc.json()["status"] == "failed" and doc.json()["rounds"] == 2 and doc.json()["n"] == n
+
+
 def test_errors_name_the_problem(server, client, tmp_path):
     unknown = {cmd: invoke(server, cmd, "no-such-job") for cmd in ("status", "wait", "training-set")}
     for cmd, result in unknown.items():

@@ -116,6 +116,12 @@ RACE_TREND_MIN_LOOKS = 4  # ... fitted on at least this many looks within the la
 # least RACE_TREND_LEAD): the fit reads 5-10x beyond its looks, and on Friedman 2 (p02 at 8,000) one
 # noisy look (ratio 0.44 -> 0.82 -> 0.54) extrapolated to 3.7 with the design 6x ahead on held-out data
 RACE_TREND_LEAD = 0.85
+# what a fit of the served model raises when it cannot be fitted to the training set (numpy's and
+# torch's LinAlgError: K_y not positive definite; a NaN or an overflow in an optimiser, a runaway
+# network, a device out of memory): the job still succeeds, with its training set and no model
+# (BudgetedDesign.result, "model_fallback"). np.linalg.LinAlgError is a ValueError and
+# torch.linalg.LinAlgError a RuntimeError; FloatingPointError an ArithmeticError.
+FIT_ERRORS: tuple[type[BaseException], ...] = (ArithmeticError, RuntimeError, ValueError)
 Q_MIXTURE = "q_mixture"  # the candidate every budgeted design adds: Q's own mixture
 
 
@@ -616,17 +622,22 @@ class BudgetedDesign(StepperDefaults):
         v = self.validation_verdict(state) if state.phase is Phase.DONE else None
         if v is not None:  # the verdict's caveats head the job's warnings (an audit replaces them with its own)
             warnings += v["warnings"]
-        served = self.served_model(state) if state.phase is Phase.DONE and len(y_served) >= 2 else None
-        model = None if served is None else self.model_document(state, served)
+        served, model, fallback = self._final_served(state, len(y_served), warnings)
         diagnosis = None  # what the served GP says (None: not a gp), on Q's labels at the head of the points
         if model is not None and model.get("model") == "gp":
             val = self.validation(state)
             # Q's validation points are the served training set's first rows (the left-out check keeps them;
             # were that to change, loo_err would be null rather than read at other rows)
             head = np.arange(val.n)
-            loo = served.loo_residuals(head) if np.array_equal(rows[:val.n], head) else None
-            diagnosis = diagnose_document(model, y[:val.n], val.weights, loo)
-            warnings += diagnosis_warnings(diagnosis)  # after the verdict's: an audit keeps these (equal_labels.evaluate)
+            try:
+                # residuals and the std of each left-out prediction of the measurement (its coverage)
+                loo, loo_sd = served.loo(head) if np.array_equal(rows[:val.n], head) else (None, None)
+                diagnosis = diagnose_document(model, y[:val.n], val.weights, loo, loo_sd)
+            except FIT_ERRORS as exc:  # the model is served all the same; only its reading is missing
+                warnings.append(f"the served GP's diagnosis (model_diagnosis) could not be computed "
+                                f"({type(exc).__name__.lstrip('_')}: {exc}); the model is served as fitted")
+            else:
+                warnings += diagnosis_warnings(diagnosis)  # after the verdict's: an audit keeps these (equal_labels.evaluate)
         return {"distribution": measure.to_spec(), "history": [dict(h) for h in state.history],
                 "verdict": v, "validation_verdict": v,
                 "labels_used": used, "initial_labels": n0,
@@ -635,6 +646,7 @@ class BudgetedDesign(StepperDefaults):
                 "rounds": int(state.iteration),
                 "plan": self.plan.to_json(), "labels_by_source": counts,
                 "model": model,
+                "model_fallback": fallback,
                 "model_diagnosis": None if diagnosis is None else diagnosis_json(diagnosis),
                 "selected": {"candidate": name, "lengthscale": float(state.lengthscale) if self.tunes_lengthscale else None,
                              "rule": self.selection_rule + self._default_rule() + self._unexplored_rule(state),
@@ -644,6 +656,31 @@ class BudgetedDesign(StepperDefaults):
                              "labels": y[out_rows].tolist()},
                 "failed_inputs": failed_X.tolist(),
                 "warnings": warnings}
+
+    def _final_served(self, state: BudgetedState, n: int, warnings: list[str]) -> tuple[Any, dict | None, dict | None]:
+        """(served model, its document, model_fallback) at the end of the job: the model fitted to
+        the ``n`` points of the training set (:meth:`served_model`), or, where none is served,
+        None, None and why (``{"reason", "error", "points"}``; a warning says it too): ``too_few_points``
+        (under two labelled points), ``fit_failed`` (the fit raised one of :data:`FIT_ERRORS`).
+        A fit that fails never fails the job: its labels are paid for, and the training set is the
+        product (issue #83). Before the end: (None, None, None)."""
+        if state.phase is not Phase.DONE:
+            return None, None, None
+        name = self.spec.model.name
+        if n < 2:
+            warnings.append(f"no model is served: the training set has {n} labelled point(s), a {name} needs two")
+            return None, None, {"reason": "too_few_points", "error": None, "points": int(n)}
+        try:
+            served = self.served_model(state)
+            return served, self.model_document(state, served), None
+        except FIT_ERRORS as exc:
+            error = f"{type(exc).__name__.lstrip('_')}: {exc}"  # torch's LinAlgError is torch._C._LinAlgError
+            warnings.append(
+                f"the served model ({name}) could not be fitted to the {n} labelled points of the training set "
+                f"({error}): no model is served (model is null; model_fallback says why); every paid label is "
+                f"in the training set (GET /v1/jobs/{{id}}/training-set, or lwl run's training_set.npz): fit a "
+                f"model to it yourself, or run the job's spec again with another model")
+            return None, None, {"reason": "fit_failed", "error": error, "points": int(n)}
 
     def training_set(self, state: BudgetedState) -> tuple[np.ndarray, np.ndarray]:
         """The served model's training data: the rows of :meth:`served_rows`."""

@@ -2,7 +2,8 @@
 point came from and which round bought it (:class:`LabelledPoints`), and the labelled validation
 points at its head (:class:`LabelledValidation`). The returned training set is every row but those
 the left-out check keeps out of the served model (``result["left_out"]``); :func:`training_arrays`
-gives both as the archive the service and ``lwl run`` write."""
+gives both as the archive the service and ``lwl run`` write, and :func:`checkpoint_arrays` the
+labels a job that has no result (failed, cancelled, still running) holds in its last checkpoint."""
 
 from __future__ import annotations
 
@@ -109,3 +110,19 @@ def training_arrays(result: dict) -> dict[str, np.ndarray]:
     out_x = out_x.reshape(len(out_y), d) if len(out_y) else np.zeros((0, d))
     out_y = out_y if len(out_y) else np.zeros((0, *width))
     return {"inputs": inputs, "labels": labels, "left_out_inputs": out_x, "left_out_labels": out_y}
+
+
+def checkpoint_arrays(flat: Flat) -> dict[str, np.ndarray] | None:
+    """The arrays of a budgeted job's ``training-set`` archive from its last checkpoint (the flat
+    dict of its state, :func:`lwl.design.state.unpack`), for a job without a result (it failed, was
+    cancelled, or runs on): ``inputs`` and ``labels``, every label the rounds it finished paid for
+    and took in (Q's validation points first, then the initial data, then each round's points, as
+    in :class:`LabelledPoints`), and ``left_out_inputs`` and ``left_out_labels`` empty (the left-out
+    check runs only at the end). None where ``flat`` is not a budgeted job's checkpoint."""
+    if "X" not in flat or "y" not in flat:
+        return None
+    points = LabelledPoints.from_flat(flat)
+    inputs = np.asarray(points.X, dtype=np.float64)
+    labels = np.asarray(points.y, dtype=np.float64)
+    return {"inputs": inputs, "labels": labels, "left_out_inputs": np.zeros((0, inputs.shape[1])),
+            "left_out_labels": np.zeros((0, *labels.shape[1:]))}

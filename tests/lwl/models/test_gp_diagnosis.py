@@ -60,7 +60,7 @@ def test_a_model_document_is_read_without_refitting():
     (d,) = diagnose_document(doc, np.full(5, 3.0))
     assert d.err_floor == pytest.approx(0.1)  # sqrt(0.09 / 9)
     assert to_json([d])["outputs"] == [{"noise_share": pytest.approx(0.01), "err_floor": pytest.approx(0.1),
-                                        "loo_err": None}]
+                                        "loo_err": None, "loo_coverage_1sd": None, "loo_coverage_2sd": None}]
     assert diagnose_document({"model": "krr"}, np.ones(3)) is None and diagnose_document(None, np.ones(3)) is None
 
 

@@ -93,6 +93,37 @@ def test_the_same_spec_and_seed_give_the_same_training_set(toy, small_spec):
     np.testing.assert_array_equal(a[1], b[1])
 
 
+class UnfittableServedModel(TwoBoxes):
+    """The toy whose served model cannot be fitted (as a gp's K_y that is not positive definite):
+    its scores fit, the final fit raises."""
+
+    def final_model(self, state):
+        raise np.linalg.LinAlgError("K_y is not positive definite")
+
+
+def test_a_served_model_that_cannot_be_fitted_leaves_a_succeeded_result_with_every_paid_label(toy):
+    """Issue #83: the fit of the served model raising after the whole budget is paid gives a result
+    with no model (model, model_diagnosis null), model_fallback naming the error, a warning, and the
+    training set holding every paid label, as a fitted one would."""
+    stepper, _ = toy
+    oracle = CountingOracle(stepper.spec.oracle.build())
+    bad = UnfittableServedModel(stepper.spec, stepper.q)
+    state = _run(bad, oracle)
+    res = bad.result(state)
+    assert res["model"] is None and res["model_diagnosis"] is None
+    assert res["model_fallback"] == {"reason": "fit_failed", "error": "LinAlgError: K_y is not positive definite",
+                                     "points": 400}
+    (warning,) = [w for w in res["warnings"] if "could not be fitted" in w]
+    assert "LinAlgError: K_y is not positive definite" in warning and "training-set" in warning
+    assert oracle.labels == res["labels_used"] == 400
+    np.testing.assert_array_equal(np.asarray(res["training_set"]["inputs"]), state.points.X)
+    np.testing.assert_array_equal(np.asarray(res["training_set"]["labels"]), state.points.y)
+    assert res["verdict"]["kind"] == "validation"  # the rest of the result as ever
+    # a fitted model: no fallback
+    fitted = stepper.result(_run(stepper, CountingOracle(stepper.spec.oracle.build())))
+    assert fitted["model_fallback"] is None and fitted["model"]["model"] == "krr"
+
+
 class MeanModel:
     """A constant model (the labels' mean): a few huge labels wreck it, as they wreck a gp's
     fitted hyperparameters."""

@@ -4,7 +4,7 @@ served model's training set and the paid labels the left-out check kept out of i
 import numpy as np
 import pytest
 
-from lwl.design.budget.ledger import training_arrays
+from lwl.design.budget.ledger import LabelledPoints, checkpoint_arrays, training_arrays
 
 
 def _result(inputs, labels, left_inputs=None, left_labels=None):
@@ -45,3 +45,20 @@ def test_an_empty_served_set_keeps_the_left_out_points_shapes():
     a = training_arrays(_result([], [], np.array([[1.0, 2.0, 3.0]]), np.array([4.0])))  # numpy arrays too
     assert a["inputs"].shape == (0, 3) and a["labels"].shape == (0,)
     assert a["left_out_inputs"].shape == (1, 3) and a["left_out_labels"].shape == (1,)
+
+
+def test_a_checkpoint_gives_every_label_its_rounds_took_in():
+    """A job without a result (failed, cancelled, running: issue #83) serves the labels of its last
+    checkpoint, read back from lwl's own pickle-free format: every row of the ledger, in order,
+    field labels keeping their width; nothing left out (the check runs at the end)."""
+    from lwl.design.state import pack, unpack
+
+    rng = np.random.default_rng(0)
+    points = LabelledPoints.empty(3, width=4).added(rng.normal(size=(5, 3)), rng.normal(size=(5, 4)),
+                                                    np.full(5, -1), 0, np.zeros((1, 3)))
+    flat = unpack(pack({**points.to_flat(), "iteration": 1, "phase": "round"}))
+    a = checkpoint_arrays(flat)
+    np.testing.assert_array_equal(a["inputs"], points.X)
+    np.testing.assert_array_equal(a["labels"], points.y)
+    assert a["left_out_inputs"].shape == (0, 3) and a["left_out_labels"].shape == (0, 4)
+    assert checkpoint_arrays({"iteration": 3, "best_mean": np.zeros(3)}) is None  # not a budgeted job's
