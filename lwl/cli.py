@@ -376,9 +376,18 @@ def _gp_units_study(preset: str, out: Path | None, problems: str | None, workers
     same settings."""
     from lwl.experiments import gp_units
 
-    if preset not in gp_units.PRESETS:
-        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(gp_units.PRESETS)}")
+    if preset not in gp_units.PRESETS and preset != "readme":
+        console.print(f"[red]unknown preset {preset!r}; known: {', '.join(gp_units.PRESETS)}, readme")
         raise typer.Exit(2)
+    if preset == "readme":  # the README's budgeted example: its served std against fresh measurements
+        out = out or Path("runs") / "gp-units-readme"
+        out.mkdir(parents=True, exist_ok=True)
+        with console.status("running examples/friedman1_budget.json with Friedman 1 as its lab"):
+            doc = gp_units.readme_calibration()
+        (out / "results.json").write_text(json.dumps(doc, indent=1))
+        (out / "results.md").write_text(gp_units.readme_markdown(doc))
+        console.print(gp_units.readme_markdown(doc))
+        return out
     keys = [k for k in problems.split(",") if k] if problems else None
     try:
         total = len(keys or gp_units.problem_specs(gp_units.PRESETS[preset])) * len(gp_units.POSINGS)

@@ -217,7 +217,7 @@ def _check_budget(spec: JobSpec, entry) -> None:
     check_labels = getattr(spec.model, "check_labels", None)  # a model's own limit on the labels it trains on
     if check_labels is not None:
         initial = len(getattr(spec.initial_data, "labels", None) or [])
-        check_labels(spec.budget + initial)  # raises "budget: ..." naming the largest that fits
+        check_labels(spec.budget + initial, initial)  # raises "budget: ..." naming the largest that fits
 
 
 def _algorithms():

@@ -598,19 +598,23 @@ class BilevelDesign(StepperDefaults):
 
     def adjoint_weights(self, U: np.ndarray, y: np.ndarray, sigma2: float, lengthscale: float,
                         validation_labels: np.ndarray, validation_ok: np.ndarray | None = None, *,
-                        kernel: str | None = None, input_scale: np.ndarray | None = None):
+                        kernel: str | None = None, input_scale: np.ndarray | None = None,
+                        input_loc: np.ndarray | None = None):
         """(objective, validation Err, c) for KRR with nugget ``sigma2`` trained on (U, y), scored
         on the validation points that came back (``validation_ok``; None: all): the gradient is
         sum_i c_i grad log p_theta(u_i) (:func:`bilevel_gradient_weights`). ``kernel`` and
-        ``input_scale`` (inputs divided by it, training and validation alike) give the KRR form of
+        ``input_scale`` (inputs less ``input_loc``, divided by it, training and validation alike) give the KRR form of
         a fitted GP (:func:`lwl.models.gp.as_kernel_ridge`); the weights c stay those of the
         points U, whose density the score differentiates."""
         self._bind(validation_ok)
         model = KernelRidge(kernel or self.spec.model.kernel, lengthscale, sigma2, device=str(self.device))
         divisor = None if input_scale is None else torch.as_tensor(input_scale, dtype=DTYPE, device=self.device)
-        model.fit(U if divisor is None else np.asarray(U) / input_scale, y)
+        loc = np.zeros(np.shape(U)[1]) if input_loc is None else np.asarray(input_loc, dtype=np.float64)
+        centre = torch.as_tensor(loc, dtype=DTYPE, device=self.device)  # (a fitted GP's: its inputs' mean)
+        model.fit(U if divisor is None else (np.asarray(U) - loc) / input_scale, y)
         yv = torch.as_tensor(validation_labels, dtype=DTYPE, device=self.device)
-        objective, c = bilevel_gradient_weights(model, self._v if divisor is None else self._v / divisor, yv, self._a)
+        objective, c = bilevel_gradient_weights(model, self._v if divisor is None else (self._v - centre) / divisor,
+                                                yv, self._a)
         scale = float(self._a @ yv.square())  # E_Q(0) on the validation samples
         if self.algo.gradient_scale == "relative" or self.algo.optimizer == "adaptive":
             c = c / scale

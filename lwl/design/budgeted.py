@@ -214,7 +214,7 @@ class BudgetedBilevel(BudgetedDesign):
         try:
             if self.is_krr:
                 surrogate = KernelRidge(self.spec.model.kernel, ell, ridge / len(X), device="cpu").fit(X, y)
-                inner = dict(kernel=None, input_scale=None)
+                inner = dict(kernel=None, input_scale=None, input_loc=None)
                 nugget, shift = ridge, 0.0
             else:
                 from lwl.models import train
@@ -223,7 +223,7 @@ class BudgetedBilevel(BudgetedDesign):
                 hyper = self._hyperparameters(new)
                 surrogate = train(self.spec.model, X, y, ridge=ridge, seed=self.spec.seed, hyperparameters=hyper)
                 form = as_kernel_ridge(surrogate)  # its hyperparameters, its mean (profiled on X)
-                inner = dict(kernel=form.kernel, input_scale=form.input_scale)
+                inner = dict(kernel=form.kernel, input_scale=form.input_scale, input_loc=form.input_loc)
                 ell, nugget, shift = 1.0, form.nugget, form.mean
         except np.linalg.LinAlgError:
             return None

@@ -41,7 +41,10 @@ def gp_kernel(gp) -> tuple:
     from lwl.models.gp import ard_kernel
 
     ell = torch.as_tensor(np.asarray(gp.lengthscale_[0], dtype=np.float64))
-    return (lambda x, y: ard_kernel(gp.kernel_, x, y, ell)), float(gp.noise_[0] / gp.output_scale_[0])
+    # centred at the GP's inputs' mean, as the GP forms it: r^2 = |x|^2 + |y|^2 - 2 x.y cancels far from the origin
+    loc = torch.as_tensor(np.asarray(gp.standardisation_.x_loc, dtype=np.float64))
+    return ((lambda x, y: ard_kernel(gp.kernel_, x - loc.to(x), y - loc.to(y), ell)),
+            float(gp.noise_[0] / gp.output_scale_[0]))
 
 
 def nipv_select(pool: np.ndarray, points: np.ndarray, weights: np.ndarray, n: int, *, kernel,

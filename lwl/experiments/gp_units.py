@@ -80,6 +80,9 @@ PRESETS = {
     # (both kernels); at 1,000 labels scikit-learn's likelihood costs 15-27x more per step (d = 2..10): about
     # 1-3 min a fit, lwl's 5-20 s (its likelihood on a subset of 300, refined on all 1,000): 5-11 core-hours
     "full": dict(n=1000, draws=3, heldout_per_member=2000, problems=None),
+    # the issue's problems and draws at 500 labels: what one session's two cores run beside the gp budget
+    # study (about an hour with two workers; scikit-learn's fits are most of it)
+    "full-500": dict(n=500, draws=3, heldout_per_member=2000, problems=None),
     # a timing trial: one problem, one draw, 300 labels
     "trial-300": dict(n=300, draws=1, heldout_per_member=2000, problems=("table1-g1",)),
     # for the test suite: a smooth problem (a Gaussian kernel expansion in d = 3) and Sobol G in d = 2
@@ -561,3 +564,74 @@ def write_outputs(doc: dict, out_dir) -> list:
     ax.legend(fontsize=7)
     paths.append(save_figure(fig, out / "log_ratio.png", dpi=110))
     return paths
+
+
+# -- the README's budgeted example: does its served std cover fresh measurements? -----------------
+
+README_EXAMPLE = "examples/friedman1_budget.json"
+
+
+def readme_calibration(heldout_per_member: int = 20_000, progress=None) -> dict:
+    """The README's budgeted ask/tell job (``examples/friedman1_budget.json``, model gp, 2,000 labels)
+    run with Friedman 1 as its lab, then its served GP judged on fresh points of Q (``heldout_per_member``
+    per member, from the job's own Q stream after its validation points): held-out Err, and the shares of
+    fresh measurements within 1 and 2 of the served ``std`` (a new measurement's) and of the latent std
+    alone, beside the job's own closed-form estimate of them (``model_diagnosis``)."""
+    import json
+    from pathlib import Path
+
+    from lwl.evaluation.metrics import relative_ood_error
+    from lwl.experiments.budget import heldout_population
+    from lwl.models import from_spec, model_document
+    from lwl.oracles import as_numpy, make_oracle
+    from lwl.q_samples import MetaTestSamples
+    from lwl.runner import run_job
+    from lwl.spec import parse_job_spec
+
+    root = Path(__file__).resolve().parents[2]
+    spec = json.loads((root / README_EXAMPLE).read_text())
+    oracle = make_oracle({"name": "friedman1"})
+    t0 = time.perf_counter()
+    res = run_job(spec, oracle=oracle, evaluate=False)
+    seconds = time.perf_counter() - t0
+    rspec = parse_job_spec(res["spec"])
+    q = MetaTestSamples.from_spec(heldout_population(rspec.test_distributions,
+                                                     {"heldout_per_member": heldout_per_member}), rspec.seed)
+    X = np.concatenate(q.heldout)
+    y = np.asarray(as_numpy(oracle.label(X)), dtype=np.float64).reshape(-1)
+    a = q.point_weights(q.heldout, q.weights)
+    gp = from_spec(json.loads(json.dumps(model_document(res))))
+    mean, measurement, latent = gp.predict_stds(X)
+    within = {f"{name}_{k}sd": float(np.mean(np.abs(y - mean) <= k * sd))
+              for name, sd in (("measurement", measurement), ("latent", latent)) for k in (1, 2)}
+    out = {"example": README_EXAMPLE, "labels": int(res["labels_used"]), "heldout_points": int(len(X)),
+           "err": float(relative_ood_error(mean, y, a)), "coverage": within,
+           "median_abs_error": float(np.median(np.abs(y - mean))), "median_std": float(np.median(measurement)),
+           "median_latent_std": float(np.median(latent)), "kernel": gp.kernel_, "noise": float(gp.noise_[0]),
+           "model_diagnosis": res.get("model_diagnosis"), "warnings": res.get("warnings"),
+           "verdict": (res.get("verdict") or {}).get("outcome"), "job_seconds": seconds,
+           "computed_on": machine_words()}
+    if progress:
+        progress(out)
+    return out
+
+
+def readme_markdown(doc: dict) -> str:
+    c = doc["coverage"]
+    diag = ((doc.get("model_diagnosis") or {}).get("outputs") or [{}])[0]
+    return "\n".join([
+        "# The README's budgeted example: the served std against fresh measurements",
+        "",
+        f"`{doc['example']}` (model gp) run with Friedman 1 as its lab ({doc['labels']} labels, "
+        f"{doc['job_seconds']:.0f} s), its served GP (`{doc['kernel']}`, noise {doc['noise']:.4g}) judged on "
+        f"{doc['heldout_points']} fresh points of Q (the job's own Q stream after its validation points).",
+        "",
+        "| held-out Err | within 1 sd | within 2 sd | within 2 latent sd | median abs error | median sd | median latent sd "
+        "| job's LOO estimate: within 1 / 2 sd |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"| {doc['err']:.4g} | {c['measurement_1sd']:.1%} | {c['measurement_2sd']:.1%} | {c['latent_2sd']:.1%} "
+        f"| {doc['median_abs_error']:.3g} | {doc['median_std']:.3g} | {doc['median_latent_std']:.3g} "
+        f"| {_f(diag.get('loo_coverage_1sd'), '.1%')} / {_f(diag.get('loo_coverage_2sd'), '.1%')} |",
+        "",
+        f"Verdict of the job: {doc['verdict']}. Computed on {doc['computed_on']}.",
+        ""])

@@ -303,10 +303,12 @@ class Standardisation:
         cols = [np.ascontiguousarray(Y[:, j]) for j in range(Y.shape[1])]
         y_loc = np.array([c.mean() for c in cols])
         y_scale = np.array([c.std() for c in cols])
-        x_scale = X.std(0)
+        xcols = [np.ascontiguousarray(X[:, k]) for k in range(X.shape[1])]  # and whatever X's memory order
+        x_loc = np.array([c.mean() for c in xcols])
+        x_scale = np.array([c.std() for c in xcols])
         x_scale[~(x_scale > 0)] = 1.0
         y_scale[~(y_scale > 0)] = 1.0
-        return cls(X.mean(0), x_scale, y_loc, y_scale)
+        return cls(x_loc, x_scale, y_loc, y_scale)
 
     def inputs(self, X: np.ndarray) -> np.ndarray:
         return (X - self.x_loc) / self.x_scale
@@ -413,6 +415,7 @@ class GaussianProcess:
     def _set_data(self, X: np.ndarray, Y: np.ndarray) -> None:
         """The training set in the user's units (``X_``, ``Y_``) and in standardised ones (``Xs_``,
         ``Ys_``), with the map between them (``standardisation_``)."""
+        X = np.ascontiguousarray(X)  # as a document's loader will hold it (a column-major X sums in another order)
         self.standardisation_ = Standardisation.of(X, Y)
         self.X_ = self._tensor(X)
         self.Y_ = Y
@@ -664,6 +667,7 @@ class GaussianProcess:
         self.lengthscale_ = np.stack([o[0] for o in outputs])  # (p, d)
         self.output_scale_ = np.array([o[1] for o in outputs])
         self.noise_ = np.array([o[2] for o in outputs])
+        self.jitter_ = np.zeros(len(outputs))  # fitted afresh: no raise yet (_condition records one)
         self.fit_log_marginal_likelihood_ = np.array([o[3] for o in outputs])
         self.fit_loo_error_ = np.array([o[4] for o in outputs])
         self.noise_floor_ = np.array([self.noise_floor(j) * float(self.standardisation_.y_scale[j]) ** 2
@@ -812,12 +816,12 @@ class GaussianProcess:
                                                - 0.5 * len(y) * math.log(2 * math.pi)), j, len(y)))
         self.mean_ = np.array(means)
         self.log_marginal_likelihood_ = np.array(lml)
+        if not hasattr(self, "jitter_") or len(self.jitter_) != p:
+            self.jitter_ = np.zeros(p)
         if np.any(jitter):  # factored again from the raised user-unit noise: the numbers its document gives
             self.noise_ = self.noise_ + jitter
+            self.jitter_ = self.jitter_ + jitter  # kept across later conditionings (reset where noise_ is fitted)
             self._condition(self.mean_ if mean is None else mean)
-            self.jitter_ = self.jitter_ + jitter
-        else:
-            self.jitter_ = np.zeros(p)
 
     # -- prediction ---------------------------------------------------------------------------
     def _inputs(self, X) -> torch.Tensor:
@@ -1002,6 +1006,7 @@ class GaussianProcess:
         gp.lengthscale_ = np.array([np.broadcast_to(o["lengthscale"], (X.shape[1],)) for o in outs], dtype=np.float64)
         gp.output_scale_ = np.array([o["output_scale"] for o in outs], dtype=np.float64)
         gp.noise_ = np.array([o["noise"] for o in outs], dtype=np.float64)
+        gp.jitter_ = np.array([o.get("jitter", 0.0) for o in outs], dtype=np.float64)  # the fit's record (in noise_)
         gp._condition(np.array([o["mean"] for o in outs], dtype=np.float64))
         return gp
 
@@ -1054,13 +1059,15 @@ FACTORS = ("chol_", "alpha_")  # a conditioned model's O(n^2) state (what fit_dr
 
 class KernelRidgeForm(NamedTuple):
     """A fitted GP's posterior mean written as isotropic KRR (:func:`as_kernel_ridge`): train KRR
-    with ``kernel`` at lengthscale 1 and nugget N sigma2 = ``nugget`` on (X / ``input_scale``,
-    y - ``mean``), predict at x / ``input_scale`` and add ``mean``."""
+    with ``kernel`` at lengthscale 1 and nugget N sigma2 = ``nugget`` on ((X - ``input_loc``) /
+    ``input_scale``, y - ``mean``), predict at (x - ``input_loc``) / ``input_scale`` and add ``mean``
+    (centred: a kernel formed as |x|^2 + |y|^2 - 2 x.y cancels on inputs offset far from their spread)."""
 
     kernel: str
     input_scale: np.ndarray  # (d,)
     nugget: float
     mean: float
+    input_loc: np.ndarray | None = None  # (d,): inputs are centred first, (x - input_loc) / input_scale
 
 
 def as_kernel_ridge(gp: "GaussianProcess", output: int = 0) -> KernelRidgeForm:
@@ -1073,7 +1080,7 @@ def as_kernel_ridge(gp: "GaussianProcess", output: int = 0) -> KernelRidgeForm:
     ell = np.asarray(gp.lengthscale_[output], dtype=np.float64)
     scale = math.sqrt(2.0) * ell if gp.kernel_ == "squared_exponential" else ell
     return KernelRidgeForm(gp.kernel_, scale, float(gp.noise_[output] / gp.output_scale_[output]),
-                           float(gp.mean_[output]))
+                           float(gp.mean_[output]), gp.standardisation_.x_loc.copy())
 
 
 # -- the job spec's block for this component, and its registration (lwl.registry) --
@@ -1123,10 +1130,12 @@ class GPSpec(StrictModel):
                     "more where the inputs' and labels' float64 digits resolve less (an input offset far from its "
                     "spread); lwl's floor before was 1e-6, which smooths a deterministic simulator's labels")
 
-    def check_labels(self, n: int) -> None:
-        """A budget of n labels whose model work would pass :data:`GP_MEMORY_LIMIT_BYTES`
-        (:func:`served_model_bytes`) is refused at submit, naming the field and the largest that fits."""
-        largest = max(self.max_fit_points or 0, self.refit_points, self.final_fit_points, MIN_FIT_POINTS)
+    def check_labels(self, n: int, initial: int = 0, d: int | None = None) -> None:
+        """A budget whose n labels (``initial`` of them the lab's own) would make the model work pass
+        :data:`GP_MEMORY_LIMIT_BYTES` (:func:`served_model_bytes`) is refused at submit, naming the field
+        and the largest budget that fits."""
+        fit_points = self.max_fit_points or (default_fit_points(d) if d else MIN_FIT_POINTS)
+        largest = max(fit_points, self.refit_points, self.final_fit_points)
         need = served_model_bytes(n, largest)
         if need <= GP_MEMORY_LIMIT_BYTES:
             return
@@ -1135,7 +1144,7 @@ class GPSpec(StrictModel):
             fits = int(fits * 0.99)
         raise ValueError(f"budget: a gp model on {n} labels needs about {need / 1e9:.1f} GB (two {n} x {n} factors "
                          f"and a likelihood step), more than the {GP_MEMORY_LIMIT_BYTES / 1e9:.0f} GB a job may use; "
-                         f"a budget of up to about {fits} labels fits")
+                         f"a budget of up to about {max(fits - int(initial), 1)} labels fits")
 
 
 MODELS.register("gp", GPSpec, document="lwl.models.gp:GaussianProcess.from_spec")

@@ -10,7 +10,7 @@ Err = sqrt(E_Q (f_hat - y)^2 / E_Q y^2) of the served model on Q has about the f
 E_Q y^2 estimated on labelled points of Q (a budgeted job's validation labels, each member
 weighted by its w_k). It is a floor when the noise is independent of the point: with a simulator
 whose labels carry no measurement noise, a noise share well above the noise's lower bound
-(1e-6 Var(y)) is structure of the function the GP could not resolve from these labels, e.g. an
+(1e-10 Var(y), or what float64 resolves; lwl.models.gp.GaussianProcess.noise_floor) is structure of the function the GP could not resolve from these labels, e.g. an
 oscillation faster than the points are spaced, which more labels of the same kind lower and a
 richer prediction of the same labels usually does not (Friedman 1 with a wide Q: docs/method.md).
 At that lower bound the noise is a nugget, the GP interpolates, and the reading is no floor

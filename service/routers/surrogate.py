@@ -106,7 +106,7 @@ def model_bytes(model) -> int:
 def _model(job_id: str, doc: dict):
     """The job's model, factored once and kept for the next requests (a result never changes):
     the least recently used are dropped past :data:`CACHED_MODELS` models or
-    :data:`CACHED_MODEL_BYTES` bytes (a model larger than that alone is served and not kept)."""
+    :data:`CACHED_MODEL_BYTES` bytes, the newest always kept (one model larger than that stays alone)."""
     with _lock:
         if job_id in _cache:
             _cache.move_to_end(job_id)
@@ -115,7 +115,8 @@ def _model(job_id: str, doc: dict):
     size = model_bytes(model)
     with _lock:
         _cache[job_id] = (model, size)
-        while _cache and (len(_cache) > CACHED_MODELS or sum(b for _, b in _cache.values()) > CACHED_MODEL_BYTES):
+        # the newest is always kept (a model larger than the bound alone is not factored again per request)
+        while len(_cache) > 1 and (len(_cache) > CACHED_MODELS or sum(b for _, b in _cache.values()) > CACHED_MODEL_BYTES):
             _cache.popitem(last=False)
     return model
 

@@ -199,3 +199,28 @@ def test_a_budgeted_job_whose_served_model_cannot_be_fitted_succeeds_with_its_la
     X = np.asarray(res["training_set"]["inputs"])
     y = np.asarray(res["training_set"]["labels"])
     assert len(y) + len(res["left_out"]["labels"]) == 300 and np.array_equal(y, friedman.label(X))
+
+
+def test_a_gp_job_whose_every_fit_to_all_labels_runs_out_of_memory_succeeds_with_its_labels(small_spec, monkeypatch):
+    """The served GP's fit to every point is first made by the left-out check (its arm of every
+    point), then by the served model: a MemoryError there (not a LinAlgError) leaves the check
+    undecided and the job succeeded without a model, every paid label in its training set."""
+    from lwl.models import GaussianProcess
+
+    spec = copy.deepcopy(small_spec)
+    spec.update(budget=300, algorithm={"name": "bilevel"}, model={"name": "gp", "restarts": 0, "max_fit_points": 100})
+    real, sizes = GaussianProcess.fit, []
+
+    def fit(self, X, y):
+        sizes.append(len(X))
+        if len(X) == 300:
+            raise MemoryError("out of memory factoring 300 x 300")  # (a stand-in: 20,000 points on a small box)
+        return real(self, X, y)
+
+    monkeypatch.setattr(GaussianProcess, "fit", fit)
+    res = run_job(spec, evaluate=False)
+    assert 300 in sizes and res["model"] is None
+    assert res["model_fallback"]["reason"] == "fit_failed" and res["model_fallback"]["error"].startswith("MemoryError")
+    check = res["left_out"]["check"]  # (the spec's design drops candidates, so the check ran and raised)
+    assert check is not None and check["error"].startswith("not checked: out of memory") and not check["left_out"]
+    assert len(res["training_set"]["labels"]) == res["labels_used"] == 300

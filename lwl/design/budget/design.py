@@ -121,7 +121,7 @@ RACE_TREND_LEAD = 0.85
 # network, a device out of memory): the job still succeeds, with its training set and no model
 # (BudgetedDesign.result, "model_fallback"). np.linalg.LinAlgError is a ValueError and
 # torch.linalg.LinAlgError a RuntimeError; FloatingPointError an ArithmeticError.
-FIT_ERRORS: tuple[type[BaseException], ...] = (ArithmeticError, RuntimeError, ValueError)
+FIT_ERRORS: tuple[type[BaseException], ...] = (ArithmeticError, RuntimeError, ValueError, MemoryError)
 Q_MIXTURE = "q_mixture"  # the candidate every budgeted design adds: Q's own mixture
 
 
@@ -740,8 +740,9 @@ class BudgetedDesign(StepperDefaults):
                                                  fit=self.rows_scorer(state, everything))
                 s_kept, _, sq_kept = self.two_fold(state, kept, grid, residuals=True,
                                                    fit=self.rows_scorer(state, np.flatnonzero(keep)))
-            except np.linalg.LinAlgError as exc:
-                # a fit that fails (K_y not positive definite) decides nothing: every paid label is served
+            except FIT_ERRORS as exc:
+                # a fit that fails (K_y not positive definite, out of memory) decides nothing: every paid label is
+                # served (and a served fit that fails too leaves the job its training set: _final_served)
                 check["error"] = f"not checked: {exc}"
             else:
                 paired = sq_all is not None and sq_kept is not None
