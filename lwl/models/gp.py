@@ -36,8 +36,8 @@ input d, s^2 = Var(y), sigma_n^2 = Var(y)/100), then draws log-uniform within th
 ``random_state``. Bounds are relative to the data: ell_d in ``lengthscale_bounds`` x the spread
 of input d, s^2 in ``output_scale_bounds`` x Var(y), sigma_n^2 up to ``noise_bounds[1]`` x Var(y)
 and down to the **noise floor** (:meth:`GaussianProcess.noise_floor`): 1e-10 Var(y) (scikit-learn's
-``alpha`` on standardised labels), or more where float64 inputs and labels resolve less (an input
-offset far from its spread). A deterministic simulator's labels carry no noise; the floor before
+``alpha`` on standardised labels), or the square of what float64 inputs and labels resolve where
+that is more (an input offset far beyond 1e6 of its spreads). A deterministic simulator's labels carry no noise; the floor before
 was 1e-6 Var(y), which smoothed them at 1e-3 of their spread. Where K_y still fails to factor, the
 noise is raised along a jitter ladder and the raise recorded (``jitter_``). With more than
 ``max_fit_points`` points the hyperparameters are fitted on a random subset of that size (an
@@ -73,6 +73,7 @@ output.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -107,8 +108,9 @@ FINAL_FIT_POINTS = 2000  # the final fit's points (GaussianProcess._final_fit): 
 
 
 # the most memory a budgeted gp job's served model may need (GPSpec.check_labels): a budget beyond it is refused at
-# submit, naming the field (bench/gp_memory.py measures the GP's peak at 2,000, 8,000 and 20,000 labels)
-GP_MEMORY_LIMIT_BYTES = 6 * 10**9
+# submit, naming the field (bench/gp_memory.py measures the GP's peak at 2,000, 8,000 and 20,000 labels); a deployment
+# whose API and workers hold more sets LWL_GP_MEMORY_GB in both
+GP_MEMORY_LIMIT_BYTES = int(float(os.environ.get("LWL_GP_MEMORY_GB", "6")) * 10**9)
 MAX_FIT_STEP_POINTS = 10_000  # one likelihood step holds about 7 m^2 float64 (fit_step_bytes): 5.6 GB at 10,000
 
 
@@ -442,15 +444,15 @@ class GaussianProcess:
 
     def noise_floor(self, j: int = 0) -> float:
         """The lower bound of output j's sigma_n^2 in standardised units (Var(y) = 1) when
-        ``noise_bounds[0]`` is None: the larger of :data:`NOISE_FLOOR` and the square of 100 times
-        what the data resolve (:meth:`Standardisation.resolution`). Why: a deterministic
+        ``noise_bounds[0]`` is None: the larger of :data:`NOISE_FLOOR` and the square of what the
+        data resolve (:meth:`Standardisation.resolution`). Why: a deterministic
         simulator's labels carry no noise, and a floor of a fixed 1e-6 Var(y) (lwl's before)
         smoothed them at 1e-3 of their spread, where scikit-learn's standardised GP interpolates
         at 1e-10 (docs/method.md, "The served GP in a lab's units"); below what float64 inputs and
         labels resolve, a smaller nugget fits round-off."""
         if self.noise_bounds[0] is not None:
             return float(self.noise_bounds[0])
-        return max(NOISE_FLOOR, float(100.0 * self.resolution_[j]) ** 2)
+        return max(NOISE_FLOOR, float(self.resolution_[j]) ** 2)
 
     # -- fitting ------------------------------------------------------------------------------
     def fit(self, X, y) -> "GaussianProcess":

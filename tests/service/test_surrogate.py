@@ -154,7 +154,13 @@ def test_the_served_gp_document_loads_into_sklearn_with_equal_predictions(api, r
     rtol = agreement_rtol(doc)  # 1e-8, or what K_y's conditioning allows
     np.testing.assert_allclose(r["mean"], sk_mean + c, rtol=rtol)
     scale = np.sqrt(doc["outputs"][0]["output_scale"])  # the variance's round-off is relative to s^2
+    # the recipe by hand (noise as alpha) gives the latent std; the served std is a new measurement's
+    np.testing.assert_allclose(r["latent_std"], sk_std, rtol=rtol, atol=rtol * scale)
+    fitted = from_spec(doc).to_sklearn()  # the document's own regressor: noise as a WhiteKernel
+    sk_mean, sk_std = fitted.predict(x, return_std=True)
+    np.testing.assert_allclose(r["mean"], sk_mean, rtol=rtol)
     np.testing.assert_allclose(r["std"], sk_std, rtol=rtol, atol=rtol * scale)
+    np.testing.assert_allclose(np.square(r["std"]), np.square(r["latent_std"]) + doc["outputs"][0]["noise"], rtol=1e-9)
 
 
 def test_no_model_yet_is_409_and_a_job_without_a_budget_has_none(api, results):
