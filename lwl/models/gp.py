@@ -100,6 +100,7 @@ DEFAULT_REFIT_POINTS = 2000  # a job's (GPSpec.refit_points) and the constructor
 NOISE_FLOOR = 1e-10
 # where K_y does not factor, the noise is raised by these multiples of the output scale in turn (GaussianProcess._condition)
 JITTER_LADDER = (1e-10, 1e-8, 1e-6, 1e-4)
+KERNEL_BLOCK_ELEMENTS = 1 << 24  # elements of one block of rows of the Matern kernel's in-place evaluation (128 MB)
 LOO_BLOCK_ELEMENTS = 1 << 22  # n x columns of one block of loo_residuals (32 MB of float64)
 MIN_FIT_POINTS = 300  # the likelihood's fitting subset of a gp job at d <= 8 (default_fit_points)
 FIT_POINTS_PER_HYPERPARAMETER = 30
@@ -171,8 +172,14 @@ def _ard_kernel_in_place(kind: str, x: torch.Tensor, y: torch.Tensor, lengthscal
         return k.mul_(-0.5).exp_()
     if kind == "matern52":
         r5 = k.mul_(5.0).sqrt_()
-        e = torch.exp(-r5)
-        return r5.mul_(r5 / 3.0 + 1.0).add_(1.0).mul_(e)  # (1 + r5 + r5^2 / 3) exp(-r5)
+        # (1 + r5 + r5^2 / 3) exp(-r5) by blocks of rows: its two temporaries are a block each, not two more
+        # n x n matrices (at 20,000 points 3.2 GB apiece); elementwise, so the numbers are those of one pass
+        rows = max(1, KERNEL_BLOCK_ELEMENTS // max(r5.shape[1], 1))
+        for i in range(0, r5.shape[0], rows):
+            b = r5[i:i + rows]
+            e = torch.exp(-b)
+            b.mul_(b / 3.0 + 1.0).add_(1.0).mul_(e)
+        return r5
     raise ValueError(f"kernel: unknown GP kernel {kind!r}; known: {list(GP_KERNELS)}")
 
 

@@ -331,3 +331,16 @@ def test_a_budgeted_job_posed_in_a_labs_units_succeeds_and_serves_the_reference_
     assert ours <= 1.2 * theirs, (ours, theirs)
     diag = res["model_diagnosis"]["outputs"][0]
     assert 0 <= diag["loo_coverage_1sd"] <= diag["loo_coverage_2sd"] <= 1
+
+
+def test_the_matern_kernel_in_place_is_the_same_in_any_blocks_of_rows(monkeypatch):
+    """Bounded memory: the in-place Matern kernel (conditioning, prediction) is formed by blocks of
+    rows, its temporaries a block each; elementwise, so any block size gives the same numbers."""
+    import lwl.models.gp as gp_module
+
+    x, y = torch.rand(300, 4, dtype=torch.float64), torch.rand(200, 4, dtype=torch.float64)
+    ell = torch.tensor([0.3, 0.5, 0.7, 1.1], dtype=torch.float64)
+    whole = gp_module._ard_kernel_in_place("matern52", x, y, ell)
+    monkeypatch.setattr(gp_module, "KERNEL_BLOCK_ELEMENTS", 7 * 200)
+    assert torch.equal(gp_module._ard_kernel_in_place("matern52", x, y, ell), whole)
+    np.testing.assert_allclose(whole, gp_module.ard_kernel("matern52", x, y, ell.requires_grad_()).detach(), rtol=1e-12)
