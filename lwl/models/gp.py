@@ -122,13 +122,15 @@ def fit_step_bytes(m: int) -> int:
 
 
 def served_model_bytes(n: int, largest_fit: int) -> int:
-    """The peak a budgeted gp job's model work may reach on n labels: two conditioned factors at
-    once (the design keeps its fit to every point while it scores another row set: 8 n^2 bytes
-    each, factored in place), a prediction block beside them, and the likelihood step of its
-    largest fit (``largest_fit`` points, :func:`fit_step_bytes`)."""
+    """The peak a budgeted gp job's model work may reach on n labels: one conditioned factor held
+    (the design keeps its fit to every point while it scores another row set) while a second is
+    formed, which takes two n x n matrices (torch's Cholesky with ``out=`` works in a copy:
+    measured, one n x n more while it factors), so three of 8 n^2 bytes; a prediction block beside
+    them, and the likelihood step of its largest fit (``largest_fit`` points,
+    :func:`fit_step_bytes`)."""
     n = int(n)
     block = max(1, min(PREDICT_BLOCK, PREDICT_BLOCK_ELEMENTS // max(n, 1)))
-    return 2 * 8 * n * n + 2 * 8 * n * block + fit_step_bytes(min(n, largest_fit))
+    return 3 * 8 * n * n + 2 * 8 * n * block + fit_step_bytes(min(n, largest_fit))
 
 
 def default_fit_points(d: int) -> int:
@@ -1045,8 +1047,9 @@ class GaussianProcess:
 
 def _factor_with_jitter(kind: str, Xs: torch.Tensor, ell: torch.Tensor, s2: float,
                         noise: float) -> tuple[torch.Tensor, float]:
-    """(L, added): the Cholesky factor of K_y = s2 K_ell(Xs, Xs) + (noise + added) I, factored in
-    place (one n x n matrix: at 20,000 points 3.2 GB, not two), with ``added`` the first rung of
+    """(L, added): the Cholesky factor of K_y = s2 K_ell(Xs, Xs) + (noise + added) I, written over
+    K (torch factors in a copy, so two n x n matrices while it factors, one after: at 20,000 points
+    3.2 GB each; bench/gp_memory.py), with ``added`` the first rung of
     :data:`JITTER_LADDER` (times s2) at which it factors (0: at once). Raises
     ``numpy.linalg.LinAlgError`` past the last rung."""
     for rung in (0.0, *JITTER_LADDER):
@@ -1151,8 +1154,8 @@ class GPSpec(StrictModel):
         fits = int(n)
         while fits > 1 and served_model_bytes(fits, largest) > GP_MEMORY_LIMIT_BYTES:
             fits = int(fits * 0.99)
-        raise ValueError(f"budget: a gp model on {n} labels needs about {need / 1e9:.1f} GB (two {n} x {n} factors "
-                         f"and a likelihood step), more than the {GP_MEMORY_LIMIT_BYTES / 1e9:.0f} GB a job may use; "
+        raise ValueError(f"budget: a gp model on {n} labels needs about {need / 1e9:.1f} GB (three {n} x {n} matrices "
+                         f"while a second factor is formed, and a likelihood step), more than the {GP_MEMORY_LIMIT_BYTES / 1e9:.0f} GB a job may use; "
                          f"a budget of up to about {max(fits - int(initial), 1)} labels fits")
 
 
