@@ -71,7 +71,7 @@ def test_the_anchor_with_a_fitted_gp_selects_by_its_posterior_variance(gp_job):
     post = gp.output_scale_[0] * integrated_variance(pool[order], z, w, kernel=kernel, lengthscale=0.0, noise=noise)
     fitted = GaussianProcess("matern52", lengthscale=gp.lengthscale_[0], output_scale=gp.output_scale_[0],
                              noise=gp.noise_[0], optimize=False).fit(pool[order], np.zeros(len(order)))
-    np.testing.assert_allclose(post, w @ fitted.predict(z, return_std=True)[1] ** 2, rtol=1e-6)
+    np.testing.assert_allclose(post, w @ fitted.predict(z, return_std=True, std="latent")[1] ** 2, rtol=1e-6)
 
 
 @pytest.mark.slow

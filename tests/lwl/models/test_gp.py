@@ -524,7 +524,9 @@ def test_a_final_fit_that_does_not_lower_the_leave_one_out_error_is_not_kept():
     unchanged."""
     params = {"dim": 3, "centres": 20, "seed": 1}
     X, y, _ = _problem("kernel_expansion", 3, n=400, seed=3, params=params)
-    kw = dict(kernel="squared_exponential", restarts=1, max_fit_points=80, refit_points=None)
+    # at the noise floor of 1e-6 Var(y) (lwl's before, where this case was found; at 1e-10 the refinement lowers
+    # the leave-one-out error here and is kept, the case of the test above)
+    kw = dict(kernel="squared_exponential", restarts=1, max_fit_points=80, refit_points=None, noise_bounds=(1e-6, 1.0))
     subset = GaussianProcess(**kw, final_fit_points=0).fit(X, y)
     final = GaussianProcess(**kw, final_fit_points=400).fit(X, y)
     assert final.final_fit_points_ == 400 and not final.final_fit_kept_.any()
