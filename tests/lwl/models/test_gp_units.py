@@ -66,6 +66,7 @@ def _sklearn_err(X, y, T, truth):
     return _err(best.predict(s.transform(T)), truth)
 
 
+@pytest.mark.slow  # eight fits of scikit-learn's GP: the full suite's, not the fast loop's
 @pytest.mark.parametrize("noise", [0.0, 0.01], ids=["deterministic", "noisy"])
 @pytest.mark.parametrize("duplicates", [False, True], ids=["distinct", "duplicates"])
 @pytest.mark.parametrize("posing", list(POSINGS))
