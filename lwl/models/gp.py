@@ -122,15 +122,14 @@ def fit_step_bytes(m: int) -> int:
 
 
 def served_model_bytes(n: int, largest_fit: int) -> int:
-    """The peak a budgeted gp job's model work may reach on n labels: one conditioned factor held
-    (the design keeps its fit to every point while it scores another row set) while a second is
-    formed, which takes two n x n matrices (torch's Cholesky with ``out=`` works in a copy:
-    measured, one n x n more while it factors), so three of 8 n^2 bytes; a prediction block beside
-    them, and the likelihood step of its largest fit (``largest_fit`` points,
-    :func:`fit_step_bytes`)."""
+    """The peak a budgeted gp job's model work may reach on n labels: a GP fitted to n points alone
+    peaks at three n x n matrices (measured, bench/gp_memory.py: 9.99 GB at 20,000 points; torch's
+    Cholesky with ``out=`` works in a copy), and the design holds one more factor while it fits
+    another row set, so four of 8 n^2 bytes; a prediction block beside them, and the likelihood
+    step of its largest fit (``largest_fit`` points, :func:`fit_step_bytes`)."""
     n = int(n)
     block = max(1, min(PREDICT_BLOCK, PREDICT_BLOCK_ELEMENTS // max(n, 1)))
-    return 3 * 8 * n * n + 2 * 8 * n * block + fit_step_bytes(min(n, largest_fit))
+    return 4 * 8 * n * n + 2 * 8 * n * block + fit_step_bytes(min(n, largest_fit))
 
 
 def default_fit_points(d: int) -> int:
@@ -1154,7 +1153,7 @@ class GPSpec(StrictModel):
         fits = int(n)
         while fits > 1 and served_model_bytes(fits, largest) > GP_MEMORY_LIMIT_BYTES:
             fits = int(fits * 0.99)
-        raise ValueError(f"budget: a gp model on {n} labels needs about {need / 1e9:.1f} GB (three {n} x {n} matrices "
+        raise ValueError(f"budget: a gp model on {n} labels needs about {need / 1e9:.1f} GB (four {n} x {n} matrices "
                          f"while a second factor is formed, and a likelihood step), more than the {GP_MEMORY_LIMIT_BYTES / 1e9:.0f} GB a job may use; "
                          f"a budget of up to about {max(fits - int(initial), 1)} labels fits")
 

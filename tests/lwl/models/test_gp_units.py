@@ -240,7 +240,7 @@ def test_fit_draws_keep_no_factor_but_the_served_ones(monkeypatch):
 
 
 def test_a_budget_whose_gp_would_pass_the_memory_limit_is_refused_naming_the_field():
-    """20,000 labels: three 20,000 x 20,000 matrices and a likelihood step pass 6 GB (GPSpec.check_labels),
+    """20,000 labels: four 20,000 x 20,000 matrices and a likelihood step pass 6 GB (GPSpec.check_labels),
     refused at submit with the largest budget that fits; 8,000 are taken. The fitting subsets are
     capped where one likelihood step would pass 5.6 GB."""
     from pathlib import Path
