@@ -480,14 +480,19 @@ class GaussianProcess:
         refined ones replace them where their leave-one-out error on those points is lower."""
         if self.optimize and int(self.fit_draws) > 1:  # the whole of it once per draw (_fit_best_draw)
             return self._fit_best_draw(X, y)
+        self._fit_checked(X, y)
+        self._final_fit(X, y)
+        return self
+
+    def _fit_checked(self, X, y) -> None:
+        """The subset fit, conditioned on every point, refitted on 4x as many points up to
+        ``refit_points`` while its evidence does not carry over (``fit``'s evidence check)."""
         n, m = len(X), self._fit_points(X)
         cap = max(m, min(n, self.refit_points or 0))
         self._fit_on(X, y, m)
         while self.optimize and m < cap and np.any(self._evidence_gap(n) > 0):
             m = min(4 * m, cap)
             self._refit_on(X, y, m)
-        self._final_fit(X, y)
-        return self
 
     def _params(self) -> dict:
         import inspect
@@ -629,11 +634,7 @@ class GaussianProcess:
         if not check or not self.optimize or n <= m:
             self._fit_on(X, y, m, condition=False)
         else:
-            cap = max(m, min(n, self.refit_points or 0))
-            self._fit_on(X, y, m)
-            while m < cap and np.any(self._evidence_gap(n) > 0):
-                m = min(4 * m, cap)
-                self._refit_on(X, y, m)
+            self._fit_checked(X, y)
             for k in FACTORS:
                 self.__dict__.pop(k, None)
             self.__dict__.pop("log_marginal_likelihood_", None)
