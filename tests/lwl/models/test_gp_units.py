@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lwl.models import GaussianProcess, from_spec
-from lwl.models.gp import JITTER_LADDER, NOISE_FLOOR
+from lwl.models.gp import JITTER_LADDER, NOISE_FLOOR, START_NOISE_LOW
 
 sklearn_gp = pytest.importorskip("sklearn.gaussian_process")
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Matern, WhiteKernel  # noqa: E402
@@ -128,6 +128,29 @@ def test_a_noise_floor_relative_to_what_the_data_resolve():
     far = GaussianProcess(random_state=0).fit(X, y)
     resolved = np.finfo(float).eps * (np.max(np.abs(X) / X.std(0)) + np.max(np.abs(y)) / y.std())
     assert far.noise_floor() == pytest.approx(resolved**2, rel=1e-4)  # (the spread of 1e9 + u: digits lost) and far.noise_floor() > NOISE_FLOOR
+
+
+def test_random_starts_draw_the_noise_above_the_floor_and_the_fit_may_go_below(monkeypatch):
+    """The random starts' noise is drawn from START_NOISE_LOW Var(y) up (the draws the 1e-6 floor
+    made, so a floor change does not move which optimum a start reaches), while the bound the
+    optimiser sees is the floor: deterministic labels still fit a noise below the starts'."""
+    U, y, *_ = _data(60, False, 0.0)
+    seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    original = GaussianProcess._maximise
+
+    def spy(self, X, yy, theta0, lo, hi):
+        seen.append((np.array(theta0), lo.copy(), hi.copy()))
+        return original(self, X, yy, theta0, lo, hi)
+
+    monkeypatch.setattr(GaussianProcess, "_maximise", spy)
+    # twenty draws: from the floor up (the old draw), 40% of them would fall below 1e-6
+    gp = GaussianProcess(kernel="matern52", restarts=20, random_state=0).fit(U, y)
+    randoms = seen[1:21]  # the data-scaled start first, then the draws
+    assert len(randoms) == 20
+    for theta0, lo, hi in randoms:
+        assert lo[-1] == pytest.approx(np.log(NOISE_FLOOR))
+        assert np.log(START_NOISE_LOW) <= theta0[-1] <= hi[-1]
+    assert gp.noise_[0] / y.var() < START_NOISE_LOW  # the optimum goes below where the starts were drawn
 
 
 def test_a_factor_that_fails_is_retried_with_jitter_and_recorded(monkeypatch):
