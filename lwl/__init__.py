@@ -20,7 +20,22 @@ del _os, _backend
 
 __version__ = "0.1.0"
 
-import lwl.builtins  # noqa: E402, F401  (every built-in family, model, algorithm and oracle registers itself)
-from lwl.runner import run_job  # noqa: E402
+# Nothing heavy at import: the light client path (``lwl submit / status / ask / tell``, lwl.client)
+# imports ``lwl`` for one HTTP call, and torch, scipy and POT cost it seconds (issue 85). The
+# built-in components register on the first read of a component registry (lwl.registry), and
+# ``run_job`` imports the runner on first use.
+from lwl import registry as _registry  # noqa: E402
+
+_registry.on_first_read("lwl.builtins")
+del _registry
+
+
+def __getattr__(name: str):
+    if name == "run_job":
+        from lwl.runner import run_job
+
+        return run_job
+    raise AttributeError(f"module 'lwl' has no attribute {name!r}")
+
 
 __all__ = ["__version__", "run_job"]

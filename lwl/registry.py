@@ -53,13 +53,39 @@ class Entry:
         return (getattr(source, "__doc__", None) or "").strip().split("\n\n")[0]
 
 
-class Registry:
-    """Name -> :class:`Entry` for one kind of component (``family``, ``model``, ``algorithm``)."""
+_FIRST_READ: list[str] = []  # modules imported on the first read of a component registry (on_first_read)
+_LOADED = [False]
 
-    def __init__(self, kind: str):
+
+def on_first_read(module: str) -> None:
+    """Import ``module`` (whose import registers components) the first time a component registry
+    is read: ``lwl`` names :mod:`lwl.builtins` here, so that importing the package costs nothing
+    (the light client path) and every reader still sees every built-in name."""
+    _FIRST_READ.append(module)
+
+
+def _load_on_first_read() -> None:
+    if _LOADED[0]:
+        return
+    _LOADED[0] = True  # first, so that a read during the imports below sees what is registered so far
+    for module in _FIRST_READ:
+        importlib.import_module(module)
+
+
+class Registry:
+    """Name -> :class:`Entry` for one kind of component (``family``, ``model``, ``algorithm``).
+    ``builtin``: a registry of lwl's components, which a read fills first (:func:`on_first_read`)."""
+
+    def __init__(self, kind: str, builtin: bool = False):
         self.kind = kind
+        self.builtin = builtin
         self._entries: dict[str, Entry] = {}
         self._listeners: list[Callable[[], None]] = []
+
+    def _read(self) -> dict[str, Entry]:
+        if self.builtin:
+            _load_on_first_read()
+        return self._entries
 
     def register(self, name: str, params: type[BaseModel] | None, build=None, check=None, *,
                  replace: bool = False, **extra) -> Entry:
@@ -81,21 +107,21 @@ class Registry:
 
     def get(self, name: str) -> Entry:
         try:
-            return self._entries[name]
+            return self._read()[name]
         except KeyError:
             raise ValueError(f"{self.kind}.name: unknown {self.kind} {name!r}; known: {self.names()}") from None
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._read()
 
     def names(self) -> list[str]:
-        return list(self._entries)
+        return list(self._read())
 
     def entries(self) -> list[Entry]:
-        return list(self._entries.values())
+        return list(self._read().values())
 
     def params_models(self) -> tuple[type[BaseModel], ...]:
-        return tuple(e.params for e in self._entries.values() if e.params is not None)
+        return tuple(e.params for e in self._read().values() if e.params is not None)
 
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -122,12 +148,12 @@ def block_rebuilt() -> None:
         listener()
 
 
-FAMILIES = Registry("family")
-MODELS = Registry("model")
-ALGORITHMS = Registry("algorithm")
-ORACLES = Registry("oracle")  # build: the Oracle class (lwl.oracles.register_oracle)
-KERNELS = Registry("kernel")  # build: (x, y, lengthscale) -> kernel matrix (lwl.kernels)
-BASELINES = Registry("baseline")  # build: see lwl.evaluation.baselines
+FAMILIES = Registry("family", builtin=True)
+MODELS = Registry("model", builtin=True)
+ALGORITHMS = Registry("algorithm", builtin=True)
+ORACLES = Registry("oracle", builtin=True)  # build: the Oracle class (lwl.oracles.register_oracle)
+KERNELS = Registry("kernel", builtin=True)  # build: (x, y, lengthscale) -> kernel matrix (lwl.kernels)
+BASELINES = Registry("baseline", builtin=True)  # build: see lwl.evaluation.baselines
 
 
 def load_plugins(modules: str | None = None) -> list[str]:
@@ -139,9 +165,12 @@ def load_plugins(modules: str | None = None) -> list[str]:
 
     names = [m.strip() for m in (modules if modules is not None else os.environ.get("LWL_PLUGINS", "")).split(",")
              if m.strip()]
+    plugins = list(entry_points(group="lwl.plugins"))
+    if names or plugins:  # the built-ins first: a plugin that reuses one of their names is told so
+        _load_on_first_read()
     for name in names:
         importlib.import_module(name)  # a module imports once per process: loading again is a no-op
-    for ep in entry_points(group="lwl.plugins"):
+    for ep in plugins:
         ep.load()
         names.append(ep.value)
     return names

@@ -1,5 +1,8 @@
 """Alternating minimisation of the OOD upper bound (paper Alg. 2, "AMA"), parametric form.
 
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
+
 Objective (eqn AMAobjective), for nu = nu_theta and Q = sum_k w_k delta_{nu'_k}:
 
     J(theta) = E_{u~nu_theta} ||G*(u) - G_hat(u)||^2
@@ -35,7 +38,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -51,7 +54,6 @@ from lwl.measures import KLEGaussian
 from lwl.oracles import Oracle, as_numpy
 from lwl.params import StrictModel
 from lwl.registry import ALGORITHMS
-from lwl.spec import JobSpec
 from lwl.streams import STREAM_LIP, STREAM_OPT, STREAM_TRAIN
 
 OPTIMIZERS = ("differential_evolution", "adam", "lbfgsb")

@@ -1,5 +1,8 @@
 """Bilevel gradient descent on a parametrised training distribution (paper Alg. 1 / Alg. 3).
 
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
+
 One iteration k, with nu_k = N(m, LL^T) and Q's validation samples V_j (weights w_j, sizes M_j):
 
 1. draw U = (u_1..u_N) ~ nu_k and label them, y = G*(U);
@@ -34,7 +37,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import numpy as np
 import torch
@@ -60,7 +63,6 @@ from lwl.outcomes import failed_rows, scalar_labels, usable
 from lwl.params import StrictModel
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets, kle_member_sizes
 from lwl.registry import ALGORITHMS
-from lwl.spec import JobSpec
 from lwl.streams import STREAM_CHECK, STREAM_DESIGN
 
 

@@ -25,6 +25,8 @@ What the bilevel design supplies:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from lwl.design.adaptive import adam_step, guard_gradient
@@ -33,8 +35,10 @@ from lwl.design.budget.state import BudgetedState
 from lwl.design.families import Params
 from lwl.models import KernelRidge
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
-from lwl.spec import JobSpec
 from lwl.streams import STREAM_SURROGATE
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 SURROGATE_MAX = 4000  # the surrogate of G* is fitted to at most this many labelled points
 INNER_SAMPLES_MAX = 1024  # N of one bilevel step on the surrogate

@@ -28,6 +28,8 @@ its training-error term with fresh oracle labels at every trial theta, which a b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
@@ -36,7 +38,9 @@ from lwl.design.budgeted_operator import BudgetedOperatorDesign, lab_or_oracle_g
 from lwl.measures import KLEGaussian, Measure
 from lwl.measures.kle_family import KLEFamily
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
-from lwl.spec import JobSpec
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 HELDOUT_PER_MEMBER = 500  # samples of a KLE member without ``size`` beyond its validation ones (the audit's)
 SAME_THETA = 1e-6  # candidates closer than this (relative) are one

@@ -40,7 +40,7 @@ scores per midpoint); the candidates are the grid.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,8 +49,10 @@ from lwl.measures import Empirical, Measure, Mixture, UniformBox
 from lwl.measures.base import SeedLike, as_generator
 from lwl.oracles.eit import MAX_TERMS, angles, conductivity, dirichlet_data, draw_coefficients
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
-from lwl.spec import JobSpec
 from lwl.streams import STREAM_EVAL
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 STREAM_VALIDATION_POINTS = 23  # the conductivities and frequencies of the labelled validation points
 HELDOUT_POINTS = 64  # the audit's held-out points per member of Q (each L solves)

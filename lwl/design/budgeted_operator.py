@@ -27,12 +27,16 @@ the ledger, the rounds, selection, the race and the verdict are the budget layer
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from lwl.design.budget.design import BudgetedDesign, Candidate
 from lwl.measures import Measure, Mixture
 from lwl.q_samples import MetaTestSamples
-from lwl.spec import JobSpec
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 COMMITTEE = 4  # DeepONets of the QbC pool rule (algorithm.pool "qbc"), as the Burgers study's QbC
 

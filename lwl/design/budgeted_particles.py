@@ -35,6 +35,8 @@ trapezoid rule.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from lwl.design.budget.design import Candidate
@@ -46,7 +48,9 @@ from lwl.measures import KLEGaussian, LogSineParticles, Measure
 from lwl.measures.kle import LogNormal
 from lwl.measures.kle_family import PARAMETERS, KLEFamily
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets
-from lwl.spec import JobSpec
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 def initial_particles(spec: JobSpec) -> LogSineParticles:
     """Particle AMA's initial particles (:func:`lwl.design.particles.initial_coefficients`, as the

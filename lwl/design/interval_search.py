@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -34,8 +34,10 @@ from lwl.oracles.eit import angles, conductivity, dirichlet_data, draw_coefficie
 from lwl.params import StrictModel
 from lwl.q_samples import MetaTestSamples
 from lwl.registry import ALGORITHMS, FAMILIES
-from lwl.spec import JobSpec
 from lwl.streams import STREAM_EVAL, STREAM_TRAIN
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 STREAM_VALIDATION_PAIRS = 21  # which of Q's validation omegas each validation pair takes
 STREAM_PRIOR = 22  # the conductivities of training / validation / evaluation sets

@@ -194,3 +194,34 @@ def test_a_registered_kernel_and_member_kind_leave_specs_working(small_spec):
         MEMBER_KINDS.unregister("toy_kind")
     with pytest.raises(SpecError, match="model.kernel"):
         parse_job_spec(doc)
+
+
+LIGHT = """import sys
+{imports}
+print(' '.join(m for m in ('torch', 'scipy', 'lwl.builtins') if m in sys.modules))
+"""
+
+
+def _loaded(imports: str) -> list[str]:
+    """Which of torch, scipy and lwl.builtins a fresh interpreter holds after ``imports``."""
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-c", LIGHT.format(imports=imports)], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    return out.stdout.split()
+
+
+def test_importing_lwl_loads_nothing_heavy_and_a_registry_read_loads_the_built_ins():
+    """``import lwl`` (and the CLI, the HTTP client) loads neither torch nor scipy (issue 85: one
+    `lwl ask` poll cost 3.2 CPU-s); the first read of a component registry imports every
+    built-in, whichever module reads first, and ``lwl.run_job`` is there on first use."""
+    assert _loaded("import lwl, lwl.cli, lwl.client") == []
+    assert _loaded("import lwl\nfrom lwl.registry import MODELS\nassert {'krr', 'gp'} <= set(MODELS.names())") == [
+        "torch", "scipy", "lwl.builtins"]
+    # the modules that build the spec's unions, imported first, still see every built-in name
+    assert "lwl.builtins" in _loaded("from lwl.spec import parse_job_spec\nfrom lwl.registry import ALGORITHMS, "
+                                     "FAMILIES\nassert {'bilevel', 'ama'} <= set(ALGORITHMS.names()) and "
+                                     "'gaussian' in FAMILIES")
+    assert "lwl.builtins" in _loaded("import lwl\nassert callable(lwl.run_job)")

@@ -60,7 +60,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -87,8 +87,10 @@ from lwl.models.gp_diagnosis import warnings as diagnosis_warnings
 from lwl.names import words
 from lwl.outcomes import failed_rows, scalar_labels
 from lwl.q_samples import MetaTestSamples
-from lwl.spec import JobSpec
 from lwl.streams import STREAM_BUDGET
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 SCORE_POOL_MAX = 2000  # refinement scores add at most this many earlier points to each candidate's
 ACCEPT_Z = 1.645  # a challenger replaces the incumbent when it validates better by this many standard errors

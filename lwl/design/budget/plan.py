@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from lwl.spec import JobSpec
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 MIN_VALIDATION = 8  # labelled validation points per member of Q, at least
 MIN_DESIGN = 16  # labels of the design rounds, at least
