@@ -30,7 +30,10 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
           port: int = typer.Option(8000, help="port"),
           data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="embedded store and broker (LWL_DATA_DIR)"),
           no_worker: bool = typer.Option(False, "--no-worker", help="API only (distributed mode: run `lwl worker`)"),
-          workers: int = typer.Option(1, help="embedded worker processes")):
+          workers: int = typer.Option(1, help="embedded worker processes"),
+          threads: Optional[int] = typer.Option(None, "--threads", min=1,
+                                                help="torch's and BLAS's threads of each embedded worker (default: "
+                                                     "the usable cores divided by --workers)")):
     """Run the HTTP API, and (unless --no-worker) a worker, on this machine.
 
     Embedded default: SQLite store and a local broker under the data directory, nothing else
@@ -63,7 +66,12 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
 
     supervisor = None
     if not no_worker:  # restarted when they die, killed when this process dies
-        supervisor = WorkerSupervisor([sys.executable, "-m", "lwl.cli", "worker"], os.environ.copy(), workers).start()
+        from service.core.threads import share
+
+        # each embedded worker takes its share of the cores (service.core.threads): two busy pools of
+        # every core each oversubscribe a small machine
+        args = [sys.executable, "-m", "lwl.cli", "worker", "--threads", str(threads or share(workers))]
+        supervisor = WorkerSupervisor(args, os.environ.copy(), workers).start()
     from service.app import create_app
     from service.core.queue import make_celery, sender, waiting_messages
     from service.core.store import Store
@@ -143,6 +151,10 @@ def tell(job: str = typer.Argument(..., metavar="JOB", help="job id"),
          url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Send the labels of one batch; the job resumes once its round is complete."""
     y = np.asarray(np.load(labels, allow_pickle=False), dtype=np.float64)
+    if not nan_failed and np.isnan(y).any():
+        console.print(f"[red]{escape(str(labels))}: {int(np.isnan(y.reshape(len(y), -1)).any(axis=1).sum())} NaN "
+                      "label(s); a failed measurement is told with --nan-failed (it is paid for, never data)")
+        raise typer.Exit(2)
     failed = np.flatnonzero(np.isnan(y.reshape(len(y), -1)).any(axis=1)).tolist() if nan_failed else None
     with _service_errors(url), _client(url, api_key) as c:
         answer = c.tell(job, batch_id, y.reshape(-1) if failed else y, failed=failed)
@@ -165,6 +177,25 @@ def _problem_line(problem: dict) -> str:
     return f"{problem.get('title', 'failed')}{field}: {problem.get('detail', '')}"
 
 
+def elapsed_seconds(doc: dict, now: float | None = None) -> float | None:
+    """How long the job has run: from its start to its end (or ``now``), both the store's stamps,
+    as the dashboard counts it; None before it started. (A slice's own ``elapsed_seconds`` in
+    its progress counts compute only: an ask/tell job's waits on the lab are not in it.)"""
+    if doc.get("started_at") is None:
+        return None
+    end = doc.get("finished_at") or (time.time() if now is None else now)
+    return max(0.0, end - doc["started_at"])
+
+
+def _duration(seconds: float) -> str:
+    """``"41.3 s"``, ``"29 min 29 s"``, ``"1.2 h"``: as the dashboard writes it (lwl/ui/app.js)."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {round(seconds % 60)} s"
+    return f"{seconds / 3600:.1f} h"
+
+
 def describe_job(doc: dict) -> list[str]:
     """What `lwl status` prints for a job document (GET /v1/jobs/{id}): status and progress on
     the first line, then what the job is, why it waits, its error or verdict, its warnings."""
@@ -174,8 +205,9 @@ def describe_job(doc: dict) -> list[str]:
         head += f"  iteration {p.get('iteration') or 0}/{p['total']}"
     if p.get("validation_err") is not None:
         head += f"  Err {p['validation_err']:.4f}"
-    if p.get("elapsed_seconds") is not None:
-        head += f"  {p['elapsed_seconds']:.0f} s"
+    ran = elapsed_seconds(doc)
+    if ran is not None:
+        head += f"  {_duration(ran)}"
     lines = [head]
     kind = doc.get("kind") or {}
     if kind:
@@ -221,7 +253,8 @@ def submit(spec: Path = typer.Argument(..., metavar="SPEC", help="job spec (JSON
     with _service_errors(url), _client(url, api_key) as c:
         job = c.submit(body, idempotency_key=idempotency_key)
         status = c.job(job)["status"]
-    console.print(f"job {job} {status}: `lwl wait {job}` shows its progress", highlight=False)
+    # one line whatever the terminal's width: a wrapped command cannot be copied
+    console.print(f"job {job} {status}: `lwl wait {job}` shows its progress", highlight=False, soft_wrap=True)
     sys.stdout.write(job + "\n")
 
 

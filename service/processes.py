@@ -73,8 +73,10 @@ class Proc:
 class Server:
     """``lwl serve`` (embedded worker unless ``no_worker``) on a free port."""
 
-    def __init__(self, data_dir: Path, env: dict | None = None, no_worker: bool = False, port: int | None = None):
+    def __init__(self, data_dir: Path, env: dict | None = None, no_worker: bool = False, port: int | None = None,
+                 workers: int = 1, worker_threads: int | None = None):
         self.data_dir, self.no_worker = data_dir, no_worker
+        self.workers, self.worker_threads = workers, worker_threads
         self.port = port or free_port()
         self.env = {**os.environ, **ENV_BASE, "LWL_DATA_DIR": str(data_dir), **(env or {})}
         self.url = f"http://127.0.0.1:{self.port}"
@@ -84,6 +86,10 @@ class Server:
         args = [sys.executable, "-m", "lwl.cli", "serve", "--port", str(self.port)]
         if self.no_worker:
             args.append("--no-worker")
+        else:
+            args += ["--workers", str(self.workers)]
+            if self.worker_threads is not None:
+                args += ["--threads", str(self.worker_threads)]
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = Proc(args, self.env, self.data_dir / f"serve-{self.port}.log")
         try:

@@ -31,7 +31,11 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
            loglevel: LogLevel = typer.Option(LogLevel.warning, "--loglevel", case_sensitive=False,
                                              help="the worker's log level"),
            gpus: Optional[str] = typer.Option(None, "--gpus", help="e.g. 0,1: one supervised GPU worker process "
-                                                                    "per device")):
+                                                                    "per device"),
+           threads: Optional[int] = typer.Option(None, "--threads", min=1,
+                                                 help="torch's and BLAS's threads (default: this machine's usable "
+                                                      "cores, or the container's CPU quota, divided by its live "
+                                                      "workers, this one included)")):
     """Run one Celery worker process (one job slice at a time), or one per GPU with --gpus."""
     import os
 
@@ -41,6 +45,11 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
     loglevel = LogLevel(loglevel).value
     if gpus:
         return _gpu_workers(gpus, data_dir, loglevel)
+    from service.core.threads import apply_threads
+
+    # before torch loads: its OpenMP pool takes the size it reads then
+    threads = threads if threads is not None else _machine_share(data_dir)
+    apply_threads(threads)
     # a test-only switch: a worker that takes the GPU queue on a machine without CUDA, so that
     # routing can be tested with real processes where no GPU exists
     pretend = os.environ.get("LWL_TEST_PRETEND_GPU") == "1"
@@ -68,7 +77,8 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
 
     settings = get_settings()
     queues = worker_queues(kind)
-    start_presence(get_store(), WORKER_NAME, kind, queues, hardware(kind, pretend), settings.heartbeat_seconds)
+    start_presence(get_store(), WORKER_NAME, kind, queues, {**hardware(kind, pretend), "threads": threads},
+                   settings.heartbeat_seconds)
     from service.core.queue import waiting_messages
 
     start_reaper(get_store(), settings.stale_seconds, settings.reaper_interval, enqueue,
@@ -76,6 +86,26 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
     celery_app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}",
                             "--without-gossip", "--without-mingle", "-Q", ",".join(queues),
                             "-n", f"lwl-{os.getpid()}@%h"])
+
+
+def _machine_share(data_dir: Optional[Path]) -> int:
+    """This worker's share of the machine's cores: the live workers of this host in the store
+    (presence rows younger than ``stale_seconds``), this one included (:mod:`service.core.threads`)."""
+    import socket
+    import time
+
+    from service.core.settings import get_settings, use_data_dir
+    from service.core.store import Store
+    from service.core.threads import share
+
+    use_data_dir(data_dir)
+    settings = get_settings()
+    host = socket.gethostname()
+    try:
+        live = Store(settings.resolved_database_url()).list_workers(since=time.time() - settings.stale_seconds)
+    except Exception:  # the store is away: the worker waits for it later; count itself alone
+        live = []
+    return share(1 + sum(w.info.get("host") == host for w in live))
 
 
 def _gpu_workers(gpus: str, data_dir: Optional[Path], loglevel: str) -> None:
