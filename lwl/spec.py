@@ -271,4 +271,4 @@ def parse_job_spec(doc: dict[str, Any] | str | bytes, *, strict: bool = False) -
             return JobSpec.model_validate_json(doc, strict=strict)
         return JobSpec.model_validate(doc, strict=strict)
     except ValidationError as exc:
-        raise spec_error(exc) from None
+        raise spec_error(exc, JobSpec) from None

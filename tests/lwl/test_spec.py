@@ -177,3 +177,33 @@ def test_degenerate_samples_member_is_refused_for_bilevel(issue_spec):
         parse_job_spec(doc)
     assert exc.value.errors[0][0] == "test_distributions.members.0.samples"
     assert "rank 1 < d = 5" in exc.value.errors[0][1]
+
+
+@pytest.mark.parametrize("where, typo, meant", [
+    ((), "budjet", "budget"),
+    (("test_distributions",), "validation_per_membr", "validation_per_member"),
+    (("test_distributions", "members", 0, "gaussian"), "mena", "mean"),
+    (("family",), "covv", "cov"),  # a tagged union: the gaussian family's fields
+    (("algorithm",), "round_sise", "round_size"),
+    (("oracle",), "batch_sise", "batch_size"),
+])
+def test_an_unknown_field_is_told_the_closest_known_name_at_its_level(where, typo, meant):
+    spec = json.loads((Path(__file__).resolve().parents[2] / "examples" / "friedman1_budget.json").read_text())
+    block = spec
+    for key in where:
+        block = block[key]
+    block[typo] = 1
+    with pytest.raises(SpecError) as err:
+        parse_job_spec(spec)
+    field = ".".join(str(k) for k in (*where, typo))
+    assert err.value.errors == [(field, f"Extra inputs are not permitted; did you mean {meant!r}?")]
+
+
+def test_an_unknown_field_with_no_close_name_gets_no_guess():
+    spec = json.loads((Path(__file__).resolve().parents[2] / "examples" / "friedman1_budget.json").read_text())
+    spec["zzzz"] = 1
+    spec["model"]["lengthscal"] = 1.0  # the gp model has no lengthscale field: nothing is close
+    with pytest.raises(SpecError) as err:
+        parse_job_spec(spec)
+    assert sorted(err.value.errors) == [("model.lengthscal", "Extra inputs are not permitted"),
+                                        ("zzzz", "Extra inputs are not permitted")]

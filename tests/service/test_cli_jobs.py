@@ -43,11 +43,28 @@ def client(server):
         yield c
 
 
+# the command line as `lwl` runs it, which then exits 99 if the command loaded torch or scipy: the
+# job commands are a lab's shell loop, one process per call, and must stay light (issue 85)
+LIGHT_LWL = """import atexit, os, runpy, sys
+def light():
+    heavy = [m for m in ("torch", "scipy") if m in sys.modules]
+    if heavy:
+        sys.stderr.write("loaded " + " and ".join(heavy) + "\\n")
+        sys.stderr.flush()
+        os._exit(99)
+atexit.register(light)
+sys.argv = ["lwl", *sys.argv[1:]]
+runpy.run_module("lwl.cli", run_name="__main__")
+"""
+
+
 def lwl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The installed command line, as a lab's shell script runs it."""
+    """The installed command line, as a lab's shell script runs it (and light: LIGHT_LWL)."""
     full = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "lwl.cli", *args], capture_output=True, text=True, env=full,
+    done = subprocess.run([sys.executable, "-c", LIGHT_LWL, *args], capture_output=True, text=True, env=full,
                           timeout=300)
+    assert done.returncode != 99, f"lwl {args[0]} {done.stderr.strip().splitlines()[-1]}"
+    return done
 
 
 def invoke(server, *args: str, key: str | None = KEY, url: str | None = None):
@@ -73,6 +90,8 @@ def test_a_budgeted_job_from_the_shell_submit_wait_training_set(server, client, 
     assert client.job(job)["id"] == job  # stdout is the job id alone, for JOB=$(lwl submit ...)
     again = lwl("submit", str(path), "--idempotency-key", "campaign-1", env=env)
     assert again.stdout.strip() == job  # a resubmitted campaign is the same job
+    narrow = lwl("submit", str(path), "--idempotency-key", "campaign-1", env={**env, "COLUMNS": "40"})
+    assert f"`lwl wait {job}` shows its progress" in narrow.stderr  # the hint on one line, whatever the width
 
     waited = lwl("wait", job, "--poll", "0.2", env=env)
     assert waited.returncode == 0, waited.stderr
@@ -91,14 +110,18 @@ def test_a_budgeted_job_from_the_shell_submit_wait_training_set(server, client, 
     assert X.shape == (client.result(job)["labels_used"] - len(out_y), 5) and np.array_equal(y, FRIEDMAN.label(X))
     assert f"{len(y)} labelled points (d = 5) written to {out}" in fetched.stderr
 
-    shown = invoke(server, "status", job)
-    assert shown.exit_code == 0, shown.output
+    shown = lwl("status", job, env=env)
+    assert shown.returncode == 0, shown.stderr
     head, *rest = shown.stdout.splitlines()
     assert head.startswith(f"{job}  succeeded  iteration 5/5")
     assert "  algorithm bilevel, family gaussian, oracle friedman1" in rest
     assert any(line.startswith("  labels used ") and "of a budget of 300" in line for line in rest)
     doc = json.loads(invoke(server, "status", job, "--json").stdout)
     assert doc["status"] == "succeeded" and doc["progress"]["budget"] == 300
+    np.save(tmp_path / "x.npy", X[:7])
+    predicted = lwl("predict", job, str(tmp_path / "x.npy"), "--out", str(tmp_path / "p.npy"), env=env)
+    assert predicted.returncode == 0, predicted.stderr
+    assert np.load(tmp_path / "p.npy").shape == (7, 2)
 
 
 def test_wait_gives_up_at_its_timeout_and_fails_on_a_cancelled_job(server, client):
@@ -293,11 +316,12 @@ def test_ask_and_tell_name_what_they_refuse(server, client, tmp_path):
         unknown = invoke(server, "tell", job, "9.9", str(labels))
         # the problem's field in brackets, not eaten as console markup
         assert unknown.exit_code == 1 and "404 Unknown batch [batch_id]: " in unknown.output, unknown.output
-        asked = invoke(server, "ask", job, "--out", str(tmp_path / "x.npy"))
-        assert asked.exit_code == 0 and asked.stdout.strip() == "1.0"
+        env = {"LWL_URL": server.url, "LWL_API_KEY": KEY}
+        asked = lwl("ask", job, "--out", str(tmp_path / "x.npy"), env=env)  # (light: LIGHT_LWL)
+        assert asked.returncode == 0 and asked.stdout.strip() == "1.0"
         np.save(labels, np.zeros(10))  # the batch has 64 points
-        short = invoke(server, "tell", job, "1.0", str(labels))
-        assert short.exit_code == 1 and "[labels]" in short.output, short.output
+        short = lwl("tell", job, "1.0", str(labels), env=env)
+        assert short.returncode == 1 and "[labels]" in short.stderr, short.stderr
         nowhere = invoke(server, "ask", job, url=f"http://127.0.0.1:{free_port()}")
         assert nowhere.exit_code == 1 and "cannot reach the service" in nowhere.output
     finally:
