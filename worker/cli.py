@@ -83,9 +83,28 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
 
     start_reaper(get_store(), settings.stale_seconds, settings.reaper_interval, enqueue,
                  waiting_messages(celery_app), settings.redispatch_seconds)
+    _root_said_once()
     celery_app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}",
                             "--without-gossip", "--without-mingle", "-Q", ",".join(queues),
                             "-n", f"lwl-{os.getpid()}@%h"])
+
+
+def _root_said_once() -> None:
+    """Running as root (a developer's machine, a CI runner; the container image runs as the user
+    ``lwl``): Celery warns at every start in words written for pickle-accepting workers, which
+    this one is not (JSON only, never a client's pickle). Say it once, in our words, with what to
+    do, and leave Celery's out of the serve log."""
+    import os
+    import warnings
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return
+    from celery.exceptions import SecurityWarning
+
+    warnings.filterwarnings("ignore", category=SecurityWarning)
+    console.print("lwl worker runs as root: it accepts JSON messages only (no pickle), but a worker needs no "
+                  "privileges; run it as an unprivileged user where you can (the container image does: USER lwl)",
+                  highlight=False, soft_wrap=True)
 
 
 def _machine_share(data_dir: Optional[Path]) -> int:
