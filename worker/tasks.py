@@ -97,7 +97,10 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
                 log.warning("job %s: heartbeat not written: %s", job_id, type(exc).__name__)
 
     threading.Thread(target=beat, daemon=True, name=f"heartbeat-{job_id}").start()
-    started = job.started_at or time.time()
+    # the job's time so far: started_at and the heartbeat acquire wrote are on the store's clock,
+    # this host's may differ by any amount; from here on the monotonic clock counts
+    before = (job.heartbeat_at - job.started_at) if job.started_at is not None and job.heartbeat_at is not None else 0.0
+    taken = time.monotonic()
     deadline = time.monotonic() + settings.slice_seconds
     pending: dict = {}
     steps = [0]
@@ -110,7 +113,7 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
         steps[0] += 1
         doc = {"iteration": p["iteration"], "total": p["total"], "objective": p["objective"],
                "validation_err": p["validation_err"], "labels_used": p.get("labels_used"),
-               "elapsed_seconds": time.time() - started}
+               "elapsed_seconds": before + time.monotonic() - taken}
         if spec.budget is not None:  # a budgeted job: labels used of its budget (one iteration = one round)
             record = p.get("record") or {}
             doc.update(budget=spec.budget, labels_failed=record.get("labels_failed", 0), round=p["iteration"])

@@ -22,7 +22,6 @@ with a conditional update of ``dispatched_at``.
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from typing import Callable
 
@@ -61,15 +60,15 @@ def redispatch_once(store: Store, enqueue: Enqueue, waiting: Callable[[str], int
                     after_seconds: float) -> list[str]:
     """Send again the messages the broker may have lost (module docstring); returns the ids.
     ``waiting(queue)``: the messages waiting in a broker queue, None when it cannot be read."""
-    lost = store.undispatched(time.time() - after_seconds)
+    lost = store.undispatched(after_seconds)  # an age on the store's clock, not this host's
     if not lost:
         return []
     queued: dict[str, int] = defaultdict(int)
     for queue, n in store.queued_counts().items():
         queued[queue or QUEUE_CPU] += n
     by_queue = defaultdict(list)
-    for job_id, generation, queue, sent in lost:
-        by_queue[queue or QUEUE_CPU].append((job_id, generation, sent))
+    for job in lost:
+        by_queue[job.queue or QUEUE_CPU].append((job.job_id, job.generation, job.sent, job.age))
     out = []
     for queue, candidates in by_queue.items():
         held = waiting(queue)
@@ -77,10 +76,10 @@ def redispatch_once(store: Store, enqueue: Enqueue, waiting: Callable[[str], int
             continue  # broker unreachable (the next round tries), or every queued job can have its message
         # as many as are missing, oldest first: a message still unconsumed long after it was sent
         # is the likeliest lost; if another one was, the next round sends that one
-        for job_id, generation, sent in candidates[:queued[queue] - held]:
+        for job_id, generation, sent, age in candidates[:queued[queue] - held]:
             if store.mark_dispatched(job_id, generation, was=sent):  # this process re-sends it, no other
                 log.warning("job %s: queued %.0f s without being taken and the broker's %s holds %d of %d "
-                            "messages; sending it again", job_id, time.time() - sent, queue, held, queued[queue])
+                            "messages; sending it again", job_id, age, queue, held, queued[queue])
                 enqueue(job_id, generation)
                 out.append(job_id)
     return out

@@ -63,9 +63,9 @@ def test_as_many_are_sent_as_messages_are_missing_oldest_first(store):
 
 def test_concurrent_dispatchers_send_one_copy(store):
     job_id = submit(store, small_job(iterations=2))
-    ((_, _, _, was),) = store.undispatched(time.time() + 1)
-    assert store.mark_dispatched(job_id, 0, was=was)
-    assert not store.mark_dispatched(job_id, 0, was=was)  # the other dispatcher read the same time: it loses
+    (job,) = store.undispatched(-1)
+    assert store.mark_dispatched(job_id, 0, was=job.sent)
+    assert not store.mark_dispatched(job_id, 0, was=job.sent)  # the other dispatcher read the same time: it loses
 
 
 def test_copies_of_a_message_are_harmless(store, tmp_path):
