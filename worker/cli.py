@@ -72,7 +72,7 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
     from service.core.queue import waiting_messages
 
     start_reaper(get_store(), settings.stale_seconds, settings.reaper_interval, enqueue,
-                 waiting_messages(celery_app), settings.redispatch_seconds)
+                 waiting_messages(celery_app), settings.redispatch_seconds, settings.redispatch_hold_seconds)
     celery_app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}",
                             "--without-gossip", "--without-mingle", "-Q", ",".join(queues),
                             "-n", f"lwl-{os.getpid()}@%h"])
