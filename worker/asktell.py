@@ -53,6 +53,8 @@ class StoreOracle(Oracle):
             return np.concatenate([np.load(io.BytesIO(b.labels), allow_pickle=False) for b in batches])
         if batches:
             raise AwaitLabels([b.batch_id for b in batches if b.labels is None], new_round=False)
+        if self.fence is not None:  # opening the round gives the lease back: no theft
+            self.fence.release()
         ids = self.store.open_round(self.job_id, self.lease, key, x, self.batch_size)
         raise AwaitLabels(ids, new_round=True)
 

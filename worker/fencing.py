@@ -19,13 +19,26 @@ class LeaseLost(Exception):
 
 
 class Fence:
-    """Whether the slice still holds its lease: set once, by the heartbeat that found it gone."""
+    """Whether the slice still holds its lease: lost once a heartbeat found it gone, unless the
+    slice had released it itself (its ending writes and an ask/tell pause give the lease back,
+    and a heartbeat racing them must not take that for a theft)."""
 
     def __init__(self) -> None:
         self._lost = threading.Event()
+        self._released = threading.Event()
 
-    def lose(self) -> None:
+    def release(self) -> None:
+        """The slice is about to give its lease back itself: a heartbeat refused from now on is
+        no theft. Set before the write that releases it."""
+        self._released.set()
+
+    def heartbeat_refused(self) -> bool:
+        """A heartbeat found the lease gone: the lease is lost unless the slice released it.
+        Returns whether it was lost."""
+        if self._released.is_set():
+            return False
         self._lost.set()
+        return True
 
     @property
     def lost(self) -> bool:

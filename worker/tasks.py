@@ -102,8 +102,8 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
         while not stop.wait(settings.heartbeat_seconds):
             try:
                 if not store.heartbeat(job_id, lease):
-                    log.warning("job %s: lease lost (the job was taken over); the slice stops", job_id)
-                    fence.lose()
+                    if fence.heartbeat_refused():  # not the slice's own release: taken over
+                        log.warning("job %s: lease lost (the job was taken over); the slice stops", job_id)
                     return
             except Exception as exc:  # the store is away: beat again when it is back
                 log.warning("job %s: heartbeat not written: %s", job_id, type(exc).__name__)
@@ -148,13 +148,16 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
         # a cancel, or the lease lost, also interrupts a lab call in flight (lwl.outbound) and
         # refuses the next one, not only between steps
         with outbound.cancellation(lambda: fence.lost or store.cancel_requested(job_id)):
-            result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job.owner),
-                             state=job.checkpoint, progress=progress, checkpoint=checkpoint,
-                             # checkpoints leave the history out (O(state) per iteration): the
-                             # store keeps one row per iteration and gives them back on resume
-                             checkpoint_history=False,
-                             history=store.history(job_id) if job.checkpoint else None,
-                             should_stop=should_stop)
+            try:
+                result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job.owner),
+                                 state=job.checkpoint, progress=progress, checkpoint=checkpoint,
+                                 # checkpoints leave the history out (O(state) per iteration): the
+                                 # store keeps one row per iteration and gives them back on resume
+                                 checkpoint_history=False,
+                                 history=store.history(job_id) if job.checkpoint else None,
+                                 should_stop=should_stop)
+            finally:  # every write from here on ends the slice and gives its lease back
+                fence.release()
     except LeaseLost:
         return LEASE_LOST
     except outbound.Cancelled:

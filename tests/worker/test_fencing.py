@@ -102,3 +102,18 @@ def test_a_slice_whose_lease_is_stolen_calls_the_lab_no_more_and_writes_nothing(
     late = [t - stolen["at"] for t, _ in lab.calls if t > stolen["at"] + HEARTBEAT + SLACK]
     assert late == [], f"{len(late)} lab calls after the heartbeat that found the lease gone (s after the theft: {late})"
     assert job_row(store, job_id) == stolen["row"]  # the old slice wrote nothing after the theft
+
+
+def test_a_heartbeat_refused_after_the_slice_released_its_lease_is_no_theft():
+    """The slice's own ending writes give the lease back; a heartbeat racing them is refused by
+    the store, and must not be read as a theft (no "lease lost", no fence)."""
+    from worker.fencing import Fence, LeaseLost
+
+    ours = Fence()
+    ours.release()
+    assert not ours.heartbeat_refused() and not ours.lost
+    ours.check("j")  # nothing raised
+    stolen = Fence()
+    assert stolen.heartbeat_refused() and stolen.lost
+    with pytest.raises(LeaseLost):
+        stolen.check("j")
