@@ -11,9 +11,9 @@ killing its workers.
 pause, a stalled VM) and reaped keeps its thread; its writes are refused by the lease, but its
 computing and its lab calls would go on until its next save, buying the same measurement twice.
 So a heartbeat that finds the lease gone marks the slice's :class:`worker.fencing.Fence`, and
-the slice stops cooperatively at its next oracle call or step: :mod:`lwl.outbound` refuses (or aborts) the lab
-call, ``should_stop`` and ``progress`` raise :class:`LeaseLost`, and the slice ends as "lease
-lost" without any further store write (the job is its successor's).
+the slice stops cooperatively at its next oracle call or step: :mod:`lwl.outbound` refuses (or
+aborts) the lab call, ``should_stop`` and ``progress`` raise :class:`LeaseLost`, and the slice
+ends as "lease lost" without any further store write (the job is its successor's).
 
 An unreachable store is waited out, not failed: the slice's store calls retry with backoff
 (:class:`service.core.outage.PatientStore`) and the slice goes on where it was, keeping its
@@ -111,7 +111,7 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
     threading.Thread(target=beat, daemon=True, name=f"heartbeat-{job_id}").start()
     # the job's time so far: started_at and the heartbeat acquire wrote are on the store's clock,
     # this host's may differ by any amount; from here on the monotonic clock counts
-    before = (job.heartbeat_at - job.started_at) if job.started_at is not None and job.heartbeat_at is not None else 0.0
+    before = 0.0 if job.started_at is None or job.heartbeat_at is None else job.heartbeat_at - job.started_at
     taken = time.monotonic()
     deadline = time.monotonic() + settings.slice_seconds
     pending: dict = {}

@@ -64,6 +64,8 @@ def test_a_worker_whose_clock_is_a_minute_off_is_not_reaped_while_it_beats(tmp_p
     assert reaped == []
     job = store.get_job(job_id)
     assert outcome == ["cancelled"] and job.attempts == 1 and job.generation == 0
+    # the job's elapsed time mixes no clocks: not a minute off
+    assert 0 < job.progress["elapsed_seconds"] < REAL_TIME() - job.created_at + 1
 
 
 def test_stamps_and_cutoffs_are_the_store_clock_whatever_the_host_says(tmp_path, monkeypatch):
