@@ -83,7 +83,7 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
     # resumes dead workers' jobs and re-sends lost messages, also with no worker running
     stop_reaper = start_reaper(store, settings.stale_seconds, settings.reaper_interval,
                                sender(celery, store.job_queue), waiting_messages(celery),
-                               settings.redispatch_seconds)
+                               settings.redispatch_seconds, settings.redispatch_hold_seconds)
     console.print(f"lwl {settings.resolved_database_url().split(':')[0]} store, broker "
                   f"{settings.resolved_broker_url().split(':')[0]}; API on http://{host}:{port}"
                   + ("" if no_worker else f" with {workers} embedded worker(s)"))

@@ -19,6 +19,7 @@ import numpy as np
 from lwl import outbound, webhooks
 from lwl.oracles import Oracle
 from service.core.store import Store
+from worker.fencing import Fence
 
 log = logging.getLogger("lwl.asktell")
 
@@ -37,11 +38,14 @@ class StoreOracle(Oracle):
     name = "external"
     reports_failures = True  # failed points come back as NaN rows (lwl.outcomes)
 
-    def __init__(self, store: Store, job_id: str, lease: str, batch_size: int | None):
+    def __init__(self, store: Store, job_id: str, lease: str, batch_size: int | None, fence: Fence | None = None):
         super().__init__(None)
         self.store, self.job_id, self.lease, self.batch_size = store, job_id, lease, batch_size
+        self.fence = fence
 
     def _label(self, inputs):
+        if self.fence is not None:  # a slice that lost its lease opens no round
+            self.fence.check(self.job_id)
         x = np.asarray(inputs, dtype=np.float64)
         key = round_key(x)
         batches = self.store.round_batches(self.job_id, key)
@@ -49,6 +53,8 @@ class StoreOracle(Oracle):
             return np.concatenate([np.load(io.BytesIO(b.labels), allow_pickle=False) for b in batches])
         if batches:
             raise AwaitLabels([b.batch_id for b in batches if b.labels is None], new_round=False)
+        if self.fence is not None:  # opening the round gives the lease back: no theft
+            self.fence.release()
         ids = self.store.open_round(self.job_id, self.lease, key, x, self.batch_size)
         raise AwaitLabels(ids, new_round=True)
 

@@ -82,7 +82,7 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
     from service.core.queue import waiting_messages
 
     start_reaper(get_store(), settings.stale_seconds, settings.reaper_interval, enqueue,
-                 waiting_messages(celery_app), settings.redispatch_seconds)
+                 waiting_messages(celery_app), settings.redispatch_seconds, settings.redispatch_hold_seconds)
     _root_said_once()
     celery_app.worker_main(["worker", "--pool=solo", "--concurrency=1", f"--loglevel={loglevel}",
                             "--without-gossip", "--without-mingle", "-Q", ",".join(queues),
@@ -111,7 +111,6 @@ def _machine_share(data_dir: Optional[Path]) -> int:
     """This worker's share of the machine's cores: the live workers of this host in the store
     (presence rows younger than ``stale_seconds``), this one included (:mod:`service.core.threads`)."""
     import socket
-    import time
 
     from service.core.settings import get_settings, use_data_dir
     from service.core.store import Store
@@ -121,7 +120,7 @@ def _machine_share(data_dir: Optional[Path]) -> int:
     settings = get_settings()
     host = socket.gethostname()
     try:
-        live = Store(settings.resolved_database_url()).list_workers(since=time.time() - settings.stale_seconds)
+        live = Store(settings.resolved_database_url()).list_workers(within=settings.stale_seconds)
     except Exception:  # the store is away: the worker waits for it later; count itself alone
         live = []
     return share(1 + sum(w.info.get("host") == host for w in live))

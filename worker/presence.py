@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 
 import lwl
 from service.core.store import Store
@@ -44,11 +45,19 @@ def start_presence(store: Store, name: str, device: str, queues: list[str], info
     stop = threading.Event()
 
     def beat():
+        failing_since = None  # monotonic time of the first failed beat of the current outage
         while not stop.wait(interval):
             try:
                 store.worker_heartbeat(name, CURRENT["job"], CURRENT["slices"])
-            except Exception:  # the store may be briefly unreachable; try again next beat
-                log.exception("worker heartbeat failed")
+            except Exception as exc:  # the store may be briefly unreachable; try again next beat
+                if failing_since is None:  # one line per outage, not a traceback per beat
+                    failing_since = time.monotonic()
+                    log.warning("worker heartbeat not written (%s: %s); trying again every %g s",
+                                type(exc).__name__, exc, interval)
+                continue
+            if failing_since is not None:
+                log.warning("worker heartbeat written again after %.0f s", time.monotonic() - failing_since)
+                failing_since = None
 
     def leave():
         stop.set()

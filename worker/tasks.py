@@ -7,6 +7,14 @@ next slice. A heartbeat thread keeps the lease fresh; a reaper (:mod:`service.co
 re-enqueues jobs whose worker died, and the attempt count in the store fails a job that keeps
 killing its workers.
 
+**Fencing stops the work, not only the writes.** A slice that was presumed dead (a long GC
+pause, a stalled VM) and reaped keeps its thread; its writes are refused by the lease, but its
+computing and its lab calls would go on until its next save, buying the same measurement twice.
+So a heartbeat that finds the lease gone marks the slice's :class:`worker.fencing.Fence`, and
+the slice stops cooperatively at its next oracle call or step: :mod:`lwl.outbound` refuses (or
+aborts) the lab call, ``should_stop`` and ``progress`` raise :class:`LeaseLost`, and the slice
+ends as "lease lost" without any further store write (the job is its successor's).
+
 An unreachable store is waited out, not failed: the slice's store calls retry with backoff
 (:class:`service.core.outage.PatientStore`) and the slice goes on where it was, keeping its
 lease. Only a store gone for longer than ``LWL_STORE_WAIT_SECONDS`` ends the slice, and then its
@@ -40,6 +48,7 @@ from service.core.settings import Settings, get_settings
 from service.core.store import JobStatus, Store
 from worker.asktell import AwaitLabels, StoreOracle, announce
 from worker.celery_app import celery_app
+from worker.fencing import Fence, LeaseLost
 from worker.presence import CURRENT
 
 log = logging.getLogger("lwl.worker")
@@ -55,8 +64,7 @@ def get_store() -> Store:
     return _store
 
 
-class LeaseLost(Exception):
-    """The job was taken over (reaped after a stall) while this slice ran."""
+LEASE_LOST = "lease lost"  # what run_slice_now returns for a slice that lost its lease
 
 
 def problem(title: str, detail: str, status: int = 500, **extra) -> dict:
@@ -88,16 +96,23 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
         spec = spec.model_copy(update={"device": settings.worker_device})
 
     stop = threading.Event()
+    fence = Fence()  # the heartbeat found the lease gone: stop, write nothing more (worker.fencing)
 
     def beat():
         while not stop.wait(settings.heartbeat_seconds):
             try:
-                store.heartbeat(job_id, lease)
+                if not store.heartbeat(job_id, lease):
+                    if fence.heartbeat_refused():  # not the slice's own release: taken over
+                        log.warning("job %s: lease lost (the job was taken over); the slice stops", job_id)
+                    return
             except Exception as exc:  # the store is away: beat again when it is back
                 log.warning("job %s: heartbeat not written: %s", job_id, type(exc).__name__)
 
     threading.Thread(target=beat, daemon=True, name=f"heartbeat-{job_id}").start()
-    started = job.started_at or time.time()
+    # the job's time so far: started_at and the heartbeat acquire wrote are on the store's clock,
+    # this host's may differ by any amount; from here on the monotonic clock counts
+    before = 0.0 if job.started_at is None or job.heartbeat_at is None else job.heartbeat_at - job.started_at
+    taken = time.monotonic()
     deadline = time.monotonic() + settings.slice_seconds
     pending: dict = {}
     steps = [0]
@@ -107,10 +122,11 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
         pending["blob"] = blob
 
     def progress(p: dict) -> None:
+        fence.check(job_id)
         steps[0] += 1
         doc = {"iteration": p["iteration"], "total": p["total"], "objective": p["objective"],
                "validation_err": p["validation_err"], "labels_used": p.get("labels_used"),
-               "elapsed_seconds": time.time() - started}
+               "elapsed_seconds": before + time.monotonic() - taken}
         if spec.budget is not None:  # a budgeted job: labels used of its budget (one iteration = one round)
             record = p.get("record") or {}
             doc.update(budget=spec.budget, labels_failed=record.get("labels_failed", 0), round=p["iteration"])
@@ -118,6 +134,7 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
             raise LeaseLost(job_id)
 
     def should_stop() -> bool:
+        fence.check(job_id)
         now = time.monotonic()
         if now > deadline and steps[0] > 0:  # every slice moves the job at least one step
             return True
@@ -126,18 +143,26 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
             return store.cancel_requested(job_id)
         return False
 
-    oracle = (StoreOracle(store, job_id, lease, spec.oracle.batch_size) if spec.oracle.is_external else None)
+    oracle = (StoreOracle(store, job_id, lease, spec.oracle.batch_size, fence) if spec.oracle.is_external else None)
     try:
-        # a cancel also interrupts a lab call in flight (lwl.outbound), not only between steps
-        with outbound.cancellation(lambda: store.cancel_requested(job_id)):
-            result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job.owner),
-                             state=job.checkpoint, progress=progress, checkpoint=checkpoint,
-                             # checkpoints leave the history out (O(state) per iteration): the
-                             # store keeps one row per iteration and gives them back on resume
-                             checkpoint_history=False,
-                             history=store.history(job_id) if job.checkpoint else None,
-                             should_stop=should_stop)
+        # a cancel, or the lease lost, also interrupts a lab call in flight (lwl.outbound) and
+        # refuses the next one, not only between steps
+        with outbound.cancellation(lambda: fence.lost or store.cancel_requested(job_id)):
+            try:
+                result = run_job(spec, oracle=oracle, resolve=lambda ref: store.load_dataset(ref, job.owner),
+                                 state=job.checkpoint, progress=progress, checkpoint=checkpoint,
+                                 # checkpoints leave the history out (O(state) per iteration): the
+                                 # store keeps one row per iteration and gives them back on resume
+                                 checkpoint_history=False,
+                                 history=store.history(job_id) if job.checkpoint else None,
+                                 should_stop=should_stop)
+            finally:  # every write from here on ends the slice and gives its lease back
+                fence.release()
+    except LeaseLost:
+        return LEASE_LOST
     except outbound.Cancelled:
+        if fence.lost:
+            return LEASE_LOST
         store.cancelled(job_id, lease)
         return JobStatus.CANCELLED
     except AwaitLabels as wait:
@@ -147,9 +172,13 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
             store.pause_for_labels(job_id, lease)
         return JobStatus.AWAITING_LABELS
     except OracleCallError as exc:
+        if fence.lost:  # e.g. the call aborted while the lease went: not the lab's failure
+            return LEASE_LOST
         store.fail(job_id, lease, problem("Lab oracle failed", str(exc), 502, batch_id=exc.batch_id))
         return JobStatus.FAILED
     except Interrupted:
+        if fence.lost:
+            return LEASE_LOST
         if store.cancel_requested(job_id):
             store.cancelled(job_id, lease)
             return JobStatus.CANCELLED
@@ -157,17 +186,19 @@ def run_slice_now(store: Store, settings: Settings, job_id: str, generation: int
         if gen is not None:
             send_or_leave(enqueue, job_id, gen)
         return "sliced"
-    except LeaseLost:
-        return "lease lost"
     except StoreUnavailable:  # not the job's fault: the task gives its message back (run_slice)
         raise
     except Exception as exc:  # the job fails with a problem document; the worker lives on
+        if fence.lost:  # the job is its successor's now: nothing of this slice's is written
+            return LEASE_LOST
         log.error("job %s failed: %s", job_id, traceback.format_exc())
         status = 422 if isinstance(exc, (ValueError, KeyError)) else 500
         store.fail(job_id, lease, problem("Job failed", f"{type(exc).__name__}: {exc}", status))
         return JobStatus.FAILED
     finally:
         stop.set()
+    if fence.lost:  # finished after the lease went: the successor's slice stores the result
+        return LEASE_LOST
     result["worker"] = WORKER_NAME
     store.succeed(job_id, lease, result)
     return JobStatus.SUCCEEDED

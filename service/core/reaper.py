@@ -42,12 +42,14 @@ def reap_once(store: Store, stale_seconds: float, enqueue: Callable[[str, int], 
 class Recovery:
     """One round every ``interval`` seconds: reap stale jobs (unless the store was unreachable
     within ``hold_off`` = ``stale_seconds`` + ``LONGEST_WAIT``), then re-send lost messages (``waiting``: the broker's queue sizes,
-    :func:`service.core.queue.waiting_messages`; None: no re-sending)."""
+    :func:`service.core.queue.waiting_messages`; None: no re-sending; ``redispatch_seconds`` and
+    ``hold_seconds``: :func:`service.core.dispatch.redispatch_once`'s bounds)."""
 
     def __init__(self, store: Store, stale_seconds: float, enqueue: Callable[[str, int], None],
-                 waiting: Callable[[str], int | None] | None = None, redispatch_seconds: float = 20.0):
+                 waiting: Callable[[str], int | None] | None = None, redispatch_seconds: float = 20.0,
+                 hold_seconds: float | None = None):
         self.store, self.stale_seconds, self.enqueue = store, stale_seconds, enqueue
-        self.waiting, self.redispatch_seconds = waiting, redispatch_seconds
+        self.waiting, self.redispatch_seconds, self.hold_seconds = waiting, redispatch_seconds, hold_seconds
         self.store_back_at = float("-inf")  # since when the store has answered without a break
         self.hold_off = stale_seconds + LONGEST_WAIT  # after an outage: see the module's docstring
 
@@ -56,7 +58,7 @@ class Recovery:
             if time.monotonic() - self.store_back_at >= self.hold_off:
                 reap_once(self.store, self.stale_seconds, self.enqueue)
             if self.waiting is not None:
-                redispatch_once(self.store, self.enqueue, self.waiting, self.redispatch_seconds)
+                redispatch_once(self.store, self.enqueue, self.waiting, self.redispatch_seconds, self.hold_seconds)
         except Exception as exc:
             if is_store_outage(exc):  # heartbeats are not being written either: wait before judging them
                 self.store_back_at = time.monotonic()
@@ -65,8 +67,8 @@ class Recovery:
 
 def start_reaper(store: Store, stale_seconds: float, interval: float, enqueue: Callable[[str, int], None],
                  waiting: Callable[[str], int | None] | None = None,
-                 redispatch_seconds: float = 20.0) -> threading.Event:
-    recovery = Recovery(store, stale_seconds, enqueue, waiting, redispatch_seconds)
+                 redispatch_seconds: float = 20.0, hold_seconds: float | None = None) -> threading.Event:
+    recovery = Recovery(store, stale_seconds, enqueue, waiting, redispatch_seconds, hold_seconds)
     stop = threading.Event()
 
     def loop():

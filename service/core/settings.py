@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # a queued job not taken this long after its last slice message, while its broker queue holds
     # fewer messages than there are queued jobs, is sent again (service.core.dispatch)
     redispatch_seconds: float = Field(default=20.0, gt=0)
+    # ...and one whose last message is older than this is sent again whatever the broker holds:
+    # stale copies (messages of ended jobs or old generations) count in the broker's size too
+    redispatch_hold_seconds: float = Field(default=300.0, gt=0)
     # how long a worker's slice waits for an unreachable store before giving its message back
     # to the broker (service.core.outage); below Redis' visibility timeout (1 h)
     store_wait_seconds: float = Field(default=1800.0, gt=0)

@@ -5,6 +5,16 @@ backend, is the source of truth for a job's state. A running job holds a *lease*
 the task slice stepping it) and writes a heartbeat with every checkpoint; writes that carry a
 lease which is no longer the job's are refused, so a slice that was presumed dead and re-run
 elsewhere can never overwrite its successor.
+
+**One clock: the database's.** Every timestamp the store writes or compares (``created_at``,
+``updated_at``, ``started_at``, ``finished_at``, ``heartbeat_at``, ``dispatched_at``, a batch's
+``labelled_at``, a worker's presence heartbeat) is the database server's time, an SQL
+expression evaluated inside the statement (:func:`db_now`): no host's ``time.time()`` enters
+them. Cutoffs are given as ages (``requeue_stale(stale_seconds)``, ``undispatched(age)``,
+``list_workers(within)``, ``prune_workers(silent_for)``) and evaluated against that same clock,
+so the API's host and the workers' hosts may disagree about the time by any amount without a
+living job being reaped or a live worker counted dead. Ages a caller shows (how long a worker
+has been silent) come from the store too (:meth:`Store.now`, ``WorkerRecord.silent_seconds``).
 """
 
 from __future__ import annotations
@@ -12,7 +22,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import time
 import uuid
 from dataclasses import dataclass, fields
 from enum import IntEnum, StrEnum
@@ -20,8 +29,10 @@ from typing import Any, Self
 
 import numpy as np
 from sqlalchemy import (Boolean, Column, Float, Integer, LargeBinary, MetaData, String, Table, Text,
-                        UniqueConstraint, create_engine, delete, event, func, insert, select, update)
+                        UniqueConstraint, cast, create_engine, delete, event, func, insert, literal_column,
+                        select, update)
 from sqlalchemy.engine import Engine
+from sqlalchemy.sql.elements import ColumnElement
 
 metadata = MetaData()
 
@@ -234,10 +245,22 @@ class WorkerRecord:
     heartbeat_at: float
     current_job: str | None
     slices: int
+    silent_seconds: float = 0.0  # the heartbeat's age by the store's clock when it was read
 
     @classmethod
     def from_row(cls, row) -> WorkerRecord:
         return cls(**{**row, "queues": _unjson(row["queues"]), "info": _unjson(row["info"])})
+
+
+@dataclass(frozen=True)
+class Undispatched:
+    """A queued job whose last slice message may be lost (:meth:`Store.undispatched`)."""
+
+    job_id: str
+    generation: int
+    queue: str | None
+    sent: float  # its dispatched_at (its updated_at on rows from before the column)
+    age: float  # seconds since ``sent``, by the store's clock
 
 
 @dataclass(frozen=True)
@@ -312,6 +335,18 @@ def job_kind(spec: dict) -> dict:
     return {"algorithm": name("algorithm"), "family": name("family"), "oracle": name("oracle")}
 
 
+def db_now(dialect: str) -> ColumnElement:
+    """The database server's current time in seconds since the epoch, as an SQL expression of
+    ``dialect`` evaluated inside the statement that uses it (the store's one clock, see the
+    module docstring). SQLite: the Julian day of 'now' (milliseconds), PostgreSQL: the wall
+    clock at evaluation (``clock_timestamp()``, not the transaction's start)."""
+    if dialect == "sqlite":
+        return literal_column("((julianday('now') - 2440587.5) * 86400.0)", Float)
+    if dialect == "postgresql":
+        return cast(func.extract("epoch", func.clock_timestamp()), Float)
+    raise ValueError(f"no database clock known for the {dialect!r} dialect")
+
+
 def private_sqlite_file(url: str) -> None:
     """Create the SQLite file of ``url`` (``sqlite:///...`` or a broker's ``sqla+sqlite:///...``)
     readable and writable by this user only (0600), or narrow an existing one to 0600: it holds
@@ -356,6 +391,8 @@ class Store:
                 cur.execute("PRAGMA synchronous=NORMAL")
                 cur.execute("PRAGMA busy_timeout=30000")
                 cur.close()
+        # "now" in every statement that stamps or compares a time (the module docstring)
+        self._now = db_now(self.engine.dialect.name)
         from service.core.migrations import upgrade
 
         # the schema of this module, by Alembic revisions (service/core/migrations); a store made
@@ -366,13 +403,20 @@ class Store:
         with self.engine.connect() as c:
             c.execute(select(1))
 
+    def now(self) -> float:
+        """The database's clock, the one every stored timestamp is on (seconds since the epoch):
+        ``store.now() - job.heartbeat_at`` is how long ago the job beat, whatever this host's
+        clock says."""
+        with self.engine.connect() as c:
+            return float(c.execute(select(self._now)).scalar())
+
     # -- jobs: API side -----------------------------------------------------------------------
     def create_job(self, owner: str, spec: dict, total: int, idempotency_key: str | None = None,
                    request_hash: str | None = None, queue: str | None = None,
                    progress: dict | None = None) -> tuple[JobRecord, bool]:
         """Insert a queued job (its progress ``{"iteration": 0, "total": total}`` unless given);
         with an idempotency key, return the existing job instead."""
-        now = time.time()
+        now = self._now
         with self.engine.begin() as c:
             if idempotency_key is not None:
                 row = c.execute(select(jobs).where(jobs.c.owner == owner,
@@ -432,7 +476,7 @@ class Store:
 
     # -- workers ------------------------------------------------------------------------------
     def register_worker(self, name: str, device: str, queues: list[str], info: dict) -> None:
-        now = time.time()
+        now = self._now
         with self.engine.begin() as c:
             c.execute(delete(workers).where(workers.c.name == name))
             c.execute(insert(workers).values(name=name, device=device, queues=_json(queues), info=_json(info),
@@ -441,23 +485,27 @@ class Store:
     def worker_heartbeat(self, name: str, current_job: str | None, slices: int) -> None:
         with self.engine.begin() as c:
             c.execute(update(workers).where(workers.c.name == name)
-                      .values(heartbeat_at=time.time(), current_job=current_job, slices=slices))
+                      .values(heartbeat_at=self._now, current_job=current_job, slices=slices))
 
     def remove_worker(self, name: str) -> None:
         with self.engine.begin() as c:
             c.execute(delete(workers).where(workers.c.name == name))
 
-    def list_workers(self, since: float = 0.0) -> list[WorkerRecord]:
-        """Workers whose last heartbeat is after ``since`` (a time.time()), newest first."""
+    def list_workers(self, within: float | None = None) -> list[WorkerRecord]:
+        """Workers whose last heartbeat is at most ``within`` seconds old by the store's clock
+        (None: every worker), newest first; each with its ``silent_seconds``."""
+        q = select(workers, (self._now - workers.c.heartbeat_at).label("silent_seconds"))
+        if within is not None:
+            q = q.where(workers.c.heartbeat_at > self._now - within)
         with self.engine.connect() as c:
-            rows = c.execute(select(workers).where(workers.c.heartbeat_at > since)
-                             .order_by(workers.c.heartbeat_at.desc())).mappings()
+            rows = c.execute(q.order_by(workers.c.heartbeat_at.desc())).mappings()
             return [WorkerRecord.from_row(r) for r in rows]
 
-    def prune_workers(self, before: float) -> None:
-        """Forget workers silent since ``before`` (dead for long; their jobs were reaped)."""
+    def prune_workers(self, silent_for: float) -> None:
+        """Forget workers silent for more than ``silent_for`` seconds by the store's clock (dead
+        for long; their jobs were reaped)."""
         with self.engine.begin() as c:
-            c.execute(delete(workers).where(workers.c.heartbeat_at < before))
+            c.execute(delete(workers).where(workers.c.heartbeat_at < self._now - silent_for))
 
     def spec(self, job_id: str) -> dict | None:
         with self.engine.connect() as c:
@@ -467,7 +515,7 @@ class Store:
     def request_cancel(self, job_id: str) -> bool:
         """Queued jobs are cancelled at once; running ones at their next step boundary. False
         when the job had already ended (nothing changed)."""
-        now = time.time()
+        now = self._now
         with self.engine.begin() as c:
             stopped = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_((JobStatus.QUEUED, JobStatus.AWAITING_LABELS)))
                                 .values(status=JobStatus.CANCELLED, cancel_requested=True, finished_at=now, updated_at=now))
@@ -489,7 +537,7 @@ class Store:
     def acquire(self, job_id: str, generation: int, lease: str, worker: str) -> FullJobRecord | None:
         """Take a queued job for one slice if ``generation`` is current; counts the attempt.
         Returns the full job (with checkpoint) or None when the message is stale."""
-        now = time.time()
+        now = self._now
         with self.engine.begin() as c:
             res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == JobStatus.QUEUED,
                                                jobs.c.generation == generation)
@@ -505,7 +553,7 @@ class Store:
     def save_step(self, job_id: str, lease: str, checkpoint: bytes, progress: dict, record: dict | None) -> bool:
         """Checkpoint, progress, history record and heartbeat in one transaction; False when
         the lease was lost (the job was taken over or cancelled)."""
-        now = time.time()
+        now = self._now
         with self.engine.begin() as c:
             res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.lease == lease)
                             .values(checkpoint=checkpoint, progress=_finite_json(progress), heartbeat_at=now,
@@ -521,16 +569,18 @@ class Store:
         return True
 
     def heartbeat(self, job_id: str, lease: str) -> bool:
+        """Refresh the lease's heartbeat (the store's clock); False when the lease is no longer
+        the job's (reaped, cancelled or taken over): the slice must stop (worker.tasks)."""
         with self.engine.begin() as c:
             return c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.lease == lease)
-                             .values(heartbeat_at=time.time())).rowcount == 1
+                             .values(heartbeat_at=self._now)).rowcount == 1
 
     def cancel_requested(self, job_id: str) -> bool:
         with self.engine.connect() as c:
             return bool(c.execute(select(jobs.c.cancel_requested).where(jobs.c.id == job_id)).scalar())
 
     def _finish(self, job_id: str, lease: str | None, **values) -> bool:
-        now = time.time()
+        now = self._now
         q = update(jobs).where(jobs.c.id == job_id)
         if lease is not None:
             q = q.where(jobs.c.lease == lease)
@@ -541,7 +591,7 @@ class Store:
         """The slice made progress and stops cleanly: requeue under the next generation and
         reset the attempt count. Returns the generation to enqueue, None if the lease was lost."""
         ok = self._finish(job_id, lease, status=JobStatus.QUEUED, attempts=0, generation=jobs.c.generation + 1,
-                          dispatched_at=time.time())
+                          dispatched_at=self._now)
         return self.get_job(job_id).generation if ok else None
 
     def succeed(self, job_id: str, lease: str, result: dict) -> bool:
@@ -551,18 +601,19 @@ class Store:
         progress = {**((job and job.progress) or {}),
                     **{k: result[k] for k in ("verdict", "warnings", "selected", "labels_used") if k in result}}
         return self._finish(job_id, lease, status=JobStatus.SUCCEEDED, result=_json(result), progress=_json(progress),
-                            finished_at=time.time())
+                            finished_at=self._now)
 
     def fail(self, job_id: str, lease: str | None, problem: dict) -> bool:
-        return self._finish(job_id, lease, status=JobStatus.FAILED, error=_json(problem), finished_at=time.time())
+        return self._finish(job_id, lease, status=JobStatus.FAILED, error=_json(problem), finished_at=self._now)
 
     def cancelled(self, job_id: str, lease: str) -> bool:
-        return self._finish(job_id, lease, status=JobStatus.CANCELLED, finished_at=time.time())
+        return self._finish(job_id, lease, status=JobStatus.CANCELLED, finished_at=self._now)
 
     def requeue_stale(self, stale_seconds: float) -> list[tuple[str, int]]:
-        """Running jobs whose heartbeat is older than ``stale_seconds`` (their worker died) go
-        back to queued under a new generation; returns (id, generation) pairs to enqueue."""
-        cutoff = time.time() - stale_seconds
+        """Running jobs whose heartbeat is older than ``stale_seconds`` by the store's clock
+        (their worker died) go back to queued under a new generation; returns (id, generation)
+        pairs to enqueue."""
+        cutoff = self._now - stale_seconds
         out = []
         with self.engine.begin() as c:
             rows = c.execute(select(jobs.c.id, jobs.c.generation).where(
@@ -570,20 +621,21 @@ class Store:
             for job_id, gen in rows:
                 res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.generation == gen,
                                                    jobs.c.status == JobStatus.RUNNING)
-                                .values(status=JobStatus.QUEUED, lease=None, generation=gen + 1, updated_at=time.time(),
-                                        dispatched_at=time.time()))
+                                .values(status=JobStatus.QUEUED, lease=None, generation=gen + 1, updated_at=self._now,
+                                        dispatched_at=self._now))
                 if res.rowcount == 1:
                     out.append((job_id, gen + 1))
         return out
 
-    def undispatched(self, older_than: float) -> list[tuple[str, int, str | None, float]]:
-        """Queued jobs whose last slice message was sent before ``older_than`` (a time.time()):
-        (id, generation, queue, dispatched_at), oldest first. Their message may be lost."""
+    def undispatched(self, age: float) -> list[Undispatched]:
+        """Queued jobs whose last slice message was sent more than ``age`` seconds ago by the
+        store's clock, oldest first. Their message may be lost."""
         sent = func.coalesce(jobs.c.dispatched_at, jobs.c.updated_at)
         with self.engine.connect() as c:
-            rows = c.execute(select(jobs.c.id, jobs.c.generation, jobs.c.queue, sent)
-                             .where(jobs.c.status == JobStatus.QUEUED, sent < older_than).order_by(sent)).all()
-        return [tuple(r) for r in rows]
+            rows = c.execute(select(jobs.c.id, jobs.c.generation, jobs.c.queue, sent, self._now - sent)
+                             .where(jobs.c.status == JobStatus.QUEUED, sent < self._now - age)
+                             .order_by(sent)).all()
+        return [Undispatched(*r) for r in rows]
 
     def queued_counts(self) -> dict[str | None, int]:
         """Queued jobs per queue (None: jobs stored before routing)."""
@@ -601,7 +653,7 @@ class Store:
         if was is not None:
             q = q.where(func.coalesce(jobs.c.dispatched_at, jobs.c.updated_at) == was)
         with self.engine.begin() as c:
-            return c.execute(q.values(dispatched_at=time.time())).rowcount == 1
+            return c.execute(q.values(dispatched_at=self._now)).rowcount == 1
 
     # -- ask/tell -----------------------------------------------------------------------------
     def round_batches(self, job_id: str, step_key: str) -> list[BatchRecord]:
@@ -623,7 +675,7 @@ class Store:
     def open_round(self, job_id: str, lease: str, step_key: str, inputs: np.ndarray,
                    batch_size: int | None) -> list[str]:
         """Split ``inputs`` into batches of a new round and pause the job (awaiting_labels)."""
-        now = time.time()
+        now = self._now
         size = batch_size or len(inputs)
         with self.engine.begin() as c:
             step = c.execute(select(jobs.c.ask_step).where(jobs.c.id == job_id)).scalar() + 1
@@ -680,7 +732,7 @@ class Store:
         """One attempt of :meth:`tell`; None when another tell of the same batch came in between
         (the update is conditional on the outcomes read, so two partial tells cannot overwrite
         each other's points)."""
-        now = time.time()
+        now = self._now
         with self.engine.begin() as c:
             job = c.execute(select(jobs.c.ask_step, jobs.c.status, jobs.c.generation)
                             .where(jobs.c.id == job_id)).mappings().first()
@@ -741,7 +793,7 @@ class Store:
         with self.engine.begin() as c:
             c.execute(insert(datasets).values(id=ds_id, owner=owner, shape=_json(list(array.shape)),
                                               dtype=str(array.dtype), nbytes=int(array.nbytes),
-                                              data=buf.getvalue(), created_at=time.time()))
+                                              data=buf.getvalue(), created_at=self._now))
         return self.get_dataset(ds_id, owner)
 
     def get_dataset(self, ds_id: str, owner: str | None = None) -> DatasetRecord | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import time
+from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
@@ -93,7 +93,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
     check_datasets(spec, store, owner)
     canonical = spec.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
-    live = store.list_workers(since=time.time() - settings.stale_seconds)
+    live = store.list_workers(within=settings.stale_seconds)
     queue = queue_for(canonical, gpu_alive=any(w.device == "cuda" for w in live))
     try:
         job, created = store.create_job(owner, canonical, total_steps(spec), idempotency_key, digest, queue=queue,
@@ -127,7 +127,7 @@ def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
         except ValueError:
             raise Problem(400, "Bad cursor", "use the next_cursor of a previous page", field="cursor") from None
     rows = store.list_jobs(owner, status, limit + 1, before)
-    live = live_workers(store, settings) if any(r.status in (JobStatus.QUEUED, JobStatus.RUNNING) for r in rows) else []
+    live = live_workers(store, settings) if any(r.status in (JobStatus.QUEUED, JobStatus.RUNNING) for r in rows) else None
     items = [job_view(r, live, settings) for r in rows[:limit]]
     nxt = f"{rows[limit - 1].created_at!r}_{rows[limit - 1].id}" if len(rows) > limit else None
     return {"items": items, "next_cursor": nxt}
@@ -142,7 +142,7 @@ async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: Setti
     # async and serialised by orjson: the hot polling path skips the thread pool and
     # FastAPI's encoder; the indexed primary-key reads take well under a millisecond
     job = own_job(store, job_id, owner)
-    live = live_workers(store, settings) if job.status in (JobStatus.QUEUED, JobStatus.RUNNING) else []
+    live = live_workers(store, settings) if job.status in (JobStatus.QUEUED, JobStatus.RUNNING) else None
     return FastJSONResponse(job_view(job, live, settings))
 
 
@@ -350,23 +350,32 @@ def initial_progress(spec) -> dict:
     return out
 
 
-def live_workers(store: Store, settings) -> list[WorkerRecord]:
-    return store.list_workers(since=time.time() - settings.stale_seconds)
+@dataclass(frozen=True)
+class Liveness:
+    """What a job's conditions are judged against: the live workers, and the store's clock
+    when they were read (heartbeats are stamped on it, not on this host's clock)."""
+
+    workers: list[WorkerRecord]
+    now: float
 
 
-def conditions(job: JobRecord, live: list[WorkerRecord], settings) -> list[dict]:
+def live_workers(store: Store, settings) -> Liveness:
+    return Liveness(store.list_workers(within=settings.stale_seconds), store.now())
+
+
+def conditions(job: JobRecord, live: Liveness, settings) -> list[dict]:
     """Why a job is not moving, in words: no live worker takes its queue, or its worker went
     silent and the reaper will resume it from its checkpoint."""
     out = []
     queue = job.queue or QUEUE_CPU
-    if job.status == JobStatus.QUEUED and not any(queue in w.queues for w in live):
+    if job.status == JobStatus.QUEUED and not any(queue in w.queues for w in live.workers):
         device = DEVICE_OF_QUEUE.get(queue, queue)
         out.append({"type": "NoLiveWorker", "queue": queue,
                     "message": f"no live worker takes queue {queue} ({'GPU' if device == 'cuda' else 'CPU'} "
                                f"jobs); the job waits until one starts (lwl worker --device {device})"})
     beat = job.heartbeat_at
     if job.status == JobStatus.RUNNING and beat is not None:
-        silent = time.time() - beat
+        silent = live.now - beat
         if silent > 2.5 * settings.heartbeat_seconds:
             out.append({"type": "WaitingForRecovery", "silent_seconds": round(silent, 1),
                         "attempts": job.attempts,
@@ -376,7 +385,7 @@ def conditions(job: JobRecord, live: list[WorkerRecord], settings) -> list[dict]
     return out
 
 
-def job_view(job: JobRecord, live: list[WorkerRecord] | None = None, settings=None) -> dict:
+def job_view(job: JobRecord, live: Liveness | None = None, settings=None) -> dict:
     """The job as the API shows it (:class:`service.schemas.JobView`), serialised by orjson
     on the polling path; ``conditions`` only with the live workers and the settings."""
     out = {k: getattr(job, k) for k in ("id", "status", "created_at", "updated_at", "started_at", "finished_at",

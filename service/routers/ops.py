@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 from fastapi import APIRouter, Depends, Request, Response
 
@@ -35,7 +34,7 @@ def readyz(request: Request):
             checks[name] = "ok"
         except Exception as exc:
             checks[name] = f"unreachable: {type(exc).__name__}"
-    live = state.store.list_workers(since=time.time() - state.settings.stale_seconds) if checks["store"] == "ok" else []
+    live = state.store.list_workers(within=state.settings.stale_seconds) if checks["store"] == "ok" else []
     embedded = getattr(state, "embedded_workers", 0)
     if embedded:  # the server started its own workers: ready once one has registered
         checks["workers"] = "ok" if live else f"no live worker yet ({embedded} embedded worker(s) starting)"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from fastapi import APIRouter
 
 from service import problems
@@ -19,15 +17,15 @@ def list_workers(store: StoreDep, owner: OwnerDep, settings: SettingsDep) -> dic
     """Every worker heard from in the last hour: device, queues, hardware (GPU name and memory),
     version, slices run, whether it is alive (a heartbeat within the stale timeout) and, when it
     runs one of the caller's jobs, which."""
-    now = time.time()
-    store.prune_workers(before=now - FORGET_AFTER)
+    # ages by the store's clock, on which the workers' heartbeats are stamped (service.core.store)
+    store.prune_workers(silent_for=FORGET_AFTER)
     items = []
-    for w in store.list_workers(since=now - FORGET_AFTER):
+    for w in store.list_workers(within=FORGET_AFTER):
         job = w.current_job
         mine = job is not None and store.get_job(job, owner) is not None
         items.append({"name": w.name, "device": w.device, "queues": w.queues,
-                      "alive": now - w.heartbeat_at <= settings.stale_seconds,
-                      "last_heartbeat_seconds": round(now - w.heartbeat_at, 2),
+                      "alive": w.silent_seconds <= settings.stale_seconds,
+                      "last_heartbeat_seconds": round(w.silent_seconds, 2),
                       "started_at": w.started_at, "slices": w.slices, "busy": job is not None,
                       "current_job": job if mine else None, **w.info})
     live = [w for w in items if w["alive"]]

@@ -7,7 +7,9 @@ Every job must end ``succeeded`` with the result of its undisturbed run, no requ
 answered with a 5xx other than 503, no attempt of LWL_MAX_ATTEMPTS may be spent on the outage,
 and recovery is bounded: a lost message is sent again within ``REDISPATCH`` seconds (+ one
 recovery round) of the broker being back, and a store outage costs its duration plus a few
-seconds of backoff.
+seconds of backoff. Each test measures its recovery time and checks it against that documented
+bound (plus :data:`SLACK`), which is far below the timeout of the wait that measures it: a
+recovery that took the wait's whole time fails.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import redis
 
 from lwl import run_job
 from lwl.client import Client
+from service.core.outage import LONGEST_WAIT
 from service.core.store import JobStatus, Store
 from service.processes import Postgres, start_redis
 from tests.service.conftest import Server, small_job, start_worker, wait_until
@@ -32,8 +35,13 @@ from tests.service.test_external import FRIEDMAN, builtin_distribution
 pytestmark = [pytest.mark.server, pytest.mark.distributed]
 
 REDISPATCH = 3.0  # LWL_REDISPATCH_SECONDS of these tests (20 s by default)
-ENV = {"LWL_STALE_SECONDS": "3", "LWL_REAPER_INTERVAL": "0.5", "LWL_HEARTBEAT_SECONDS": "0.5",
+ROUND = 0.5  # LWL_REAPER_INTERVAL: one recovery round
+ENV = {"LWL_STALE_SECONDS": "3", "LWL_REAPER_INTERVAL": str(ROUND), "LWL_HEARTBEAT_SECONDS": "0.5",
        "LWL_REDISPATCH_SECONDS": str(REDISPATCH), "LWL_SLICE_SECONDS": "60"}
+# what a bound is allowed beyond the documented one: the measuring poll (0.1 s), a round's
+# broker reconnect after a restart, an idle worker taking the message, on a loaded machine
+SLACK = 3.0
+RESEND_BOUND = REDISPATCH + ROUND + SLACK  # a lost message, from the broker being back
 
 
 class Stack:
@@ -138,14 +146,14 @@ def test_a_queued_job_whose_message_redis_lost_is_sent_again(stack_factory):
         back = time.monotonic()
         assert st.waiting() == 0  # the message is lost
         # sent again within REDISPATCH s of when it was queued (long past) plus a round or two
-        wait_until(lambda: st.waiting() == 1 or c.job(queued)["status"] != "queued", REDISPATCH + 10, 0.1,
+        wait_until(lambda: st.waiting() == 1 or c.job(queued)["status"] != "queued", REDISPATCH + 30, 0.1,
                    "the lost message sent again")
         resent_after = time.monotonic() - back
         done = [c.wait(j, progress=False, timeout=300) for j in (running, queued)]
         assert [d["status"] for d in done] == ["succeeded", "succeeded"], done
         for job_id, spec in zip((running, queued), specs):
             assert_undisturbed(c, job_id, spec)
-    assert resent_after < REDISPATCH + 10
+    assert resent_after <= RESEND_BOUND, f"sent again {resent_after:.1f} s after Redis was back"
     assert all(d["attempts"] == 1 for d in done), [d["attempts"] for d in done]  # one slice each, none lost
     assert st.server_errors() == {}, st.statuses
 
@@ -178,7 +186,8 @@ def test_a_postgres_outage_is_waited_out_by_running_and_queued_jobs(stack_factor
     assert back - down >= 10
     assert during.get(503, 0) > 0, during  # the API said "come back" while the store was away
     assert st.server_errors() == {}, st.statuses
-    assert moving_after < 15
+    # the documented cost: the outage plus a waiting slice's longest pause between two tries
+    assert moving_after <= LONGEST_WAIT + ROUND + SLACK, f"moving again {moving_after:.1f} s after the store"
     # no slice was presumed dead: every job's slices ended cleanly, no attempt spent
     assert all(d["attempts"] <= 1 for d in done), [d["attempts"] for d in done]
     logs = "".join(w.log() for w in st.workers)
@@ -226,7 +235,10 @@ def test_a_tell_committed_by_an_api_killed_before_its_message_still_resumes_the_
                 assert again.status_code == 200 and again.json()["outcome"] == "duplicate", again.text
             wait_until(lambda: c.job(job_id)["status"] != "queued", REDISPATCH + 30, 0.1, "job resumed")
             resumed_after = time.monotonic() - told
-            assert resumed_after < (5 if retry else REDISPATCH + 30)
+            # the retry sends it at once; without one the dispatcher does, REDISPATCH after the
+            # commit (which was before ``told``) and a round, and the idle worker takes it
+            bound = SLACK if retry else RESEND_BOUND
+            assert resumed_after <= bound, f"resumed {resumed_after:.1f} s after the tell (retry: {retry})"
         while (job := c.job(job_id))["status"] not in ("succeeded", "failed"):
             if job["status"] == "awaiting_labels":
                 r = httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=labels_for(st.api.url, job_id))
@@ -253,8 +265,12 @@ def test_a_tell_while_redis_is_down_is_kept_and_resumes_the_job(stack_factory):
         time.sleep(2)
         st.restart_redis()
         back = time.monotonic()
-        wait_until(lambda: c.job(job_id)["status"] != "queued", REDISPATCH + 15, 0.1, "job resumed")
-        resumed_after = time.monotonic() - back
+        # the tell was stored with its dispatch stamp while Redis was down: its message goes out
+        # REDISPATCH after that stamp, a round after Redis is back at the latest
+        wait_until(lambda: st.waiting() == 1 or c.job(job_id)["status"] != "queued", REDISPATCH + 30, 0.1,
+                   "the message sent again")
+        resent_after = time.monotonic() - back
+        wait_until(lambda: c.job(job_id)["status"] != "queued", 120, 0.1, "job resumed")
         while (job := c.job(job_id))["status"] not in ("succeeded", "failed"):
             if job["status"] == "awaiting_labels":
                 r = httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=labels_for(st.api.url, job_id))
@@ -262,5 +278,5 @@ def test_a_tell_while_redis_is_down_is_kept_and_resumes_the_job(stack_factory):
             time.sleep(0.1)
         assert job["status"] == "succeeded", job
         assert c.result(job_id)["distribution"] == builtin_distribution(spec)
-    assert resumed_after < REDISPATCH + 15
+    assert resent_after <= RESEND_BOUND, f"sent again {resent_after:.1f} s after Redis was back"
     assert st.server_errors() == {}, st.statuses

@@ -259,12 +259,14 @@ def test_auto_keeps_the_kernel_select_prefers_and_serves_it(select):
     np.testing.assert_allclose(from_spec(doc).predict(Xt), auto.predict(Xt), rtol=1e-10)
 
 
-@pytest.mark.parametrize("select, expected", [("loo", "matern52"), ("evidence", "squared_exponential")])
-def test_auto_conditions_only_the_winner_on_every_point_and_compares_on_the_fitting_subset(select, expected):
+@pytest.mark.parametrize("select", ["loo", "evidence"])
+def test_auto_conditions_only_the_winner_on_every_point_and_compares_on_the_fitting_subset(select):
     """Above max_fit_points the kernels are compared on the same fitting subset, by their
     leave-one-out error (loo) or their maximised evidence; the winner alone is factored on all n
     points, and its log_marginal_likelihood_ is the evidence of all of them (equal to
-    _lml_terms'). On these data the two rules choose different kernels."""
+    _lml_terms'). Which kernel wins on these data is not fixed here: the two fits are close, and
+    the optimum each reaches moves with the CPU's floating-point code path (BLAS kernels, SIMD
+    width); the rule's property is what is asserted (issue #84)."""
     from lwl.models.gp import _lml_terms
 
     X, y, _ = _problem("friedman1", 5, n=150, seed=5)
@@ -275,11 +277,11 @@ def test_auto_conditions_only_the_winner_on_every_point_and_compares_on_the_fitt
     own = {k: GaussianProcess(k, **kw).fit(X, y) for k in ("squared_exponential", "matern52")}
     assert auto.kernel_evidence_ == {k: float(g.fit_log_marginal_likelihood_[0]) for k, g in own.items()}
     assert auto.kernel_loo_error_ == {k: float(g.fit_loo_error_[0]) for k, g in own.items()}
+    # the kept kernel is the one of lowest LOO error / highest evidence among those fitted
     if select == "loo":
-        assert auto.kernel_ == min(own, key=lambda k: own[k].fit_loo_error_[0])
+        assert auto.kernel_loo_error_[auto.kernel_] == min(auto.kernel_loo_error_.values())
     else:
-        assert auto.kernel_ == max(own, key=lambda k: own[k].fit_log_marginal_likelihood_[0])
-    assert auto.kernel_ == expected
+        assert auto.kernel_evidence_[auto.kernel_] == max(auto.kernel_evidence_.values())
     g = own[auto.kernel_]
     theta = [torch.as_tensor(v, dtype=torch.float64) for v in
              (np.log(g.lengthscale_[0]), np.log(g.output_scale_[0]), np.log(g.noise_[0]))]

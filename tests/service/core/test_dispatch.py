@@ -61,11 +61,72 @@ def test_as_many_are_sent_as_messages_are_missing_oldest_first(store):
     assert sent == [first, second]
 
 
-def test_concurrent_dispatchers_send_one_copy(store):
-    job_id = submit(store, small_job(iterations=2))
-    ((_, _, _, was),) = store.undispatched(time.time() + 1)
-    assert store.mark_dispatched(job_id, 0, was=was)
-    assert not store.mark_dispatched(job_id, 0, was=was)  # the other dispatcher read the same time: it loses
+def test_concurrent_dispatchers_send_one_copy(tmp_path):
+    """Dispatchers in real threads, each with its own store connection (as every worker and the
+    API run one), racing: a barrier in the broker's count holds each of them until all have read
+    the same lost messages, then they claim them at once. One copy between them per message."""
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    store = Store(url)
+    job_ids = {submit(store, small_job(iterations=2, seed=s)) for s in range(3)}
+    with store.engine.begin() as c:  # their messages were sent a minute ago and lost
+        c.execute(update(jobs).values(dispatched_at=jobs.c.dispatched_at - 60))
+    dispatchers = 6
+    stores = [Store(url) for _ in range(dispatchers)]
+    barrier = threading.Barrier(dispatchers)
+    sent, lock, errors = [], threading.Lock(), []
+
+    def enqueue(job_id, generation):
+        with lock:
+            sent.append((job_id, generation))
+
+    def waiting(queue: str) -> int:
+        barrier.wait(30)  # every dispatcher has read the lost messages: now they race to claim them
+        return 0
+
+    def dispatcher(s: Store) -> None:
+        try:
+            redispatch_once(s, enqueue, waiting, after_seconds=30)
+        except Exception as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=dispatcher, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sorted(sent) == sorted((j, 0) for j in job_ids)  # each lost message sent once, by one of them
+
+
+def test_one_queues_send_error_does_not_stop_the_others(store):
+    cpu = submit(store, small_job(iterations=2), queue="lwl.cpu")  # the oldest: tried first
+    gpu = submit(store, small_job(iterations=2, seed=1), queue="lwl.cuda")
+    sent = []
+
+    def enqueue(job_id, generation):
+        if job_id == cpu:
+            raise ConnectionError("the lwl.cpu send failed")
+        sent.append(job_id)
+
+    assert redispatch_once(store, enqueue, lambda q: 0, after_seconds=0) == [gpu]
+    assert sent == [gpu]
+
+
+def test_a_messages_age_not_its_presence_decides_whether_it_is_held(store):
+    """The broker holds as many messages as there are queued jobs, but one of them is a stale
+    copy (an ended job's): a job whose last message is older than the hold bound is sent again
+    anyway, one sent more recently is not."""
+    old = submit(store, small_job(iterations=2))
+    recent = submit(store, small_job(iterations=2, seed=1))
+    with store.engine.begin() as c:  # old's message was sent ten minutes ago (by the store's clock)
+        c.execute(update(jobs).where(jobs.c.id == old).values(dispatched_at=jobs.c.dispatched_at - 600))
+    sent = []
+    enqueue = lambda j, g: sent.append(j)  # noqa: E731
+    assert redispatch_once(store, enqueue, lambda q: 2, after_seconds=0) == []  # no bound: the count vouches
+    assert redispatch_once(store, enqueue, lambda q: 2, after_seconds=0, hold_seconds=300) == [old]
+    assert sent == [old]
+    assert redispatch_once(store, enqueue, lambda q: 2, after_seconds=0, hold_seconds=300) == []  # sent now
+    assert recent not in sent
 
 
 def test_copies_of_a_message_are_harmless(store, tmp_path):
