@@ -10,11 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from typer.core import TyperCommand
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lwl.registry import Registry
 
@@ -85,9 +83,12 @@ class _LogProgress:
                       markup=False)
 
 
-def _progress() -> Progress | _LogProgress:
+def _progress() -> Progress | _LogProgress:  # noqa: F821
     if not console.is_terminal:
         return _LogProgress()
+    # (loaded here, where a bar is drawn: the job commands' import stays light, issue 85)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                     console=console)
@@ -96,7 +97,9 @@ def _progress() -> Progress | _LogProgress:
 def _file_resolver(base: Path):
     """Resolve ``{"dataset": "path.npy"}`` members against the spec's folder (.npy or .npz)."""
 
-    def resolve(ref: str) -> np.ndarray:
+    def resolve(ref: str) -> np.ndarray:  # noqa: F821
+        import numpy as np
+
         path = (base / ref).resolve()
         if not path.is_file():
             raise ValueError(f"dataset: no file {ref!r} next to the spec")
@@ -153,6 +156,8 @@ def run(spec_path: Path = typer.Argument(..., metavar="SPEC_PATH", help="job spe
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     if "training_set" in result:  # a budgeted job: the labelled training set is the product
+        import numpy as np
+
         from lwl.design.budget.ledger import training_arrays
 
         arrays = training_arrays(result)  # left_out_*: paid labels the served model was trained without
@@ -661,6 +666,8 @@ def sample(distribution: Path = typer.Argument(..., metavar="DISTRIBUTION", help
                                                              "POST /v1/jobs/{id}/samples"),
            out: Path = typer.Option(..., "--out", help=".npy file to write")):
     """Draw N samples from a distribution spec; the same spec and seed give the same bits."""
+    import numpy as np
+
     from lwl.measures import from_spec
 
     doc = json.loads(distribution.read_text())

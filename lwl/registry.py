@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel
+if TYPE_CHECKING:  # (annotations only: importing lwl stays light, issue 85)
+    from pydantic import BaseModel
 
 
 @dataclass
