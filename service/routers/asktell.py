@@ -10,6 +10,7 @@ from typing import Annotated
 import numpy as np
 import orjson
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lwl.arrays import ArrayTooLarge, read_npy_bytes
@@ -191,9 +192,20 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     by a tell whose first answer was lost is sent to the workers again); another label for a told point,
     wrong shapes, infinite values and stale or unknown batch ids are refused and change
     nothing."""
-    job = own_job(store, job_id, owner)
+    # every store call of a tell (up to 20 transactions, each waiting up to SQLite's busy
+    # timeout) runs in the thread pool: no other request of this process waits behind it (issue 84)
+    job = await run_in_threadpool(own_job, store, job_id, owner)
     raw = await read_body(request, settings.max_body_bytes)
-    if request.headers.get("content-type", "").startswith(NPY):
+    return await run_in_threadpool(_tell, job, raw, request.headers.get("content-type", ""), store, enqueue,
+                                   settings, batch_id, indices, failed)
+
+
+def _tell(job: JobRecord, raw: bytes, content_type: str, store, enqueue, settings, batch_id: str | None,
+          indices: list[int] | None, failed: list[int] | None) -> dict:
+    """The blocking part of ``POST /labels``: check the told points against their batch, store
+    them and, when the tell completes the round, send the job to the workers."""
+    job_id = job.id
+    if content_type.startswith(NPY):
         try:
             labels = read_npy_bytes(raw, settings.max_body_bytes)  # .npy only: an .npz is refused here
         except ArrayTooLarge as exc:
