@@ -23,6 +23,8 @@ from sqlalchemy import (Boolean, Column, Float, Integer, LargeBinary, MetaData, 
                         UniqueConstraint, create_engine, delete, event, func, insert, select, update)
 from sqlalchemy.engine import Engine
 
+from service.core.outage import TellContended
+
 metadata = MetaData()
 
 jobs = Table(
@@ -669,12 +671,13 @@ class Store:
         (every point told before with the same outcome: no change), ``conflict`` (a point told
         before with another label or outcome: nothing stored), ``stale`` (a batch of an earlier
         round), ``unknown``. A failed point's outcome is final. When every point of the round
-        has an outcome the job is requeued under a new generation."""
+        has an outcome the job is requeued under a new generation. :class:`TellContended` when
+        concurrent tells of the batch won every one of 20 tries (nothing stored)."""
         for _ in range(20):
             answer = self._tell_once(job_id, batch_id, told)
             if answer is not None:
                 return answer
-        raise RuntimeError(f"batch {batch_id}: too many concurrent tells")
+        raise TellContended(batch_id, 20)
 
     def _tell_once(self, job_id: str, batch_id: str, told: Told) -> tuple[str, int | None] | None:
         """One attempt of :meth:`tell`; None when another tell of the same batch came in between

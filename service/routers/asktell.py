@@ -30,7 +30,7 @@ from service.problems import Problem
 from service.routers.jobs import BINARY, NPY
 from service.schemas import Queries
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 
 #: a position in a batch (bounded so that no number reaches numpy as an overflow)
 Position = Annotated[int, Field(ge=0, lt=2**31)]

@@ -13,7 +13,7 @@ from service import problems
 from service.problems import Problem
 from service.schemas import DatasetView
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 # what the contract names (service.guard takes any type a browser cannot send cross-site)
 DATASET_TYPES = ("application/octet-stream", "application/x-npy", "application/x-npz")
 ARRAY_BYTES = ("the bytes of a .npy file, or of an .npz archive holding one array: a non-empty (M, d) array of "

@@ -35,7 +35,7 @@ STREAM_ABOVE = 8 * 1024 * 1024  # bytes of samples sent in one piece below this
 # default LWL_MAX_SAMPLES admits every n up to it
 MAX_SAMPLE_N = 1_000_000
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 CURSOR = r"^[0-9]{1,15}(\.[0-9]{1,17})?_[0-9a-f]{32}$"  # next_cursor: "<created_at>_<job id>"
 
 

@@ -23,7 +23,7 @@ from service.problems import Problem
 from service.routers.jobs import NPY, finished_result
 from service.schemas import OpenDocument
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 BINARY = {"schema": {"type": "string", "format": "binary"}}
 CACHED_MODELS = 8  # models kept factored between requests, at most
 # and at most this many bytes of them (a GP's Cholesky factor is n^2 floats: 0.5 GB at 8,000 labels, 3.2 GB at 20,000)

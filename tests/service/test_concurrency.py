@@ -85,3 +85,72 @@ def test_no_route_calls_the_store_on_the_event_loop(tmp_path):
         assert len({p for _, p, _ in seen}) >= 20, seen
     assert watched.on_loop == [], f"store calls on the event loop: {sorted(set(watched.on_loop))}"
 
+
+# --- 503 where 503 is meant ---------------------------------------------------------------------
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture
+def api(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/x.db")
+    app = create_app(Settings(data_dir=tmp_path), store=store, enqueue=lambda *_: None)
+    with TestClient(app) as client:
+        yield client, store
+
+
+def asktell_job(client, store, points: int = 8, batch_size: int | None = None) -> tuple[str, list[str]]:
+    """An ask/tell job with one open round of ``points`` inputs (opened as a worker would)."""
+    spec = small_job(iterations=2)
+    spec["oracle"] = {"name": "external"}
+    r = client.post("/v1/jobs", content=json.dumps(spec), headers=JSON)
+    assert r.status_code == 202, r.text
+    job = r.json()["id"]
+    assert store.acquire(job, 0, "lease", "w1") is not None
+    ids = store.open_round(job, "lease", "k1", np.random.default_rng(0).normal(size=(points, 5)), batch_size)
+    return job, ids
+
+
+def _503(r) -> dict:
+    assert r.status_code == 503, r.text
+    assert r.headers["content-type"] == PROBLEM and int(r.headers["retry-after"]) >= 1
+    return r.json()
+
+
+def test_a_tell_that_concurrent_tells_keep_beating_is_a_503_with_retry_after(api, monkeypatch):
+    client, store = api
+    job, (batch,) = asktell_job(client, store)
+    monkeypatch.setattr(store, "_tell_once", lambda *a: None)  # another tell won the batch every time
+    doc = _503(client.post(f"/v1/jobs/{job}/labels", json={"batch_id": batch, "labels": [1.0] * 8}, headers=HOST))
+    assert doc["title"] == "Batch busy" and doc["field"] == "batch_id" and doc["batch_id"] == batch
+    monkeypatch.undo()
+    r = client.post(f"/v1/jobs/{job}/labels", json={"batch_id": batch, "labels": [1.0] * 8}, headers=HOST)
+    assert r.status_code == 200 and r.json()["outcome"] == "accepted"  # nothing of the 503's tell was stored
+
+
+def test_an_unreachable_store_is_a_503_with_retry_after(api, monkeypatch):
+    from sqlalchemy.exc import OperationalError
+
+    from service.core.outage import StoreUnavailable
+
+    client, store = api
+    job, _ = asktell_job(client, store)
+    for exc in (StoreUnavailable("store unreachable for 30 s"), OperationalError("SELECT", {}, Exception("down"))):
+        def down(*a, exc=exc, **k):
+            raise exc
+        monkeypatch.setattr(store, "get_job", down)
+        for r in (client.get(f"/v1/jobs/{job}", headers=HOST), client.get(f"/v1/jobs/{job}/queries", headers=HOST),
+                  client.post(f"/v1/jobs/{job}/labels", json={"batch_id": "1.0", "labels": [1.0] * 8}, headers=HOST)):
+            assert _503(r)["title"] == "Store unavailable"
+
+
+def test_openapi_lists_503_with_retry_after_on_every_operation_that_touches_the_store(api):
+    client, _ = api
+    schema = client.get("/openapi.json", headers=HOST).json()
+    storeless = {("get", "/healthz"), ("get", "/v1/catalog")}
+    for path, ops in schema["paths"].items():
+        for method, op in ops.items():
+            if (method, path) in storeless:
+                continue
+            assert "503" in op["responses"], (method, path)
+            assert "Retry-After" in op["responses"]["503"]["headers"], (method, path)
