@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
-import signal
 from typing import Annotated
 
 import numpy as np
@@ -197,11 +195,11 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     job = await run_in_threadpool(own_job, store, job_id, owner)
     raw = await read_body(request, settings.max_body_bytes)
     return await run_in_threadpool(_tell, job, raw, request.headers.get("content-type", ""), store, enqueue,
-                                   settings, batch_id, indices, failed)
+                                   settings, batch_id, indices, failed, request.app.state.after_tell_commit)
 
 
 def _tell(job: JobRecord, raw: bytes, content_type: str, store, enqueue, settings, batch_id: str | None,
-          indices: list[int] | None, failed: list[int] | None) -> dict:
+          indices: list[int] | None, failed: list[int] | None, after_commit=None) -> dict:
     """The blocking part of ``POST /labels``: check the told points against their batch, store
     them and, when the tell completes the round, send the job to the workers."""
     job_id = job.id
@@ -246,7 +244,8 @@ def _tell(job: JobRecord, raw: bytes, content_type: str, store, enqueue, setting
     # (a broker that is down, this process killed here): the dispatcher sends it in time
     # (service.core.dispatch); a retried tell that finds it committed sends it again at once
     if generation is not None:
-        _test_kill_point()
+        if after_commit is not None:  # a test's fault injection (create_app's after_tell_commit)
+            after_commit()
         send_or_leave(enqueue, job_id, generation)
     elif outcome == "duplicate":
         redrive(store, enqueue, job_id)
@@ -279,14 +278,6 @@ def require_asktell(store, job: JobRecord) -> JobRecord:
                       f"job whose oracle is \"external\" asks for labels (GET /queries) and takes them (POST /labels)",
                       field="oracle", job_status=job.status)
     return job
-
-
-def _test_kill_point() -> None:
-    """A fault-injection hook for the outage tests (tests/service/test_outages.py): with
-    ``LWL_TEST_KILL_AFTER_TELL_COMMIT=1`` the API SIGKILLs itself between a tell's commit and
-    its message, the one moment a crash could strand a told job. Never set in production."""
-    if os.environ.get("LWL_TEST_KILL_AFTER_TELL_COMMIT") == "1":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def only_pending_batch(store, job: JobRecord) -> str:

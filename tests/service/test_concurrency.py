@@ -154,3 +154,32 @@ def test_openapi_lists_503_with_retry_after_on_every_operation_that_touches_the_
                 continue
             assert "503" in op["responses"], (method, path)
             assert "Retry-After" in op["responses"]["503"]["headers"], (method, path)
+
+
+# --- fault injection only from tests ------------------------------------------------------------
+
+def test_no_api_code_reads_a_test_variable():
+    """The API's fault injection comes from tests (create_app's after_tell_commit), never from an
+    environment variable that could leak into a production process."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = [f"{p.relative_to(root)}" for d in ("service", "lwl") for p in (root / d).rglob("*.py")
+             if "LWL_TEST_" in p.read_text()]
+    assert found == []
+
+
+def test_the_after_tell_commit_hook_runs_once_between_the_round_completing_commit_and_its_message(tmp_path):
+    store = Store(f"sqlite:///{tmp_path}/x.db")
+    events = []
+    app = create_app(Settings(data_dir=tmp_path), store=store, enqueue=lambda job, gen: events.append(("sent", gen)),
+                     after_tell_commit=lambda: events.append(("hook", store.get_job(job).status)))
+    with TestClient(app) as client:
+        job, (batch,) = asktell_job(client, store, points=4)
+        events.clear()  # the job's first message
+        r = client.post(f"/v1/jobs/{job}/labels", json={"batch_id": batch, "labels": [1.0, 2.0], "indices": [0, 1]},
+                        headers=HOST)
+        assert r.status_code == 200 and events == []  # a partial tell completes no round
+        r = client.post(f"/v1/jobs/{job}/labels", json={"batch_id": batch, "labels": [3.0, 4.0], "indices": [2, 3]},
+                        headers=HOST)
+        assert r.status_code == 200 and events == [("hook", "queued"), ("sent", 1)]
