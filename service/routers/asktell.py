@@ -26,7 +26,7 @@ from service.deps import (
 )
 from service.problems import Problem
 from service.routers.jobs import BINARY, NPY
-from service.schemas import Queries
+from service.schemas import BatchList, PendingBatch, Queries
 
 router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 
@@ -142,14 +142,27 @@ def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed, widt
 
 @router.get("/v1/jobs/{job_id}/queries", tags=["ask/tell"],
             responses={200: {"model": Queries, "content": {NPY: BINARY}}, **problems.responses(401, 404, 409)})
-def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
-    """The next batch an ask/tell job needs labelled: ``batch_id``, ``inputs`` (every point of
-    the batch, positions fixed), ``pending`` (positions still to be told) and ``failed``
-    (positions told as failed) in JSON; or the inputs as ``.npy`` (``Accept: application/x-npy``)
-    with the id in the ``LWL-Batch-Id`` header and the number of pending points in
-    ``LWL-Pending-Points``."""
+def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep,
+                batch_id: Annotated[str | None, Query(max_length=64, description=(
+                    "the pending batch to hand out (GET /batches lists them: one per instrument); default: "
+                    "the first pending batch of the round"))] = None):
+    """The next batch an ask/tell job needs labelled (or the pending batch ``batch_id``):
+    ``batch_id``, ``inputs`` (every point of the batch, positions fixed), ``pending`` (positions
+    still to be told) and ``failed`` (positions told as failed) in JSON; or the inputs as
+    ``.npy`` (``Accept: application/x-npy``) with the id in the ``LWL-Batch-Id`` header and the
+    number of pending points in ``LWL-Pending-Points``. A ``batch_id`` the job never had is a
+    404, one already labelled or of an earlier round a 409."""
     job = require_asktell(store, own_job(store, job_id, owner))
     pending = store.pending_batches(job_id) if job.status == JobStatus.AWAITING_LABELS else []
+    if batch_id is not None:
+        chosen = [b for b in pending if b.batch_id == batch_id]
+        if not chosen and store.batch(job_id, batch_id) is None:
+            raise Problem(404, "Unknown batch", f"job {job_id} has no batch {batch_id!r}", field="batch_id")
+        if not chosen:
+            raise Problem(409, "Batch not pending", f"batch {batch_id} is labelled or not of the job's current "
+                          f"round (the job is {job.status}): GET /v1/jobs/{job_id}/batches lists the pending ones",
+                          field="batch_id", job_status=job.status)
+        pending = chosen + [b for b in pending if b.batch_id != batch_id]
     if not pending:
         raise Problem(409, "No pending queries", f"the job is {job.status}", job_status=job.status)
     batch = pending[0]
@@ -166,6 +179,24 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
                             "inputs": inputs},
                            option=orjson.OPT_SERIALIZE_NUMPY)
     return Response(payload, media_type="application/json", headers=headers)
+
+
+@router.get("/v1/jobs/{job_id}/batches", tags=["ask/tell"], response_model=BatchList,
+            responses=problems.responses(401, 404, 409))
+def get_batches(job_id: str, store: StoreDep, owner: OwnerDep) -> BatchList:
+    """The batches of the job's current round still waiting for labels, with their sizes and
+    points pending: a lab with several instruments gives each one a batch (``GET
+    /queries?batch_id=``) and tells it on its own; the round resumes once every batch is told,
+    however the tells interleave. Empty unless the job awaits labels."""
+    job = require_asktell(store, own_job(store, job_id, owner))
+    pending = store.pending_batches(job_id, inputs=False) if job.status == JobStatus.AWAITING_LABELS else []
+    out = []
+    for b in pending:
+        outcomes, _ = b.point_state()
+        out.append(PendingBatch(batch_id=b.batch_id, position=b.position, n=b.n,
+                                pending_points=int(np.sum(outcomes == PointOutcome.PENDING)),
+                                failed_points=int(np.sum(outcomes == PointOutcome.FAILED))))
+    return BatchList(job_id=job_id, status=job.status, round=job.ask_step, batches=out)
 
 
 @router.post("/v1/jobs/{job_id}/labels", tags=["ask/tell"], response_model=PointsOut,

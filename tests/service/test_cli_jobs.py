@@ -295,6 +295,11 @@ def test_ask_and_tell_name_what_they_refuse(server, client, tmp_path):
         assert unknown.exit_code == 1 and "404 Unknown batch [batch_id]: " in unknown.output, unknown.output
         asked = invoke(server, "ask", job, "--out", str(tmp_path / "x.npy"))
         assert asked.exit_code == 0 and asked.stdout.strip() == "1.0"
+        chosen = invoke(server, "ask", job, "--batch", "1.2", "--out", str(tmp_path / "x2.npy"))  # one instrument's
+        assert chosen.exit_code == 0 and chosen.stdout.strip().splitlines()[-1] == "1.2", chosen.output
+        assert np.load(tmp_path / "x2.npy").shape == (64, 5)
+        foreign = invoke(server, "ask", job, "--batch", "7.0")
+        assert foreign.exit_code == 1 and "404 Unknown batch [batch_id]" in foreign.output, foreign.output
         np.save(labels, np.zeros(10))  # the batch has 64 points
         short = invoke(server, "tell", job, "1.0", str(labels))
         assert short.exit_code == 1 and "[labels]" in short.output, short.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -183,3 +184,112 @@ def test_the_after_tell_commit_hook_runs_once_between_the_round_completing_commi
         r = client.post(f"/v1/jobs/{job}/labels", json={"batch_id": batch, "labels": [3.0, 4.0], "indices": [2, 3]},
                         headers=HOST)
         assert r.status_code == 200 and events == [("hook", "queued"), ("sent", 1)]
+
+
+# --- several instruments share a round ----------------------------------------------------------
+
+def test_batches_lists_the_pending_batches_and_queries_hands_out_the_one_named(api):
+    client, store = api
+    job, ids = asktell_job(client, store, points=8, batch_size=2)
+    assert ids == ["1.0", "1.1", "1.2", "1.3"]
+    r = client.post(f"/v1/jobs/{job}/labels", json={"batch_id": "1.1", "labels": [1.0, 2.0]}, headers=HOST)
+    assert r.status_code == 200
+    r = client.post(f"/v1/jobs/{job}/labels", json={"batch_id": "1.2", "labels": [None], "indices": [1],
+                                                    "failed": [1]}, headers=HOST)
+    assert r.status_code == 200
+    doc = client.get(f"/v1/jobs/{job}/batches", headers=HOST).json()
+    assert doc["status"] == "awaiting_labels" and doc["round"] == 1 and doc["job_id"] == job
+    assert doc["batches"] == [
+        {"batch_id": "1.0", "position": 0, "n": 2, "pending_points": 2, "failed_points": 0},
+        {"batch_id": "1.2", "position": 2, "n": 2, "pending_points": 1, "failed_points": 1},
+        {"batch_id": "1.3", "position": 3, "n": 2, "pending_points": 2, "failed_points": 0}]
+    q = client.get(f"/v1/jobs/{job}/queries", params={"batch_id": "1.3"}, headers=HOST)
+    assert q.status_code == 200 and q.json()["batch_id"] == "1.3" and q.json()["pending_batches"] == 3
+    x = store.step_batches(job, 1)[3]
+    np.testing.assert_array_equal(np.asarray(q.json()["inputs"]), np.load(__import__("io").BytesIO(x.inputs)))
+    npy = client.get(f"/v1/jobs/{job}/queries", params={"batch_id": "1.2"},
+                     headers={**HOST, "accept": "application/x-npy"})
+    assert npy.headers["LWL-Batch-Id"] == "1.2" and npy.headers["LWL-Pending-Points"] == "1"
+    assert client.get(f"/v1/jobs/{job}/queries", headers=HOST).json()["batch_id"] == "1.0"  # default: the first
+    labelled = client.get(f"/v1/jobs/{job}/queries", params={"batch_id": "1.1"}, headers=HOST)
+    assert labelled.status_code == 409 and labelled.json()["field"] == "batch_id"
+    unknown = client.get(f"/v1/jobs/{job}/queries", params={"batch_id": "7.0"}, headers=HOST)
+    assert unknown.status_code == 404 and unknown.json()["field"] == "batch_id"
+    other = client.post("/v1/jobs", content=json.dumps(small_job(iterations=2)), headers=JSON).json()["id"]
+    assert client.get(f"/v1/jobs/{other}/batches", headers=HOST).status_code == 409  # not an ask/tell job
+    for batch in ("1.0", "1.2", "1.3"):  # the round told: the job is queued, nothing pending
+        outcomes = {"1.0": [0, 1], "1.2": [0], "1.3": [0, 1]}[batch]
+        r = client.post(f"/v1/jobs/{job}/labels", json={"batch_id": batch, "labels": [1.0] * len(outcomes),
+                                                        "indices": outcomes}, headers=HOST)
+        assert r.status_code == 200, r.text
+    doc = client.get(f"/v1/jobs/{job}/batches", headers=HOST).json()
+    assert doc["status"] == "queued" and doc["batches"] == []
+
+
+@pytest.mark.server
+def test_four_instruments_label_a_job_to_the_end_each_with_its_own_batch(tmp_path):
+    """A job whose rounds are four batches (batch_size a quarter of a round; the rounds that
+    label Q's members are larger): four clients, one per instrument, each asks for its own
+    batches by id (position modulo 4) and tells them concurrently with the others. The job ends
+    with the builtin oracle's distribution."""
+    import collections
+
+    import httpx
+
+    from lwl.client import Client
+    from service.processes import Server, wait_until
+    from tests.service.test_external import FRIEDMAN, builtin_distribution
+
+    spec = small_job(iterations=3)
+    spec["test_distributions"]["validation_per_member"] = 30  # round 1: 2 x 30 validation points
+    spec["algorithm"]["samples_per_iteration"] = 60  # later rounds: 60 points
+    spec["oracle"] = {"name": "external", "batch_size": 15}  # a quarter of those rounds
+    spec.pop("evaluation")
+    srv = Server(tmp_path / "data").start()
+    try:
+        with Client(srv.url) as c:
+            job = c.submit(spec)
+            told: list[list[str]] = [[] for _ in range(4)]
+            errors: list[BaseException] = []
+
+            def instrument(k: int):
+                try:
+                    with Client(srv.url) as mine:
+                        deadline = time.monotonic() + 300
+                        while time.monotonic() < deadline:
+                            batches = [b for b in mine.batches(job) if b.position % 4 == k]
+                            for b in batches:
+                                asked = mine.ask(job, b.batch_id)
+                                if asked is None:
+                                    continue
+                                answer = mine.tell(job, asked[0], FRIEDMAN.label(asked[1]))
+                                assert answer["outcome"] in ("accepted", "duplicate"), answer
+                                told[k].append(asked[0])
+                            if not batches:
+                                if mine.job(job)["status"] in ("succeeded", "failed", "cancelled"):
+                                    return
+                                time.sleep(0.05)
+                        raise TimeoutError(f"instrument {k}: the job did not end")
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=instrument, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+            doc = c.job(job)
+            assert doc["status"] == "succeeded", doc
+            every = [b for mine in told for b in mine]
+            assert len(every) == len(set(every))  # each batch told once, by one instrument
+            rounds = collections.Counter(b.split(".")[0] for b in every)  # batches per round
+            quarters = [r for r, n in rounds.items() if n == 4]  # the design's rounds: 60 points, 4 batches
+            assert len(quarters) >= 3, rounds
+            for k in range(4):  # every instrument told its own batches only, and one of every round
+                assert all(int(b.split(".")[1]) % 4 == k for b in told[k]), (k, told[k])
+                assert {b.split(".")[0] for b in told[k]} == set(rounds), (k, told[k])
+            assert c.result(job)["distribution"] == builtin_distribution(spec)
+        assert httpx.get(f"{srv.url}/healthz").status_code == 200
+    finally:
+        srv.stop()
