@@ -10,6 +10,7 @@
     c.labelled_set(job).status          # ... which a failed or cancelled job serves too (all it holds)
 
 Ask/tell: ``c.ask(job)`` / ``c.tell(job, batch_id, labels)`` for whole batches;
+``c.batches(job)`` and ``c.ask(job, batch_id)`` for several instruments sharing a round;
 ``c.queries(job)`` (the pending points of a batch) and ``c.tell(..., indices=, failed=)`` for
 batches told in parts and for points whose measurement failed.
 """
@@ -37,6 +38,17 @@ class Queries:
     pending: np.ndarray  # int positions
     failed: np.ndarray  # int positions
     pending_batches: int
+
+
+@dataclass(frozen=True)
+class PendingBatch:
+    """A batch of the current round waiting for labels (``Client.batches``): one per instrument."""
+
+    batch_id: str
+    position: int
+    n: int
+    pending_points: int
+    failed_points: int
 
 
 @dataclass(frozen=True)
@@ -221,19 +233,31 @@ class Client:
         return out[:, 0], out[:, 1]
 
     # -- ask/tell -----------------------------------------------------------------------------
-    def ask(self, job) -> tuple[str, np.ndarray] | None:
-        """The next batch to label as ``(batch_id, inputs)``, or None when the job is not
-        waiting for labels (running, finished, or between rounds)."""
-        r = self.http.get(f"/v1/jobs/{self._id(job)}/queries", headers={"Accept": "application/x-npy"})
+    def batches(self, job) -> list[PendingBatch]:
+        """The batches of the job's current round still waiting for labels (empty when the job
+        is not waiting for labels): several instruments each ask for one (``ask(job, batch_id)``)
+        and tell it on their own."""
+        doc = self._check(self.http.get(f"/v1/jobs/{self._id(job)}/batches")).json()
+        return [PendingBatch(**b) for b in doc["batches"]]
+
+    def ask(self, job, batch_id: str | None = None) -> tuple[str, np.ndarray] | None:
+        """The next batch to label (or the pending batch ``batch_id``) as ``(batch_id,
+        inputs)``, or None when the job is not waiting for labels (running, finished, or between
+        rounds) or that batch is no longer pending."""
+        params = {} if batch_id is None else {"batch_id": batch_id}
+        r = self.http.get(f"/v1/jobs/{self._id(job)}/queries", params=params,
+                          headers={"Accept": "application/x-npy"})
         if r.status_code == 409:
             return None
         self._check(r)
         return r.headers["LWL-Batch-Id"], np.load(io.BytesIO(r.content), allow_pickle=False)
 
-    def queries(self, job) -> Queries | None:
-        """The next batch with its points' outcomes so far (:class:`Queries`), or None when the
-        job is not waiting for labels."""
-        r = self.http.get(f"/v1/jobs/{self._id(job)}/queries")
+    def queries(self, job, batch_id: str | None = None) -> Queries | None:
+        """The next batch (or the pending batch ``batch_id``) with its points' outcomes so far
+        (:class:`Queries`), or None when the job is not waiting for labels or that batch is no
+        longer pending."""
+        params = {} if batch_id is None else {"batch_id": batch_id}
+        r = self.http.get(f"/v1/jobs/{self._id(job)}/queries", params=params)
         if r.status_code == 409:
             return None
         doc = self._check(r).json()

@@ -284,7 +284,9 @@ def row_api_kills(st: Stack, specs) -> dict:
     tell (200 duplicate), as a client whose request died would."""
     ids = [st.submit(s) for s in specs]
     kills, recoveries = [0], []
-    killer = Server(st.d, env={**st.env, "LWL_TEST_KILL_AFTER_TELL_COMMIT": "1"}, no_worker=True, port=st.api.port)
+    # the test-only launcher installs the kill hook (create_app's after_tell_commit); no variable does
+    killer = Server(st.d, env={**st.env, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get(
+        "PYTHONPATH"))))}, no_worker=True, port=st.api.port, launcher="tests.service.tell_killer")
     st.api.stop()
     killer.start()
 

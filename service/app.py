@@ -27,7 +27,11 @@ from service.routers import asktell, datasets, jobs, ops, surrogate, ui, workers
 
 def create_app(settings: Settings | None = None, store: Store | None = None,
                enqueue: Callable[[str, int], None] | None = None,
-               broker_check: Callable[[], None] | None = None, embedded_workers: int = 0) -> FastAPI:
+               broker_check: Callable[[], None] | None = None, embedded_workers: int = 0,
+               after_tell_commit: Callable[[], None] | None = None) -> FastAPI:
+    """The application. ``after_tell_commit`` is a fault-injection hook for tests only (run
+    between a round-completing tell's commit and its message: tests/service/tell_killer.py);
+    nothing in production passes one."""
     load_plugins()  # LWL_PLUGINS: components registered by the user's modules
     settings = settings or get_settings()
     app = FastAPI(title="lwl", version=lwl.__version__,
@@ -51,6 +55,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None,
     app.state.enqueue = enqueue
     app.state.broker_check = broker_check
     app.state.embedded_workers = embedded_workers  # /readyz waits for one of them
+    app.state.after_tell_commit = after_tell_commit
 
     @lru_cache(maxsize=256)
     def measure_for(job_id: str):  # results never change once a job succeeded

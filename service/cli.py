@@ -131,12 +131,17 @@ def _service_errors(url: str):
 
 def ask(job: str = typer.Argument(..., metavar="JOB", help="job id"),
         out: Path = typer.Option(Path("inputs.npy"), "--out", help="where to write the batch's inputs"),
+        batch: Optional[str] = typer.Option(None, "--batch", metavar="BATCH_ID",
+                                            help="this pending batch of the round (one per instrument; "
+                                                 "GET /v1/jobs/JOB/batches lists them), not the first one"),
         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
-    """Fetch the next batch an ask/tell job needs labelled; prints its batch id."""
+    """Fetch the next batch an ask/tell job needs labelled (or the batch --batch); prints its batch id."""
+    batch_id = batch
     with _service_errors(url), _client(url, api_key) as c:
-        batch = c.ask(job)
+        batch = c.ask(job, batch_id)
     if batch is None:
-        console.print("no pending queries (the job is running, finished, or between rounds)")
+        console.print(f"batch {escape(batch_id)} is not pending (labelled, or the round moved on)" if batch_id else
+                      "no pending queries (the job is running, finished, or between rounds)")
         raise typer.Exit(3)
     np.save(out, batch[1])
     console.print(f"batch {batch[0]}: {batch[1].shape[0]} inputs written to {out}")

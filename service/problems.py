@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.core.outage import is_store_outage
+from service.core.outage import StoreUnavailable, TellContended, is_store_outage
 
 PROBLEM = "application/problem+json"
 BODY_PARSE_ERROR = "There was an error parsing the body"  # FastAPI's HTTPException(400) detail
@@ -49,6 +49,15 @@ def store_unavailable() -> Problem:
     """503 while the job store cannot be reached (it restarts, fails over): nothing changed."""
     return Problem(503, "Store unavailable", "the job store cannot be reached; nothing was changed by this "
                    f"request: retry after {RETRY_AFTER_S} s", headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def tell_contended(exc: TellContended) -> Problem:
+    """503 for a tell that concurrent tells of its batch kept beating: nothing of it was stored."""
+    return Problem(503, "Batch busy", f"{exc}; nothing of this tell was stored: retry after {RETRY_CONTENDED_S} s",
+                   field="batch_id", headers={"Retry-After": str(RETRY_CONTENDED_S)}, batch_id=exc.batch_id)
+
+
+RETRY_CONTENDED_S = 1  # a contended batch frees up as soon as the other tells commit
 
 
 def spec_problem(errors: list[tuple[str, str]], title: str = "Invalid job spec") -> Problem:
@@ -97,6 +106,14 @@ def install(app) -> None:
             return problem_response(store_unavailable(), request)
         return problem_response(Problem(500, "Internal server error", type(exc).__name__), request)
 
+    @app.exception_handler(StoreUnavailable)
+    async def _unavailable(request: Request, exc: StoreUnavailable):
+        return problem_response(store_unavailable(), request)
+
+    @app.exception_handler(TellContended)
+    async def _contended(request: Request, exc: TellContended):
+        return problem_response(tell_contended(exc), request)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         return problem_response(Problem(500, "Internal server error", type(exc).__name__), request)
@@ -135,10 +152,20 @@ _WHY = {400: "Malformed request (JSON syntax, nesting, an unreadable array, a ba
         401: "Missing or wrong bearer key", 404: "No such resource for this owner",
         409: "Conflict with the resource's state", 413: "Request body (or a dataset's uncompressed array) too large",
         415: "Unsupported Content-Type for this route",
-        422: "Invalid content; `field` / `errors` name what is wrong", 503: "A dependency is unavailable"}
+        422: "Invalid content; `field` / `errors` name what is wrong", 503: "The job store (or the broker) is unreachable, or the resource is contended: nothing was changed; retry after "
+             "the Retry-After seconds"}
+
+
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
 
 
 def responses(*statuses: int) -> dict[int, dict]:
-    """OpenAPI ``responses`` for these statuses: application/problem+json bodies."""
-    return {s: {"description": _WHY[s], "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/ProblemDocument"}}}}
+    """OpenAPI ``responses`` for these statuses: application/problem+json bodies (a 503 with
+    its ``Retry-After`` header)."""
+    return {s: {"description": _WHY[s], "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/ProblemDocument"}}},
+                **({"headers": RETRY_AFTER} if s == 503 else {})}
             for s in statuses}
+
+
+#: the responses of a router whose every operation reads or writes the job store
+STORE = responses(503)

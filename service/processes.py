@@ -74,16 +74,17 @@ class Server:
     """``lwl serve`` (embedded worker unless ``no_worker``) on a free port."""
 
     def __init__(self, data_dir: Path, env: dict | None = None, no_worker: bool = False, port: int | None = None,
-                 workers: int = 1, worker_threads: int | None = None):
+                 workers: int = 1, worker_threads: int | None = None, launcher: str = "lwl.cli"):
         self.data_dir, self.no_worker = data_dir, no_worker
         self.workers, self.worker_threads = workers, worker_threads
+        self.launcher = launcher  # the module run with ``-m``: a test's own (tests/service/tell_killer.py)
         self.port = port or free_port()
         self.env = {**os.environ, **ENV_BASE, "LWL_DATA_DIR": str(data_dir), **(env or {})}
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: Proc | None = None
 
     def start(self) -> "Server":
-        args = [sys.executable, "-m", "lwl.cli", "serve", "--port", str(self.port)]
+        args = [sys.executable, "-m", self.launcher, "serve", "--port", str(self.port)]
         if self.no_worker:
             args.append("--no-worker")
         else:

@@ -236,6 +236,26 @@ class TrainingSet(BaseModel):
     told_labels: list[float] | list[list[float]] | None = Field(default=None, description="their labels")
 
 
+class PendingBatch(BaseModel):
+    """One batch of the round that waits for labels (``GET /v1/jobs/{id}/batches``)."""
+
+    batch_id: str = Field(description='"<round>.<position>": ask for it with GET /queries?batch_id=')
+    position: int = Field(description="its place in the round (0-based): one instrument per position")
+    n: int = Field(description="points in the batch")
+    pending_points: int = Field(description="points still without an outcome")
+    failed_points: int = Field(description="points told as failed")
+
+
+class BatchList(BaseModel):
+    """The pending batches of an ask/tell job's current round: several instruments each take one
+    (``GET /queries?batch_id=``) and tell it independently; the round resumes once all are told."""
+
+    job_id: str
+    status: str = Field(description="the job's status; only an awaiting_labels job has pending batches")
+    round: int = Field(description="the job's current ask/tell round (1, 2, ...; 0 before the first)")
+    batches: list[PendingBatch] = Field(description="in position order; empty unless the job awaits labels")
+
+
 class Queries(BaseModel):
     """The JSON variant of ``GET /v1/jobs/{id}/queries``: one batch to label; with them ``d``,
     the dimension."""

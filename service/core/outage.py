@@ -24,6 +24,15 @@ class StoreUnavailable(Exception):
     """The store stayed unreachable for longer than a worker waits (LWL_STORE_WAIT_SECONDS)."""
 
 
+class TellContended(Exception):
+    """A tell lost its conditional update to concurrent tells of the same batch too many times
+    in a row (``Store.tell``): nothing of it was stored; the API answers 503 with Retry-After."""
+
+    def __init__(self, batch_id: str, attempts: int):
+        super().__init__(f"batch {batch_id}: {attempts} concurrent tells in a row changed it first")
+        self.batch_id, self.attempts = batch_id, attempts
+
+
 def is_store_outage(exc: BaseException) -> bool:
     """True for errors of reaching the database, False for errors of what was asked of it."""
     if isinstance(exc, (OperationalError, InterfaceError)):

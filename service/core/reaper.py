@@ -1,5 +1,6 @@
 """The recovery loop of every worker and of the API server: jobs whose worker died are resumed
-from their last checkpoint, and queued jobs whose message the broker lost are sent again.
+from their last checkpoint, jobs awaiting labels whose round is fully told are resumed, and
+queued jobs whose message the broker lost are sent again.
 
 Crash recovery cannot rest on the broker alone: kombu's local transports never redeliver a
 task whose worker was SIGKILLed, and Redis only after its visibility timeout (docs/service.md);
@@ -39,6 +40,16 @@ def reap_once(store: Store, stale_seconds: float, enqueue: Callable[[str, int], 
     return ids
 
 
+def sweep_stranded_rounds(store: Store, enqueue: Callable[[str, int], None]) -> list[str]:
+    """Resume jobs awaiting labels whose round has no pending batch left (Store.requeue_stranded_rounds)."""
+    ids = []
+    for job_id, generation in store.requeue_stranded_rounds():
+        log.warning("job %s: every batch of its round is told but the job was not resumed; resuming it", job_id)
+        send_or_leave(enqueue, job_id, generation)
+        ids.append(job_id)
+    return ids
+
+
 class Recovery:
     """One round every ``interval`` seconds: reap stale jobs (unless the store was unreachable
     within ``hold_off`` = ``stale_seconds`` + ``LONGEST_WAIT``), then re-send lost messages (``waiting``: the broker's queue sizes,
@@ -57,6 +68,7 @@ class Recovery:
         try:
             if time.monotonic() - self.store_back_at >= self.hold_off:
                 reap_once(self.store, self.stale_seconds, self.enqueue)
+            sweep_stranded_rounds(self.store, self.enqueue)  # judges the store's rows, not heartbeats
             if self.waiting is not None:
                 redispatch_once(self.store, self.enqueue, self.waiting, self.redispatch_seconds, self.hold_seconds)
         except Exception as exc:

@@ -34,6 +34,8 @@ from sqlalchemy import (Boolean, Column, Float, Integer, LargeBinary, MetaData, 
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql.elements import ColumnElement
 
+from service.core.outage import TellContended
+
 metadata = MetaData()
 
 jobs = Table(
@@ -627,6 +629,27 @@ class Store:
                     out.append((job_id, gen + 1))
         return out
 
+    def requeue_stranded_rounds(self) -> list[tuple[str, int]]:
+        """Jobs awaiting labels whose current round has batches and none of them pending: every
+        label is in, but no tell requeued the job (a round that two tells completed at once
+        before tells locked the job row; issue 84). They go to queued under a new generation, as
+        the round's last tell would have sent them; returns (id, generation) pairs to enqueue."""
+        pending = select(label_batches.c.batch_id).where(
+            label_batches.c.job_id == jobs.c.id, label_batches.c.step == jobs.c.ask_step,
+            label_batches.c.labels.is_(None)).exists()
+        told = select(label_batches.c.batch_id).where(
+            label_batches.c.job_id == jobs.c.id, label_batches.c.step == jobs.c.ask_step).exists()
+        stranded = (jobs.c.status == JobStatus.AWAITING_LABELS) & told & ~pending
+        out = []
+        with self.engine.begin() as c:
+            for job_id, gen in c.execute(select(jobs.c.id, jobs.c.generation).where(stranded)).all():
+                res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.generation == gen, stranded)
+                                .values(status=JobStatus.QUEUED, generation=gen + 1, updated_at=self._now,
+                                        dispatched_at=self._now))
+                if res.rowcount == 1:
+                    out.append((job_id, gen + 1))
+        return out
+
     def undispatched(self, age: float) -> list[Undispatched]:
         """Queued jobs whose last slice message was sent more than ``age`` seconds ago by the
         store's clock, oldest first. Their message may be lost."""
@@ -706,11 +729,13 @@ class Store:
                                                 label_batches.c.batch_id == batch_id)).mappings().first()
         return None if row is None else BatchRecord.from_row(row)
 
-    def pending_batches(self, job_id: str) -> list[BatchRecord]:
-        """Unlabelled batches of the job's current round (inputs included)."""
+    def pending_batches(self, job_id: str, inputs: bool = True) -> list[BatchRecord]:
+        """Unlabelled batches of the job's current round (with their inputs unless ``inputs`` is
+        False: then ``inputs`` is None)."""
+        cols = [c for c in label_batches.c if inputs or c.name != "inputs"]
         with self.engine.connect() as c:
             step = c.execute(select(jobs.c.ask_step).where(jobs.c.id == job_id)).scalar()
-            rows = c.execute(select(label_batches).where(
+            rows = c.execute(select(*cols).where(
                 label_batches.c.job_id == job_id, label_batches.c.step == step,
                 label_batches.c.labels.is_(None)).order_by(label_batches.c.position)).mappings().all()
         return [BatchRecord.from_row(r) for r in rows]
@@ -721,12 +746,13 @@ class Store:
         (every point told before with the same outcome: no change), ``conflict`` (a point told
         before with another label or outcome: nothing stored), ``stale`` (a batch of an earlier
         round), ``unknown``. A failed point's outcome is final. When every point of the round
-        has an outcome the job is requeued under a new generation."""
+        has an outcome the job is requeued under a new generation. :class:`TellContended` when
+        concurrent tells of the batch won every one of 20 tries (nothing stored)."""
         for _ in range(20):
             answer = self._tell_once(job_id, batch_id, told)
             if answer is not None:
                 return answer
-        raise RuntimeError(f"batch {batch_id}: too many concurrent tells")
+        raise TellContended(batch_id, 20)
 
     def _tell_once(self, job_id: str, batch_id: str, told: Told) -> tuple[str, int | None] | None:
         """One attempt of :meth:`tell`; None when another tell of the same batch came in between
@@ -734,8 +760,15 @@ class Store:
         each other's points)."""
         now = self._now
         with self.engine.begin() as c:
+            # the job row is locked first (PostgreSQL: FOR UPDATE; SQLite writes one transaction
+            # at a time, and pysqlite's transaction starts at the first UPDATE below, so the count
+            # of missing batches runs under the write lock there too): tells of one job count the
+            # missing batches one after another, each seeing the others' committed batches, so a
+            # round completes exactly once however its batches' tells interleave (issue 84). Under
+            # READ COMMITTED without it, two tells completing the last two batches at once each
+            # counted the other's batch as missing, and neither requeued the job.
             job = c.execute(select(jobs.c.ask_step, jobs.c.status, jobs.c.generation)
-                            .where(jobs.c.id == job_id)).mappings().first()
+                            .where(jobs.c.id == job_id).with_for_update()).mappings().first()
             row = c.execute(select(label_batches).where(label_batches.c.job_id == job_id,
                                                         label_batches.c.batch_id == batch_id)).mappings().first()
             if row is None:
@@ -779,7 +812,10 @@ class Store:
             res = c.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == JobStatus.AWAITING_LABELS)
                             .values(status=JobStatus.QUEUED, generation=jobs.c.generation + 1, updated_at=now,
                                     dispatched_at=now))
-            return "accepted", (job["generation"] + 1 if res.rowcount == 1 else None)
+            if res.rowcount != 1:
+                return "accepted", None
+            # read under the write: on SQLite the job was read above before its write lock was held
+            return "accepted", c.execute(select(jobs.c.generation).where(jobs.c.id == job_id)).scalar()
 
     def result(self, job_id: str) -> dict | None:
         with self.engine.connect() as c:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import io
-import os
-import signal
 from typing import Annotated
 
 import numpy as np
 import orjson
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lwl.arrays import ArrayTooLarge, read_npy_bytes
@@ -27,9 +26,9 @@ from service.deps import (
 )
 from service.problems import Problem
 from service.routers.jobs import BINARY, NPY
-from service.schemas import Queries
+from service.schemas import BatchList, PendingBatch, Queries
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 
 #: a position in a batch (bounded so that no number reaches numpy as an overflow)
 Position = Annotated[int, Field(ge=0, lt=2**31)]
@@ -143,14 +142,27 @@ def told_points(batch_id: str, n: int, labels: np.ndarray, indices, failed, widt
 
 @router.get("/v1/jobs/{job_id}/queries", tags=["ask/tell"],
             responses={200: {"model": Queries, "content": {NPY: BINARY}}, **problems.responses(401, 404, 409)})
-def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep):
-    """The next batch an ask/tell job needs labelled: ``batch_id``, ``inputs`` (every point of
-    the batch, positions fixed), ``pending`` (positions still to be told) and ``failed``
-    (positions told as failed) in JSON; or the inputs as ``.npy`` (``Accept: application/x-npy``)
-    with the id in the ``LWL-Batch-Id`` header and the number of pending points in
-    ``LWL-Pending-Points``."""
+def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep,
+                batch_id: Annotated[str | None, Query(max_length=64, description=(
+                    "the pending batch to hand out (GET /batches lists them: one per instrument); default: "
+                    "the first pending batch of the round"))] = None):
+    """The next batch an ask/tell job needs labelled (or the pending batch ``batch_id``):
+    ``batch_id``, ``inputs`` (every point of the batch, positions fixed), ``pending`` (positions
+    still to be told) and ``failed`` (positions told as failed) in JSON; or the inputs as
+    ``.npy`` (``Accept: application/x-npy``) with the id in the ``LWL-Batch-Id`` header and the
+    number of pending points in ``LWL-Pending-Points``. A ``batch_id`` the job never had is a
+    404, one already labelled or of an earlier round a 409."""
     job = require_asktell(store, own_job(store, job_id, owner))
     pending = store.pending_batches(job_id) if job.status == JobStatus.AWAITING_LABELS else []
+    if batch_id is not None:
+        chosen = [b for b in pending if b.batch_id == batch_id]
+        if not chosen and store.batch(job_id, batch_id) is None:
+            raise Problem(404, "Unknown batch", f"job {job_id} has no batch {batch_id!r}", field="batch_id")
+        if not chosen:
+            raise Problem(409, "Batch not pending", f"batch {batch_id} is labelled or not of the job's current "
+                          f"round (the job is {job.status}): GET /v1/jobs/{job_id}/batches lists the pending ones",
+                          field="batch_id", job_status=job.status)
+        pending = chosen + [b for b in pending if b.batch_id != batch_id]
     if not pending:
         raise Problem(409, "No pending queries", f"the job is {job.status}", job_status=job.status)
     batch = pending[0]
@@ -167,6 +179,24 @@ def get_queries(job_id: str, request: Request, store: StoreDep, owner: OwnerDep)
                             "inputs": inputs},
                            option=orjson.OPT_SERIALIZE_NUMPY)
     return Response(payload, media_type="application/json", headers=headers)
+
+
+@router.get("/v1/jobs/{job_id}/batches", tags=["ask/tell"], response_model=BatchList,
+            responses=problems.responses(401, 404, 409))
+def get_batches(job_id: str, store: StoreDep, owner: OwnerDep) -> BatchList:
+    """The batches of the job's current round still waiting for labels, with their sizes and
+    points pending: a lab with several instruments gives each one a batch (``GET
+    /queries?batch_id=``) and tells it on its own; the round resumes once every batch is told,
+    however the tells interleave. Empty unless the job awaits labels."""
+    job = require_asktell(store, own_job(store, job_id, owner))
+    pending = store.pending_batches(job_id, inputs=False) if job.status == JobStatus.AWAITING_LABELS else []
+    out = []
+    for b in pending:
+        outcomes, _ = b.point_state()
+        out.append(PendingBatch(batch_id=b.batch_id, position=b.position, n=b.n,
+                                pending_points=int(np.sum(outcomes == PointOutcome.PENDING)),
+                                failed_points=int(np.sum(outcomes == PointOutcome.FAILED))))
+    return BatchList(job_id=job_id, status=job.status, round=job.ask_step, batches=out)
 
 
 @router.post("/v1/jobs/{job_id}/labels", tags=["ask/tell"], response_model=PointsOut,
@@ -191,9 +221,20 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     by a tell whose first answer was lost is sent to the workers again); another label for a told point,
     wrong shapes, infinite values and stale or unknown batch ids are refused and change
     nothing."""
-    job = own_job(store, job_id, owner)
+    # every store call of a tell (up to 20 transactions, each waiting up to SQLite's busy
+    # timeout) runs in the thread pool: no other request of this process waits behind it (issue 84)
+    job = await run_in_threadpool(own_job, store, job_id, owner)
     raw = await read_body(request, settings.max_body_bytes)
-    if request.headers.get("content-type", "").startswith(NPY):
+    return await run_in_threadpool(_tell, job, raw, request.headers.get("content-type", ""), store, enqueue,
+                                   settings, batch_id, indices, failed, request.app.state.after_tell_commit)
+
+
+def _tell(job: JobRecord, raw: bytes, content_type: str, store, enqueue, settings, batch_id: str | None,
+          indices: list[int] | None, failed: list[int] | None, after_commit=None) -> dict:
+    """The blocking part of ``POST /labels``: check the told points against their batch, store
+    them and, when the tell completes the round, send the job to the workers."""
+    job_id = job.id
+    if content_type.startswith(NPY):
         try:
             labels = read_npy_bytes(raw, settings.max_body_bytes)  # .npy only: an .npz is refused here
         except ArrayTooLarge as exc:
@@ -234,7 +275,8 @@ async def post_labels(job_id: str, request: Request, store: StoreDep, owner: Own
     # (a broker that is down, this process killed here): the dispatcher sends it in time
     # (service.core.dispatch); a retried tell that finds it committed sends it again at once
     if generation is not None:
-        _test_kill_point()
+        if after_commit is not None:  # a test's fault injection (create_app's after_tell_commit)
+            after_commit()
         send_or_leave(enqueue, job_id, generation)
     elif outcome == "duplicate":
         redrive(store, enqueue, job_id)
@@ -267,14 +309,6 @@ def require_asktell(store, job: JobRecord) -> JobRecord:
                       f"job whose oracle is \"external\" asks for labels (GET /queries) and takes them (POST /labels)",
                       field="oracle", job_status=job.status)
     return job
-
-
-def _test_kill_point() -> None:
-    """A fault-injection hook for the outage tests (tests/service/test_outages.py): with
-    ``LWL_TEST_KILL_AFTER_TELL_COMMIT=1`` the API SIGKILLs itself between a tell's commit and
-    its message, the one moment a crash could strand a told job. Never set in production."""
-    if os.environ.get("LWL_TEST_KILL_AFTER_TELL_COMMIT") == "1":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def only_pending_batch(store, job: JobRecord) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from lwl.arrays import ArrayTooLarge, read_single_array
 from service.core.store import DatasetRecord
@@ -12,7 +13,7 @@ from service import problems
 from service.problems import Problem
 from service.schemas import DatasetView
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 # what the contract names (service.guard takes any type a browser cannot send cross-site)
 DATASET_TYPES = ("application/octet-stream", "application/x-npy", "application/x-npz")
 ARRAY_BYTES = ("the bytes of a .npy file, or of an .npz archive holding one array: a non-empty (M, d) array of "
@@ -30,7 +31,8 @@ async def upload_dataset(request: Request, response: Response, store: StoreDep, 
     application/octet-stream``, ``application/x-npy`` or ``application/x-npz``); a job spec
     then names it with ``{"dataset": id}``. The body and the uncompressed array (as float64) are each at most ``LWL_MAX_DATASET_BYTES`` (413)."""
     raw = await read_body(request, settings.max_dataset_bytes)
-    meta = store.put_dataset(owner, load_array(raw, settings.max_dataset_bytes))
+    # parsing and the insert block: in the thread pool, never on the event loop (issue 84)
+    meta = await run_in_threadpool(lambda: store.put_dataset(owner, load_array(raw, settings.max_dataset_bytes)))
     response.headers["Location"] = f"/v1/datasets/{meta.id}"
     return _dataset_view(meta)
 

@@ -31,12 +31,11 @@ NPY = "application/x-npy"
 NPZ = "application/x-npz"  # a numpy .npz archive (np.load reads it)
 BINARY = {"schema": {"type": "string", "format": "binary"}}
 STREAM_ABOVE = 8 * 1024 * 1024  # bytes of samples sent in one piece below this
-INLINE_FLOATS = 1_000_000  # sampling requests up to this size run on the event loop
 # a bound on n that the schema can state (the one on n * d depends on the job): at d <= 20 the
 # default LWL_MAX_SAMPLES admits every n up to it
 MAX_SAMPLE_N = 1_000_000
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 CURSOR = r"^[0-9]{1,15}(\.[0-9]{1,17})?_[0-9a-f]{32}$"  # next_cursor: "<created_at>_<job id>"
 
 
@@ -85,6 +84,16 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
         raise Problem(400, "Empty Idempotency-Key", "send a non-empty key, or no Idempotency-Key header",
                       field="Idempotency-Key")
     raw = await read_body(request, settings.max_body_bytes)
+    # validation, the store and the broker block: off the event loop, so that no other request
+    # of this process waits behind them (issue 84)
+    job = await run_in_threadpool(_create_job, raw, store, owner, settings, enqueue, idempotency_key)
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return {"id": job.id, "status": job.status}
+
+
+def _create_job(raw: bytes, store: Store, owner: str, settings, enqueue, idempotency_key: str | None) -> JobRecord:
+    """Validate a submitted spec, store the job and send its first slice (the blocking part of
+    ``POST /v1/jobs``)."""
     doc = parse_json(raw)
     try:
         spec = parse_job_spec(doc, strict=True)
@@ -109,8 +118,7 @@ async def create_job(request: Request, response: Response, store: StoreDep, owne
             raise Problem(503, "Queue unavailable", f"could not enqueue the job: {type(exc).__name__}; nothing was "
                           f"stored: retry after {problems.RETRY_AFTER_S} s",
                           headers={"Retry-After": str(problems.RETRY_AFTER_S)}) from None
-    response.headers["Location"] = f"/v1/jobs/{job.id}"
-    return {"id": job.id, "status": job.status}
+    return job
 
 
 @router.get("/v1/jobs", tags=["jobs"], response_model=JobList, responses=problems.responses(400, 401, 422))
@@ -135,12 +143,12 @@ def list_jobs(store: StoreDep, owner: OwnerDep, settings: SettingsDep,
 
 @router.get("/v1/jobs/{job_id}", tags=["jobs"], response_class=FastJSONResponse,
             responses={200: {"model": JobView}, **problems.responses(401, 404)})
-async def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
+def get_job(job_id: str, store: StoreDep, owner: OwnerDep, settings: SettingsDep):
     """Status, progress (iteration/total, objective, validation error, elapsed), error, and
     ``conditions`` while it waits for a worker (none alive for its device, or its worker's
     heartbeat stopped and it is being recovered)."""
-    # async and serialised by orjson: the hot polling path skips the thread pool and
-    # FastAPI's encoder; the indexed primary-key reads take well under a millisecond
+    # a plain def (the thread pool): a read waits for SQLite's writer lock up to its busy
+    # timeout, and must not hold up the event loop meanwhile (issue 84). orjson serialises it.
     job = own_job(store, job_id, owner)
     live = live_workers(store, settings) if job.status in (JobStatus.QUEUED, JobStatus.RUNNING) else None
     return FastJSONResponse(job_view(job, live, settings))
@@ -314,8 +322,8 @@ def labelled_so_far(store: Store, job: JobRecord) -> tuple[dict[str, np.ndarray]
 @router.post("/v1/jobs/{job_id}/samples", tags=["results"],
              responses={200: {"model": Samples, "content": {NPY: BINARY}},
                         **problems.responses(400, 401, 404, 409, 413, 415, 422)})
-async def post_samples(job_id: str, body: SampleRequest, request: Request, store: StoreDep, owner: OwnerDep,
-                       settings: SettingsDep, measure_for: MeasuresDep):
+def post_samples(job_id: str, body: SampleRequest, request: Request, store: StoreDep, owner: OwnerDep,
+                 settings: SettingsDep, measure_for: MeasuresDep):
     """``n`` samples of the optimised distribution from ``seed``: JSON, or ``.npy`` bytes
     with ``Accept: application/x-npy`` (streamed)."""
     job = own_job(store, job_id, owner)
@@ -326,10 +334,8 @@ async def post_samples(job_id: str, body: SampleRequest, request: Request, store
     if floats > settings.max_samples:
         raise Problem(422, "Too many samples", f"n * d must be at most {settings.max_samples}", field="n")
     npy = NPY in request.headers.get("accept", "")
-    # small draws (a few ms) run on the event loop; large ones in the thread pool
-    if floats <= INLINE_FLOATS:
-        return samples_response(job_id, measure, body, npy)
-    return await run_in_threadpool(samples_response, job_id, measure, body, npy)
+    # a plain def: the store reads and the draw run in the thread pool, never on the event loop
+    return samples_response(job_id, measure, body, npy)
 
 
 def total_steps(spec) -> int:

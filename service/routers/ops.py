@@ -41,7 +41,8 @@ def readyz(request: Request):
     # without embedded workers (lwl serve --no-worker) workers are reported, not required: the
     # API accepts jobs while none runs (they queue, and a job's conditions say why)
     if any(v != "ok" for v in checks.values()):
-        raise Problem(503, "Not ready", json.dumps(checks), checks=checks)
+        raise Problem(503, "Not ready", json.dumps(checks), checks=checks,
+                      headers={"Retry-After": str(problems.RETRY_AFTER_S)})
     return {"status": "ready", "checks": checks,
             "workers": {"cpu": sum(w.device == "cpu" for w in live), "cuda": sum(w.device == "cuda" for w in live)}}
 
@@ -58,10 +59,10 @@ def metrics_router(public: bool) -> APIRouter:
     out = APIRouter()
     text = {200: {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}
     if public:
-        out.add_api_route("/metrics", prometheus, methods=["GET"], tags=["ops"], responses=text)
+        out.add_api_route("/metrics", prometheus, methods=["GET"], tags=["ops"], responses={**text, **problems.STORE})
     else:
         out.add_api_route("/metrics", prometheus, methods=["GET"], tags=["ops"], dependencies=[Depends(metrics_dep)],
-                          responses={**text, **problems.responses(401)})
+                          responses={**text, **problems.responses(401, 503)})
     return out
 
 

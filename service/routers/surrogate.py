@@ -23,7 +23,7 @@ from service.problems import Problem
 from service.routers.jobs import NPY, finished_result
 from service.schemas import OpenDocument
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 BINARY = {"schema": {"type": "string", "format": "binary"}}
 CACHED_MODELS = 8  # models kept factored between requests, at most
 # and at most this many bytes of them (a GP's Cholesky factor is n^2 floats: 0.5 GB at 8,000 labels, 3.2 GB at 20,000)
@@ -143,9 +143,15 @@ async def post_predict(job_id: str, request: Request, store: StoreDep, owner: Ow
     ``Accept: application/x-npy`` an (m, 2) ``.npy`` array whose columns are mean and std. An
     operator job's DeepONet predicts fields: ``mean`` is (m, Q), ``std`` null, and the ``.npy``
     answer is the (m, Q) array of fields (header ``LWL-Std: none``)."""
-    own_job(store, job_id, owner)
+    await run_in_threadpool(own_job, store, job_id, owner)  # the store, off the event loop (issue 84)
     raw = await read_body(request, settings.max_body_bytes)
-    if request.headers.get("content-type", "").startswith(NPY):
+    return await run_in_threadpool(_predict_response, job_id, raw, request.headers, store, owner, settings)
+
+
+def _predict_response(job_id: str, raw: bytes, headers, store, owner: str, settings) -> Response:
+    """The blocking part of ``POST /predict``: parse the inputs, read the job's model document
+    from the store and predict (in the thread pool)."""
+    if headers.get("content-type", "").startswith(NPY):
         try:
             x = read_npy_bytes(raw, settings.max_body_bytes)
         except ArrayTooLarge as exc:
@@ -175,7 +181,7 @@ async def post_predict(job_id: str, request: Request, store: StoreDep, owner: Ow
         raise Problem(422, "Non-finite inputs", "inputs must be finite numbers", field="inputs")
     if x.size > settings.max_samples:
         raise Problem(422, "Too many inputs", f"m * d must be at most {settings.max_samples}", field="inputs")
-    mean, std, latent = await run_in_threadpool(lambda: _predict(_model(job_id, doc), x))
+    mean, std, latent = _predict(_model(job_id, doc), x)
     mean = np.asarray(mean, dtype=np.float64).reshape(len(x), -1)
     outputs = mean.shape[1]
     if std is not None:
@@ -183,7 +189,7 @@ async def post_predict(job_id: str, request: Request, store: StoreDep, owner: Ow
         latent = None if latent is None else np.asarray(latent, dtype=np.float64).reshape(len(x))
     if std is not None:  # a scalar model: (m,) means beside (m,) stds; a field model keeps (m, Q)
         mean = mean[:, 0]
-    if NPY in request.headers.get("accept", ""):
+    if NPY in headers.get("accept", ""):
         from service.routers.jobs import _npy_header
 
         out = np.ascontiguousarray(mean if std is None else np.stack([mean, std], 1))

@@ -8,7 +8,7 @@ from service import problems
 from service.deps import OwnerDep, SettingsDep, StoreDep
 from service.schemas import WorkerList
 
-router = APIRouter()
+router = APIRouter(responses=problems.STORE)  # every operation here reads or writes the store
 FORGET_AFTER = 3600.0  # seconds of silence after which a dead worker is no longer listed
 
 

@@ -319,6 +319,11 @@ def test_ask_and_tell_name_what_they_refuse(server, client, tmp_path):
         env = {"LWL_URL": server.url, "LWL_API_KEY": KEY}
         asked = lwl("ask", job, "--out", str(tmp_path / "x.npy"), env=env)  # (light: LIGHT_LWL)
         assert asked.returncode == 0 and asked.stdout.strip() == "1.0"
+        chosen = lwl("ask", job, "--batch", "1.2", "--out", str(tmp_path / "x2.npy"), env=env)  # one instrument's
+        assert chosen.returncode == 0 and chosen.stdout.strip().splitlines()[-1] == "1.2", chosen.stderr
+        assert np.load(tmp_path / "x2.npy").shape == (64, 5)
+        foreign = invoke(server, "ask", job, "--batch", "7.0")
+        assert foreign.exit_code == 1 and "404 Unknown batch [batch_id]" in foreign.output, foreign.output
         np.save(labels, np.zeros(10))  # the batch has 64 points
         short = lwl("tell", job, "1.0", str(labels), env=env)
         assert short.returncode == 1 and "[labels]" in short.stderr, short.stderr

@@ -32,6 +32,8 @@ from service.processes import Postgres, start_redis
 from tests.service.conftest import Server, small_job, start_worker, wait_until
 from tests.service.test_external import FRIEDMAN, builtin_distribution
 
+KILLER = "tests.service.tell_killer"  # lwl serve with create_app's after_tell_commit hook: SIGKILL
+
 pytestmark = [pytest.mark.server, pytest.mark.distributed]
 
 REDISPATCH = 3.0  # LWL_REDISPATCH_SECONDS of these tests (20 s by default)
@@ -207,13 +209,13 @@ def labels_for(url: str, job_id: str) -> dict:
 
 
 def test_a_tell_committed_by_an_api_killed_before_its_message_still_resumes_the_job(stack_factory, tmp_path):
-    """The API SIGKILLs itself between a tell's commit and its message (a test hook). Round 1:
+    """The API SIGKILLs itself between a tell's commit and its message (the test-only launcher
+    tests/service/tell_killer.py installs the hook). Round 1:
     nobody retries, the dispatcher sends the message. Round 2: the client retries, gets
     ``duplicate`` and the retry sends it. The job ends with the builtin run's distribution."""
     st = stack_factory(workers=1)
     st.api.stop()
-    killer = Server(tmp_path, env={**st.env, "LWL_TEST_KILL_AFTER_TELL_COMMIT": "1"}, no_worker=True,
-                    port=st.api.port)
+    killer = Server(tmp_path, env=st.env, no_worker=True, port=st.api.port, launcher=KILLER)
     with Client(st.api.url) as c:
         st.api.start()
         job_id, spec = asktell_job(c, iterations=2)
