@@ -207,3 +207,29 @@ def test_an_unknown_field_with_no_close_name_gets_no_guess():
         parse_job_spec(spec)
     assert sorted(err.value.errors) == [("model.lengthscal", "Extra inputs are not permitted"),
                                         ("zzzz", "Extra inputs are not permitted")]
+
+
+def test_the_readme_budgeted_example_is_the_gp_studys_g4_problem():
+    """examples/kernel10d_budget.json (the README's shell example) is Table 1's g4 exactly as the gp
+    budget study ran it (docs/results/budget-full-2000-gp-units/, row table1-g4): Q and the start at
+    full precision, the study's oracle in examples/measure.py, asked for through ask/tell."""
+    import runpy
+
+    from lwl.experiments import table1
+
+    root = Path(__file__).resolve().parents[2]
+    doc = json.loads((root / "examples" / "kernel10d_budget.json").read_text())
+    spec = parse_job_spec(doc)
+    assert spec.dim == 10 and spec.budget == 2000 and spec.model.name == "gp" and spec.seed == 0
+    assert spec.oracle.name == "external" and spec.oracle.batch_size == 250
+    members = doc["test_distributions"]["members"]
+    assert len(members) == 10
+    assert all(len(m["gaussian"]["mean"]) == 10 and np.shape(m["gaussian"]["cov"]) == (10, 10) for m in members)
+    col = next(c for c in table1.COLUMNS if c.key == "g4")
+    study = table1.column_spec(col, seed=0, size=5000, validation=500, baselines=("normal", "mixture"))
+    assert members == study["test_distributions"]["members"]
+    assert doc["test_distributions"]["validation_per_member"] == study["test_distributions"]["validation_per_member"]
+    assert doc["family"] == study["family"]
+    instruments = runpy.run_path(str(root / "examples" / "measure.py"))["INSTRUMENTS"]
+    assert instruments["kernel10d"] == study["oracle"]
+    assert instruments["friedman1"]["name"] == "friedman1"

@@ -1020,8 +1020,8 @@ class BudgetedDesign(StepperDefaults):
             out["warnings"].append(
                 f"the comparison is at {race['points_each']} points each, the job paid for {design_points} "
                 f"design points: a distribution ahead at a few hundred points can fall behind at a few thousand "
-                f"(Table 1's g4 at budget 2,000: ahead on validation, 17% behind Q's mixture on held-out data; "
-                f"docs/method.md, 'The full study')")
+                f"(Table 1's g4 at budget 2,000 with the paper's KRR: ahead on validation, 17% behind Q's mixture on "
+                f"held-out data; docs/method.md, 'The full study')")
         return out
 
     def _no_verdict_reason(self, state: BudgetedState, race: dict | None) -> str:
