@@ -21,9 +21,10 @@ import io
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # (annotations only: numpy loads in the methods that move arrays, so that
+    import numpy as np  # `lwl status` and the like stay light, issue 85)
 
 TERMINAL = ("succeeded", "failed", "cancelled")
 
@@ -185,6 +186,8 @@ class Client:
         return self._check(self.http.get(f"/v1/jobs/{self._id(job)}/distribution")).json()
 
     def samples(self, job, n: int, seed: int = 0, *, npy: bool = True) -> np.ndarray:
+        import numpy as np
+
         headers = {"Accept": "application/x-npy"} if npy else {}
         r = self._check(self.http.post(f"/v1/jobs/{self._id(job)}/samples", json={"n": n, "seed": seed},
                                        headers=headers))
@@ -210,6 +213,8 @@ class Client:
         """The labelled points of a budgeted job, whatever its status, with that status
         (:class:`LabelledSet`); 409 (:class:`ApiError`) for a job without a budget or with no
         labelled point yet."""
+        import numpy as np
+
         r = self._check(self.http.get(f"/v1/jobs/{self._id(job)}/training-set"))
         with np.load(io.BytesIO(r.content), allow_pickle=False) as z:
             return LabelledSet(r.headers.get("LWL-Job-Status"), {k: z[k] for k in z.files})
@@ -222,6 +227,8 @@ class Client:
         """``(mean (m,), std (m,))`` of the job's trained model at ``inputs`` (m, d), sent and
         received as ``.npy``: the numbers of ``lwl.models.from_spec(self.model(job)).predict(inputs,
         return_std=True)``. An operator job's DeepONet gives ``(fields (m, Q), None)``."""
+        import numpy as np
+
         x = np.ascontiguousarray(np.asarray(inputs, dtype=np.float64))
         buf = io.BytesIO()
         np.save(buf, x, allow_pickle=False)
@@ -244,6 +251,8 @@ class Client:
         """The next batch to label (or the pending batch ``batch_id``) as ``(batch_id,
         inputs)``, or None when the job is not waiting for labels (running, finished, or between
         rounds) or that batch is no longer pending."""
+        import numpy as np
+
         params = {} if batch_id is None else {"batch_id": batch_id}
         r = self.http.get(f"/v1/jobs/{self._id(job)}/queries", params=params,
                           headers={"Accept": "application/x-npy"})
@@ -256,6 +265,8 @@ class Client:
         """The next batch (or the pending batch ``batch_id``) with its points' outcomes so far
         (:class:`Queries`), or None when the job is not waiting for labels or that batch is no
         longer pending."""
+        import numpy as np
+
         params = {} if batch_id is None else {"batch_id": batch_id}
         r = self.http.get(f"/v1/jobs/{self._id(job)}/queries", params=params)
         if r.status_code == 409:
@@ -271,6 +282,8 @@ class Client:
         (or one per position of ``indices``: a part of the batch, the rest stays pending).
         ``failed``: positions in the batch whose measurement failed (their labels, NaN or None,
         are sent as null); they count as labels spent and are never used as data."""
+        import numpy as np
+
         url = f"/v1/jobs/{self._id(job)}/labels"
         if indices is None and not failed:  # a whole batch: .npy, exact floats and compact
             buf = io.BytesIO()
@@ -294,6 +307,8 @@ class Client:
                    nan_fails: bool = False) -> dict:
         """Ask, label with ``label_fn(inputs) -> labels`` and tell until the job ends.
         ``nan_fails``: a NaN label tells its point as failed (else a NaN is refused, 422)."""
+        import numpy as np
+
         job_id = self._id(job)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -311,6 +326,8 @@ class Client:
 
     # -- datasets and catalog -----------------------------------------------------------------
     def upload_dataset(self, array: np.ndarray) -> str:
+        import numpy as np
+
         buf = io.BytesIO()
         np.save(buf, np.asarray(array, dtype=np.float64), allow_pickle=False)
         r = self.http.post("/v1/datasets", content=buf.getvalue(),

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -136,6 +135,8 @@ def ask(job: str = typer.Argument(..., metavar="JOB", help="job id"),
                                                  "GET /v1/jobs/JOB/batches lists them), not the first one"),
         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Fetch the next batch an ask/tell job needs labelled (or the batch --batch); prints its batch id."""
+    import numpy as np  # (here: the commands that move no array stay light)
+
     batch_id = batch
     with _service_errors(url), _client(url, api_key) as c:
         batch = c.ask(job, batch_id)
@@ -155,6 +156,8 @@ def tell(job: str = typer.Argument(..., metavar="JOB", help="job id"),
                                          help="a NaN label is a failed measurement (told as failed)"),
          url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Send the labels of one batch; the job resumes once its round is complete."""
+    import numpy as np  # (here: the commands that move no array stay light)
+
     y = np.asarray(np.load(labels, allow_pickle=False), dtype=np.float64)
     if not nan_failed and np.isnan(y).any():
         console.print(f"[red]{escape(str(labels))}: {int(np.isnan(y.reshape(len(y), -1)).any(axis=1).sum())} NaN "
@@ -321,6 +324,8 @@ def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a
     left_out_*); a failed, cancelled or running job's, every label it holds so far (its last
     checkpoint's rounds, and an ask/tell job's labels told for the round it was in as told_*). The
     job's status is printed with them."""
+    import numpy as np  # (here: the commands that move no array stay light)
+
     with _service_errors(url), _client(url, api_key) as c:
         got = c.labelled_set(job)
     arrays, status = got.arrays, got.status
@@ -357,6 +362,8 @@ def predict(job: str = typer.Argument(..., metavar="JOB", help="job id (a budget
             url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Predict with a budgeted job's trained model (GET /v1/jobs/{id}/model): mean and standard
     deviation at each input row."""
+    import numpy as np  # (here: the commands that move no array stay light)
+
     try:
         x = np.asarray(np.load(inputs, allow_pickle=False), dtype=np.float64)
     except (OSError, ValueError) as exc:
