@@ -1,9 +1,10 @@
 """The README's budgeted job on a machine that is not the worker's alone (issue 85).
 
-Runs ``examples/friedman1_budget.json`` (model gp, 2,000 labels, ask/tell) through ``lwl serve``
-with its embedded worker, labelled as the README's shell loop does (``lwl ask``, Friedman-1's
-labels, ``lwl tell``, one process per call), twice: on a quiet machine, and beside one other
-CPU-bound process (a busy loop that keeps one core). Prints each wall, the ratio (goal: beside
+Runs the README's budgeted ask/tell job (``examples/kernel10d_budget.json``, model gp, 2,000
+labels; ``--example friedman1`` for ``examples/friedman1_budget.json``) through ``lwl serve`` with
+its embedded worker, labelled as the README's shell loop does (``lwl ask``, the stand-in
+instrument ``examples/measure.py``, ``lwl tell``, one process per call), twice: on a quiet
+machine, and beside one other CPU-bound process (a busy loop that keeps one core). Prints each wall, the ratio (goal: beside
 a busy process <= 2.5 times the quiet wall), the worker's threads (``GET /v1/workers``) and the
 job's Err.
 
@@ -11,7 +12,7 @@ job's Err.
 (``service.core.threads``): ``--threads`` the number of cores is the old behaviour of torch's
 pool of every core.
 
-Usage: python bench/worker_threads.py [--threads N] [--seed 0]
+Usage: python bench/worker_threads.py [--threads N] [--seed 0] [--example kernel10d|friedman1]
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,9 +37,7 @@ from service.processes import ENV_BASE, Server  # noqa: E402
 GOAL_RATIO = 2.5
 
 
-def friedman1(x: np.ndarray) -> np.ndarray:
-    """Friedman-1 (the example's oracle, written out as a lab's instrument script would)."""
-    return 10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3] + 5 * x[:, 4]
+EXAMPLES = {"kernel10d": "kernel10d_budget.json", "friedman1": "friedman1_budget.json"}
 
 
 def busy(stop) -> None:
@@ -48,9 +46,9 @@ def busy(stop) -> None:
         sum(i * i for i in range(10_000))
 
 
-def run_readme_job(url: str, tmp: Path, seed: int) -> tuple[float, dict]:
+def run_readme_job(url: str, tmp: Path, seed: int, example: str) -> tuple[float, dict]:
     """Submit the README's budgeted job and label it with the CLI until it ends: (wall, job doc)."""
-    spec = json.loads((ROOT / "examples" / "friedman1_budget.json").read_text())
+    spec = json.loads((ROOT / "examples" / EXAMPLES[example]).read_text())
     spec["seed"] = seed
     (tmp / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, **ENV_BASE, "LWL_URL": url, "PYTHONPATH": str(ROOT)}
@@ -67,14 +65,15 @@ def run_readme_job(url: str, tmp: Path, seed: int) -> tuple[float, dict]:
             time.sleep(1.0)
             continue
         asked.check_returncode()
-        np.save(tmp / "y.npy", friedman1(np.load(tmp / "x.npy")))
+        subprocess.run([sys.executable, str(ROOT / "examples" / "measure.py"), str(tmp / "x.npy"), str(tmp / "y.npy"),
+                        "--oracle", example], env=env, capture_output=True, check=True)
         subprocess.run(lwl + ["tell", job, asked.stdout.strip(), str(tmp / "y.npy")], env=env, capture_output=True,
                        check=True)
     wall = time.perf_counter() - t0
     return wall, httpx.get(f"{url}/v1/jobs/{job}").json()
 
 
-def one_run(label: str, threads: int | None, seed: int, beside_busy: bool) -> dict:
+def one_run(label: str, threads: int | None, seed: int, beside_busy: bool, example: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         server = Server(tmp / "data", worker_threads=threads).start()
@@ -83,7 +82,7 @@ def one_run(label: str, threads: int | None, seed: int, beside_busy: bool) -> di
         try:
             if hog is not None:
                 hog.start()
-            wall, doc = run_readme_job(server.url, tmp, seed)
+            wall, doc = run_readme_job(server.url, tmp, seed, example)
             workers = httpx.get(f"{server.url}/v1/workers").json()["items"]
         finally:
             stop.set()
@@ -102,11 +101,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=None, help="the embedded worker's threads (default: its share)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--example", choices=sorted(EXAMPLES), default="kernel10d")
     args = ap.parse_args()
-    print(f"the README's budgeted job (examples/friedman1_budget.json, seed {args.seed}), labelled with lwl ask / "
-          f"lwl tell; {len(os.sched_getaffinity(0))} cores", flush=True)
-    quiet = one_run("quiet", args.threads, args.seed, beside_busy=False)
-    loaded = one_run("beside a busy process", args.threads, args.seed, beside_busy=True)
+    print(f"the README's budgeted job (examples/{EXAMPLES[args.example]}, seed {args.seed}), labelled with lwl ask, "
+          f"examples/measure.py, lwl tell; {len(os.sched_getaffinity(0))} cores", flush=True)
+    quiet = one_run("quiet", args.threads, args.seed, beside_busy=False, example=args.example)
+    loaded = one_run("beside a busy process", args.threads, args.seed, beside_busy=True, example=args.example)
     ratio = loaded["wall"] / quiet["wall"]
     print(f"beside a busy process / quiet: {ratio:.2f} (goal <= {GOAL_RATIO}: {'met' if ratio <= GOAL_RATIO else 'not met'})")
 
