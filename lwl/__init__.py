@@ -31,10 +31,21 @@ del _registry
 
 
 def __getattr__(name: str):
+    """``lwl.run_job`` and the subpackages (``lwl.measures.from_spec``, ``lwl.oracles.make_oracle``)
+    on first use, as an eager ``import lwl`` gave them."""
     if name == "run_job":
         from lwl.runner import run_job
 
         return run_job
+    if name.startswith("_"):  # (probes such as __wrapped__ or __path__ lookups are no subpackage)
+        raise AttributeError(f"module 'lwl' has no attribute {name!r}")
+    import importlib
+
+    try:
+        return importlib.import_module(f"lwl.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"lwl.{name}":  # (a dependency of that module is missing: say so)
+            raise
     raise AttributeError(f"module 'lwl' has no attribute {name!r}")
 
 

@@ -4,10 +4,12 @@ at its end). Importing this module imports them all, in the order the catalog li
 families gaussian, mixture, auto, pool, kle, particles, interval; models krr, gp, deeponet, amino;
 algorithms bilevel, ama, particle_ama, interval_search.
 
-``import lwl`` imports it, so every entry point (the CLI, the service, a worker, a notebook)
-sees the same registries; plugins follow (:func:`lwl.registry.load_plugins`)."""
+The first read of a component registry imports it (``lwl`` names it in
+:func:`lwl.registry.on_first_read`), so every entry point (the CLI, the service, a worker, a
+notebook) sees the same registries; plugins follow (:func:`lwl.registry.load_plugins`)."""
 
 import lwl.kernels  # noqa: F401  (each import registers its module's components)
+import lwl.evaluation.spec  # noqa: F401  (the built-in baselines)
 import lwl.oracles  # noqa: F401
 import lwl.models.krr  # noqa: F401
 import lwl.models.gp  # noqa: F401

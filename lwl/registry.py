@@ -15,6 +15,7 @@ can then name the built-in algorithms without importing them (and without import
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -55,7 +56,15 @@ class Entry:
 
 
 _FIRST_READ: list[str] = []  # modules imported on the first read of a component registry (on_first_read)
-_LOADED = [False]
+
+
+class _Load:
+    """Where the first-read import stands: not yet (or failed: tried again at the next read),
+    under way (a read from inside it, by the importing thread, sees what is registered so far),
+    done. One thread imports; another thread's read waits for it."""
+
+    lock = threading.RLock()
+    state = "idle"  # "idle" | "loading" | "loaded"
 
 
 def on_first_read(module: str) -> None:
@@ -66,11 +75,39 @@ def on_first_read(module: str) -> None:
 
 
 def _load_on_first_read() -> None:
-    if _LOADED[0]:
+    """Import the first-read modules once. A read made while one of lwl's own modules is still
+    being imported (``from lwl.models import ...`` first: its parameter models read the kernel
+    registry at class creation) can meet that module half-imported in the built-ins' import
+    chain; that attempt is given up, the reader sees what is registered so far (the spec blocks
+    rebuild as names register), and the next read imports them again. Any other error is raised,
+    and the next read tries again too."""
+    if _Load.state == "loaded":
         return
-    _LOADED[0] = True  # first, so that a read during the imports below sees what is registered so far
-    for module in _FIRST_READ:
-        importlib.import_module(module)
+    with _Load.lock:
+        if _Load.state != "idle":  # loaded meanwhile, or this thread's own read from inside the load
+            return
+        _Load.state = "loading"
+        try:
+            for module in _FIRST_READ:
+                importlib.import_module(module)
+        except ImportError as exc:
+            _Load.state = "idle"
+            if "partially initialized module" in str(exc):  # CPython's words for an import cycle
+                return
+            raise
+        except BaseException:
+            _Load.state = "idle"
+            raise
+        _Load.state = "loaded"
+
+
+def _registered_by_lwl() -> bool:
+    """Whether :meth:`Registry.register` was called from lwl's own code (a built-in registering
+    itself, possibly while the built-ins load) rather than a plugin's."""
+    import sys
+
+    caller = sys._getframe(2).f_globals.get("__name__", "")
+    return caller == "lwl" or caller.startswith("lwl.")
 
 
 class Registry:
@@ -95,6 +132,8 @@ class Registry:
         annotation = params.model_fields.get("name") if params is not None else None
         if params is not None and (annotation is None or annotation.default != name):
             raise ValueError(f"{params.__name__} needs a field name: Literal[{name!r}] = {name!r}")
+        if self.builtin and not _registered_by_lwl():  # a plugin's: after the built-ins, so that a clash is told here
+            _load_on_first_read()
         if name in self._entries and not replace:
             raise ValueError(f"{self.kind} {name!r} is registered already")
         entry = Entry(name, params, build, check, dict(extra))

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import difflib
-import types
 import typing
 
 from pydantic import BaseModel, ValidationError
@@ -33,6 +32,9 @@ def _union_tags() -> dict[str, list[str]]:
 
 def _loc(parts) -> str:
     return ".".join(str(p) for p in parts) or "(root)"
+
+
+MAX_GUESSES = 20  # "did you mean" for the first errors only: a refused body may hold thousands of keys
 
 
 def _models_in(annotation) -> list[type[BaseModel]]:
@@ -83,10 +85,15 @@ def spec_error(exc: ValidationError, root: type[BaseModel] | None = None) -> Spe
     """The :class:`SpecError` of a job spec's validation error (see the module docstring); with
     ``root`` (the model validated), an unknown field is told the closest known name at its level."""
     errors, tags = [], _union_tags()
+    known: dict[tuple, list[str]] = {}  # field names per level, walked once (a body may hold many unknown keys)
     for e in exc.errors(include_url=False):
         msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden" and root is not None and e["loc"] and isinstance(e["loc"][-1], str):
-            msg += did_you_mean(e["loc"][-1], _fields_at(root, tuple(e["loc"]), tags))
+        if (e["type"] == "extra_forbidden" and root is not None and e["loc"] and isinstance(e["loc"][-1], str)
+                and len(errors) < MAX_GUESSES):
+            level = tuple(e["loc"][:-1])
+            if level not in known:
+                known[level] = _fields_at(root, tuple(e["loc"]), tags)
+            msg += did_you_mean(e["loc"][-1], known[level])
         # the branch names of plain unions (initial_data.labels: "list[float]") are no field
         loc = [p for p in e["loc"] if not (isinstance(p, str) and "[" in p)]
         # tagged unions (family, model, algorithm): report "model.lengthscale", not "model.krr.lengthscale"

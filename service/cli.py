@@ -31,8 +31,8 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
           no_worker: bool = typer.Option(False, "--no-worker", help="API only (distributed mode: run `lwl worker`)"),
           workers: int = typer.Option(1, help="embedded worker processes"),
           threads: Optional[int] = typer.Option(None, "--threads", min=1,
-                                                help="torch's and BLAS's threads of each embedded worker (default: "
-                                                     "the usable cores divided by --workers)")):
+                                                help="torch's threads of each embedded worker (default: "
+                                                     "OMP_NUM_THREADS if set, else the usable cores divided by --workers)")):
     """Run the HTTP API, and (unless --no-worker) a worker, on this machine.
 
     Embedded default: SQLite store and a local broker under the data directory, nothing else
@@ -65,11 +65,11 @@ def serve(host: str = typer.Option("127.0.0.1", help="interface to bind"),
 
     supervisor = None
     if not no_worker:  # restarted when they die, killed when this process dies
-        from service.core.threads import share
+        from service.core.threads import default_threads
 
         # each embedded worker takes its share of the cores (service.core.threads): two busy pools of
         # every core each oversubscribe a small machine
-        args = [sys.executable, "-m", "lwl.cli", "worker", "--threads", str(threads or share(workers))]
+        args = [sys.executable, "-m", "lwl.cli", "worker", "--threads", str(threads or default_threads(workers))]
         supervisor = WorkerSupervisor(args, os.environ.copy(), workers).start()
     from service.app import create_app
     from service.core.queue import make_celery, sender, waiting_messages

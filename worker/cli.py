@@ -33,9 +33,9 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
            gpus: Optional[str] = typer.Option(None, "--gpus", help="e.g. 0,1: one supervised GPU worker process "
                                                                     "per device"),
            threads: Optional[int] = typer.Option(None, "--threads", min=1,
-                                                 help="torch's and BLAS's threads (default: this machine's usable "
-                                                      "cores, or the container's CPU quota, divided by its live "
-                                                      "workers, this one included)")):
+                                                 help="torch's threads (default: OMP_NUM_THREADS if set, else this "
+                                                      "machine's usable cores, or the container's CPU quota, divided "
+                                                      "by its live workers, this one included)")):
     """Run one Celery worker process (one job slice at a time), or one per GPU with --gpus."""
     import os
 
@@ -44,11 +44,11 @@ def worker(device: str = typer.Option("auto", help="cpu (takes lwl.cpu), cuda (t
         raise typer.Exit(2)
     loglevel = LogLevel(loglevel).value
     if gpus:
-        return _gpu_workers(gpus, data_dir, loglevel)
-    from service.core.threads import apply_threads
+        return _gpu_workers(gpus, data_dir, loglevel, threads)
+    from service.core.threads import apply_threads, configured_threads
 
     # before torch loads: its OpenMP pool takes the size it reads then
-    threads = threads if threads is not None else _machine_share(data_dir)
+    threads = threads if threads is not None else (configured_threads() or _machine_share(data_dir))
     apply_threads(threads)
     # a test-only switch: a worker that takes the GPU queue on a machine without CUDA, so that
     # routing can be tested with real processes where no GPU exists
@@ -126,7 +126,7 @@ def _machine_share(data_dir: Optional[Path]) -> int:
     return share(1 + sum(w.info.get("host") == host for w in live))
 
 
-def _gpu_workers(gpus: str, data_dir: Optional[Path], loglevel: str) -> None:
+def _gpu_workers(gpus: str, data_dir: Optional[Path], loglevel: str, threads: Optional[int] = None) -> None:
     """One supervised ``lwl worker --device cuda`` per GPU id, each seeing only its device
     (CUDA_VISIBLE_DEVICES); CUDA is never initialised in this parent process."""
     import os
@@ -139,7 +139,12 @@ def _gpu_workers(gpus: str, data_dir: Optional[Path], loglevel: str) -> None:
     if not ids or not all(g.isdigit() for g in ids):
         console.print("[red]--gpus: comma-separated GPU ids, e.g. 0,1")
         raise typer.Exit(2)
-    args = [sys.executable, "-m", "lwl.cli", "worker", "--device", "cuda", "--loglevel", loglevel]
+    from service.core.threads import default_threads
+
+    # each GPU worker's share of the cores, decided here: started at once, they would each count
+    # themselves alone in the store
+    args = [sys.executable, "-m", "lwl.cli", "worker", "--device", "cuda", "--loglevel", loglevel,
+            "--threads", str(threads or default_threads(len(ids)))]
     if data_dir is not None:
         args += ["--data-dir", str(data_dir)]
     sups = [WorkerSupervisor(args, {**os.environ, "CUDA_VISIBLE_DEVICES": g}, 1).start() for g in ids]

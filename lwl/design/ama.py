@@ -1,8 +1,5 @@
 """Alternating minimisation of the OOD upper bound (paper Alg. 2, "AMA"), parametric form.
 
-if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
-    from lwl.spec import JobSpec
-
 Objective (eqn AMAobjective), for nu = nu_theta and Q = sum_k w_k delta_{nu'_k}:
 
     J(theta) = E_{u~nu_theta} ||G*(u) - G_hat(u)||^2
@@ -55,6 +52,9 @@ from lwl.oracles import Oracle, as_numpy
 from lwl.params import StrictModel
 from lwl.registry import ALGORITHMS
 from lwl.streams import STREAM_LIP, STREAM_OPT, STREAM_TRAIN
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 OPTIMIZERS = ("differential_evolution", "adam", "lbfgsb")
 

@@ -1,8 +1,5 @@
 """Bilevel gradient descent on a parametrised training distribution (paper Alg. 1 / Alg. 3).
 
-if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
-    from lwl.spec import JobSpec
-
 One iteration k, with nu_k = N(m, LL^T) and Q's validation samples V_j (weights w_j, sizes M_j):
 
 1. draw U = (u_1..u_N) ~ nu_k and label them, y = G*(U);
@@ -64,6 +61,9 @@ from lwl.params import StrictModel
 from lwl.q_samples import DatasetResolver, MetaTestSamples, _no_datasets, kle_member_sizes
 from lwl.registry import ALGORITHMS
 from lwl.streams import STREAM_CHECK, STREAM_DESIGN
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 
 class Phase(StrEnum):

@@ -1,7 +1,4 @@
 """Particle AMA: the training distribution is N particles moved by the Wasserstein gradient of
-
-if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
-    from lwl.spec import JobSpec
 the OOD upper bound (paper Alg. 2 in particle form, Cor. "Wasserstein gradient", SM RTE).
 
 Particles live in coefficient space, a_q = exp(L c_q) with (L c)(x, y) = sum_ij c_ij 2 sin(i pi x)
@@ -43,6 +40,9 @@ from lwl.memory import release_freed_memory
 from lwl.params import StrictModel
 from lwl.q_samples import kle_member_sizes
 from lwl.registry import ALGORITHMS, FAMILIES
+
+if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
+    from lwl.spec import JobSpec
 
 STREAM_INITIAL_PARTICLES = 21  # the initial coefficients c (init; the budgeted design's ``initial_particles``)
 

@@ -6,7 +6,8 @@ two busy processes on two cores then run four spinning threads, and each waits o
 worker takes its share instead: the cores this process may use (its CPU affinity, or the
 container's CPU quota where that is less) divided by the workers on this machine. ``lwl serve``
 gives each of its ``--workers`` embedded workers that share; a worker started on its own counts
-the live workers of its host in the store (itself included).
+the live workers of its host in the store (itself included). An ``OMP_NUM_THREADS`` set in the
+environment is the operator's choice and is kept (:func:`configured_threads`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ def share(local_workers: int, cpus: int | None = None) -> int:
     """One worker's threads: the usable cores divided by the workers on this machine, at least one."""
     cpus = usable_cpus() if cpus is None else cpus
     return max(1, cpus // max(1, local_workers))
+
+
+def configured_threads() -> int | None:
+    """The operator's own choice, where the environment makes one: ``OMP_NUM_THREADS`` (a
+    positive integer), which the default then keeps (a job run by a worker is bit for bit the
+    library's run at the same thread count: tests and studies pin it)."""
+    try:
+        n = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        return None
+    return n if n >= 1 else None
+
+
+def default_threads(local_workers: int) -> int:
+    """A worker's threads when ``--threads`` is not given: :func:`configured_threads`, else its
+    :func:`share` of the machine among ``local_workers``."""
+    return configured_threads() or share(local_workers)
 
 
 def apply_threads(n: int) -> None:

@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from service.core.routing import QUEUE_CPU, QUEUE_GPU, queue_for, worker_queues
-from service.core.threads import share
 from service.processes import ENV_BASE, Proc
 from tests.service.conftest import Server, small_job, wait_until
 
@@ -58,7 +57,9 @@ def test_a_cuda_job_is_never_taken_by_a_cpu_worker_and_says_why(server, tmp_path
     wait_until(lambda: workers(server)["alive"] == {"cpu": 1, "cuda": 0}, 30, 0.2, "the embedded worker")
     cpu = workers(server)["items"][0]
     assert cpu["queues"] == [QUEUE_CPU] and cpu["pid"] > 0 and cpu["version"]
-    assert cpu["threads"] == share(1)  # lwl serve's one embedded worker: every usable core (service.core.threads)
+    # lwl serve's embedded worker keeps the operator's OMP_NUM_THREADS (the tests' ENV_BASE: 2), else
+    # takes every usable core (service.core.threads)
+    assert cpu["threads"] == int(ENV_BASE["OMP_NUM_THREADS"])
     assert httpx.get(f"{server.url}/readyz").json()["workers"] == {"cpu": 1, "cuda": 0}
 
     gpu_spec = small_job(iterations=5)

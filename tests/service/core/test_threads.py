@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from service.core.threads import cgroup_cpu_quota, share, usable_cpus
+from service.core.threads import cgroup_cpu_quota, configured_threads, default_threads, share, usable_cpus
 
 
 def test_the_cpu_quota_from_cgroup_v2_and_v1(tmp_path):
@@ -105,3 +105,15 @@ def test_a_worker_started_alone_counts_the_live_workers_of_its_host(tmp_path, mo
 
         c.execute(update(workers).where(workers.c.name == "a").values(heartbeat_at=time.time() - 3600))
     assert _machine_share(tmp_path) == share(2)
+
+
+def test_an_omp_num_threads_in_the_environment_is_the_operators_choice_and_kept(monkeypatch):
+    """The default keeps OMP_NUM_THREADS where it is set (a worker's job is then bit for bit the
+    library's run at the same count); a value that is no positive integer is no choice."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert configured_threads() == 3 and default_threads(8) == 3
+    for bad in ("", "0", "two"):
+        monkeypatch.setenv("OMP_NUM_THREADS", bad)
+        assert configured_threads() is None and default_threads(2) == share(2)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert default_threads(1) == share(1)
