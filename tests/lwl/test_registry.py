@@ -225,3 +225,12 @@ def test_importing_lwl_loads_nothing_heavy_and_a_registry_read_loads_the_built_i
                                      "FAMILIES\nassert {'bilevel', 'ama'} <= set(ALGORITHMS.names()) and "
                                      "'gaussian' in FAMILIES")
     assert "lwl.builtins" in _loaded("import lwl\nassert callable(lwl.run_job)")
+    # a module of the built-ins' own import chain imported first (a notebook's `from lwl.models import
+    # GaussianProcess`): its import-time read meets lwl.models half-imported; the next read loads them all
+    assert "lwl.builtins" in _loaded(
+        "from lwl.models import GaussianProcess\nimport json\nfrom lwl.spec import parse_job_spec\n"
+        "from lwl.registry import ALGORITHMS, BASELINES, FAMILIES, MODELS\n"
+        "parse_job_spec(json.load(open('examples/friedman1_budget.json')))\n"
+        "assert {'bilevel', 'ama'} <= set(ALGORITHMS.names()) and 'gaussian' in FAMILIES and 'gp' in MODELS\n"
+        "assert 'mixture' in BASELINES.names()")
+    assert _loaded("import lwl\nassert callable(lwl.measures.from_spec) and callable(lwl.oracles.make_oracle)")
