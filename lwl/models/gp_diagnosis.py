@@ -116,9 +116,18 @@ def diagnose_document(doc: dict, labels, weights=None, loo_residuals=None,
     return diagnose([o["noise"] for o in doc["outputs"]], labels, weights, loo_residuals, loo_std)
 
 
-def to_json(diagnosis: list[OutputDiagnosis]) -> dict:
-    """The result's ``model_diagnosis`` block."""
-    return {"outputs": [asdict(d) for d in diagnosis],
+def to_json(diagnosis: list[OutputDiagnosis], loo_residuals=None, loo_std=None) -> dict:
+    """The result's ``model_diagnosis`` block. With ``loo_residuals`` and ``loo_std`` (as given to
+    :func:`diagnose`), each output also carries them as lists (``loo_residuals``, ``loo_sd``: one per
+    validation label of Q, in the labels' units): the dashboard's leave-one-out chart."""
+    outputs = [asdict(d) for d in diagnosis]
+    if loo_residuals is not None and loo_std is not None:
+        r = np.asarray(loo_residuals, dtype=np.float64).reshape(len(loo_residuals), -1)
+        sd = np.asarray(loo_std, dtype=np.float64).reshape(len(loo_std), -1)
+        for j, out in enumerate(outputs):
+            out["loo_residuals"] = r[:, j].tolist()
+            out["loo_sd"] = sd[:, j].tolist()
+    return {"outputs": outputs,
             "equation": "err_floor = sqrt(noise / E_Q y^2), E_Q over Q's validation labels, members weighted; "
                         "loo_err = sqrt(E_Q r^2 / E_Q y^2), r the served model's leave-one-out residual at each of "
                         "them (an estimate of its held-out Err on Q from its own labels); loo_coverage_ksd = E_Q "
