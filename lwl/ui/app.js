@@ -484,10 +484,10 @@ function modelPanel(id, result) {
   const box = section("Model", "model-section");
   const labels = ((doc.training_set || result.training_set || {}).labels) || [];  // the result's model omits its training set
   const nTrain = labels.length;
-  const kernel = doc.kernel ? doc.kernel.replace(/_/g, " ") : "–";
-  box.append(el("p", { id: "model-kind" }, `The served model: `, el("code", {}, doc.model), ` with a `, el("strong", {}, kernel),
-    ` kernel, trained on the ${count(nTrain)} points of the training set. Every number below is in your units `,
-    `(lengthscales in each input's, scales and noise in the labels').`));
+  const kernel = doc.kernel ? [" with a ", el("strong", {}, doc.kernel.replace(/_/g, " ")), " kernel"] : [];
+  box.append(el("p", { id: "model-kind" }, `The served model: `, el("code", {}, doc.model), ...kernel,
+    `, trained on the ${count(nTrain)} points of the training set.`,
+    doc.model === "gp" ? " Every number below is in your units (lengthscales in each input's, scales and noise in the labels')." : ""));
   if (doc.model === "gp" && Array.isArray(doc.outputs)) {
     const spread = ((doc.standardisation || {}).input_scale) || [];
     const diag = ((result.model_diagnosis || {}).outputs) || [];

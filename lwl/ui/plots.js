@@ -26,7 +26,7 @@ const Plots = (() => {
       lo = Math.min(lo, v); hi = Math.max(hi, v);
     }
     if (lo === Infinity) return [0, 1];
-    if (lo === hi) { const d = log ? lo * 0.5 : Math.abs(lo) * 0.1 || 1; return [lo - (log ? 0 : d), hi + d]; }
+    if (lo === hi) { if (log) return [lo / 1.5, hi * 1.5]; const d = Math.abs(lo) * 0.1 || 1; return [lo - d, hi + d]; }
     return [lo, hi];
   }
 
@@ -123,7 +123,10 @@ const Plots = (() => {
     const ally = series.flatMap((s) => s.y).concat(refs.map((r) => r.y), rings.map((r) => r.y));
     if (!allx.length) return svg(`<text x="${W / 2}" y="${H / 2}" text-anchor="middle" class="label">${esc(title)}: no data yet</text>`);
     const ys = padded(extent(ally, logy), logy);  // no point, ring or ref line on the frame's edge
-    const f = frame(title, extent(allx, logx), ys, logx, logy, xlabel, ylabel);
+    const xs = extent(allx, logx);
+    // dots and rings clear of the frame's sides too (a line may end on them)
+    if (!logx && (rings.length || series.some((ser) => ser.dots))) { const pad = (xs[1] - xs[0]) * 0.03; xs[0] -= pad; xs[1] += pad; }
+    const f = frame(title, xs, ys, logx, logy, xlabel, ylabel);
     let s = f.s;
     const x0 = PAD.l, x1 = W - PAD.r;
     for (const r of refs) {

@@ -336,7 +336,7 @@ def test_a_budgeted_gp_job_page_shows_its_served_model(tab, alice, budgeted_gp):
     assert shown_number(facts["loo_err"]) == pytest.approx(diag["loo_err"], rel=5e-3)
     assert f"{100 * diag['loo_coverage_2sd']:.0f}% within 2 sd" in facts["LOO coverage"]
     loo = page.locator("[data-series=loo-0] svg")
-    assert loo.locator("svg > circle").count() == n_val  # one dot per validation label (not the legend's)
+    assert loo.locator(":scope > circle").count() == n_val  # one dot per validation label (not the legend's)
     assert f"{inside} of {n_val} inside ±2 sd" in page.inner_text("[data-series=loo-0]")
     assert len(y) == n_val
     assert page.get_attribute("#model-link", "href") == f"/v1/jobs/{budgeted_gp}/model"
