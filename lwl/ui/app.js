@@ -390,17 +390,23 @@ function raceChart(history, result) {
   const ahead = last.incumbent_score < last.rival_score ? `the leader's points validate better (lower Err)`
     : last.incumbent_score > last.rival_score ? `Q's mixture's points validate better (lower Err)` : "the two are level";
   const z = num(last.z) ? `, z ${Plots.fmt(last.z)}` : "";
+  // behind at a look is not losing: Q's mixture takes over only beyond noise (z > 0: Q's mixture better)
+  const behind = looks.filter((r) => r.race.incumbent_score > r.race.rival_score);
+  const zs = behind.map((r) => r.race.z).filter(num);
+  const behindText = behind.length && !won ? `The leader was behind at ${behind.length} of ${looks.length} looks, ` +
+    (zs.length ? `never by more than z ${Plots.fmt(Math.max(...zs))}: within noise. ` : "within noise. ") : "";
   return el("div", { class: "chart-box", "data-series": "race", html: Plots.lines({
     title: "the race against Q's mixture (lower is better)", xlabel: "points each (first n of both)",
     ylabel: "two-fold Err on Q's validation labels", logx: positive && looks.length > 1, logy: positive, series, vmarks,
     legend: true }) },
   el("p", { class: "chart-note muted", id: "race-note" }, `At the last look (${count(last.points_each)} points each) ${ahead}: `,
-    `${Plots.fmt(last.incumbent_score)} against ${Plots.fmt(last.rival_score)} for Q's mixture${z}. `,
+    `${Plots.fmt(last.incumbent_score)} against ${Plots.fmt(last.rival_score)} for Q's mixture${z}. `, behindText,
     "Q's mixture takes over only when it validates better beyond noise (z ≥ 1, with 128 points each or more) or by the race's trend."));
 }
 
 // -- a budgeted job's story: what was paid, what was chosen, what it won --------------------------
-const WON = { better: "won", tie: "tied", worse: "lost" };  // the verdict's outcome as the headline says it
+const WON = { better: "won", tie: "tied", worse: "lost" };
+function fmt4(v) { return num(v) ? String(+v.toPrecision(4)) : ""; }  // the verdict's outcome as the headline says it
 const AGAINST = { better: "against", tie: "with", worse: "to" };
 
 // The headline of a finished budgeted job, in the words of lwl.evaluation.verdict_text's
@@ -428,17 +434,20 @@ function storyPanel(result) {
     const cmp = (v.comparisons || {})[key] || {};
     outcome = v.outcomes[key];
     const iv = Array.isArray(cmp.ratio_interval) ? cmp.ratio_interval : null;
-    const ci = iv ? `, 95% ${Plots.fmt(iv[0])}–${Plots.fmt(iv[1])}` : "";
+    // four digits: at a thousand labels the two Errs often differ in the third
+    const ci = iv ? `, 95% ${fmt4(iv[0])}–${fmt4(iv[1])}` : "";
+    const ratio = num(cmp.ratio) ? cmp.ratio : v.err / v.baselines[key];
+    const by = num(ratio) && ratio !== 1 ? `; ${Plots.fmt(Math.abs(100 * (1 - ratio)))}% ${ratio < 1 ? "lower" : "higher"}` : "";
     const draws = cmp.draws ? ` over ${cmp.draws} training draw${cmp.draws === 1 ? "" : "s"}` : "";
     const others = Object.keys(v.outcomes).filter((k) => k !== key)
       .map((k) => `${WON[v.outcomes[k]] || v.outcomes[k]} ${AGAINST[v.outcomes[k]] || "against"} ${said(names, k)} (${Plots.fmt(v.baselines[k])})`);
     box.append(el("p", { id: "story-verdict" }, el("strong", {}, "Result: "),
       `at equal labels (${count(v.labels)}, each trained by the same ${model}), the design's training set `,
       el("strong", { class: `outcome ${outcome}`, id: "story-word", "data-outcome": outcome }, WON[outcome] || outcome),
-      ` ${AGAINST[outcome] || "against"} ${said(names, key)}: held-out Err ${Plots.fmt(v.err)} against ${Plots.fmt(v.baselines[key])} `,
-      `(ratio ${Plots.fmt(cmp.ratio ?? v.err / v.baselines[key])}${ci}${draws}; held-out labels the design never saw).`,
+      ` ${AGAINST[outcome] || "against"} ${said(names, key)}: held-out Err ${fmt4(v.err)} against ${fmt4(v.baselines[key])} `,
+      `(ratio ${fmt4(ratio)}${ci}${draws}${by}; on held-out labels the design never saw).`,
       others.length ? ` It also ${others.join(", ")}.` : ""));
-    what = iv ? `the 95% interval of the Err ratio, ${Plots.fmt(iv[0])}–${Plots.fmt(iv[1])}, contains 1` : "the difference is within the noise";
+    what = iv ? `the 95% interval of the Err ratio, ${fmt4(iv[0])}–${fmt4(iv[1])}, contains 1` : "the difference is within the noise";
   } else if (v.kind === "validation" && v.outcome) {
     outcome = v.outcome;
     const text = v.returned_initial
