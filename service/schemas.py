@@ -143,6 +143,32 @@ class ModelFallback(BaseModel):
     points: int = Field(description="labelled points in the training set the fit was given")
 
 
+class OutputDiagnosis(OpenDocument):
+    """One output's reading of a budgeted job's served GP (``lwl.models.gp_diagnosis``)."""
+
+    noise_share: float = Field(description="the fitted noise variance over Q's mean square label (the job's "
+                                           "validation labels, members weighted)")
+    err_floor: float = Field(description="sqrt(noise_share): the held-out Err the served GP will not go much below")
+    loo_err: float | None = Field(default=None, description="the served GP's Err on Q estimated by leave-one-out at "
+                                                            "Q's validation labels, members weighted")
+    loo_coverage_1sd: float | None = Field(default=None, description="share of Q's validation labels within 1 sd of "
+                                                                     "their left-out prediction (calibrated: 0.68)")
+    loo_coverage_2sd: float | None = Field(default=None, description="... within 2 sd (calibrated: 0.95)")
+    loo_residuals: list[float] | None = Field(
+        default=None, description="the leave-one-out residual y_i - mean_{-i}(x_i) at each of Q's validation labels "
+                                  "(the training set's first rows), in the labels' units; absent in older results")
+    loo_sd: list[float] | None = Field(
+        default=None, description="the std of each of those left-out predictions of the measurement (latent + "
+                                  "noise), in the labels' units; absent in older results")
+
+
+class ModelDiagnosis(OpenDocument):
+    """A budgeted gp job's reading of its served GP: one entry per output."""
+
+    outputs: list[OutputDiagnosis]
+    equation: str | None = Field(default=None, description="the definitions, in one line")
+
+
 class JobResult(OpenDocument):
     """A succeeded job's result document (``lwl.run_job``'s, plus the worker that finished it).
     Algorithms add their own fields (``last_distribution``, ``checks``, ``lipschitz``,
@@ -166,11 +192,12 @@ class JobResult(OpenDocument):
     model_fallback: ModelFallback | None = Field(
         default=None, description="a budgeted job's reason for serving no model (model null): null where the "
                                   "served model was fitted; its labels and training set are there either way")
-    model_diagnosis: dict[str, Any] | None = Field(
+    model_diagnosis: ModelDiagnosis | None = Field(
         default=None, description="a budgeted gp job's reading of its served GP (outputs: noise_share, the fitted "
                                   "noise over Q's mean square label (the job's validation labels), and err_floor, its square root, the "
                                   "held-out Err the served GP will not go much below, and loo_err, its Err on Q estimated by leave-one-out at "
-                                  "Q's validation labels, members weighted); null for other models")
+                                  "Q's validation labels, members weighted; loo_coverage_1sd/2sd; loo_residuals and loo_sd "
+                                  "at each of those labels); null for other models")
     timings: dict[str, Any] | None = Field(default=None, description="design, last slice and evaluation seconds")
     views: dict[str, Any] | None = Field(default=None, description="the numbers of the dashboard's pictures")
     names: dict[str, str] | None = Field(default=None, description="every candidate and baseline id the result "

@@ -116,9 +116,18 @@ def diagnose_document(doc: dict, labels, weights=None, loo_residuals=None,
     return diagnose([o["noise"] for o in doc["outputs"]], labels, weights, loo_residuals, loo_std)
 
 
-def to_json(diagnosis: list[OutputDiagnosis]) -> dict:
-    """The result's ``model_diagnosis`` block."""
-    return {"outputs": [asdict(d) for d in diagnosis],
+def to_json(diagnosis: list[OutputDiagnosis], loo_residuals=None, loo_std=None) -> dict:
+    """The result's ``model_diagnosis`` block. With ``loo_residuals`` and ``loo_std`` (as given to
+    :func:`diagnose`), each output also carries them as lists (``loo_residuals``, ``loo_sd``: one per
+    validation label of Q, in the labels' units): the dashboard's leave-one-out chart."""
+    outputs = [asdict(d) for d in diagnosis]
+    if loo_residuals is not None and loo_std is not None:
+        r = np.asarray(loo_residuals, dtype=np.float64).reshape(len(loo_residuals), -1)
+        sd = np.asarray(loo_std, dtype=np.float64).reshape(len(loo_std), -1)
+        for j, out in enumerate(outputs):
+            out["loo_residuals"] = r[:, j].tolist()
+            out["loo_sd"] = sd[:, j].tolist()
+    return {"outputs": outputs,
             "equation": "err_floor = sqrt(noise / E_Q y^2), E_Q over Q's validation labels, members weighted; "
                         "loo_err = sqrt(E_Q r^2 / E_Q y^2), r the served model's leave-one-out residual at each of "
                         "them (an estimate of its held-out Err on Q from its own labels); loo_coverage_ksd = E_Q "
@@ -133,17 +142,21 @@ def warnings(diagnosis: list[OutputDiagnosis]) -> list[str]:
     for j, d in enumerate(diagnosis):
         where = f" (output {j})" if many else ""
         if d.loo_err is not None and d.loo_err >= POOR_FIT_WARNING:
-            out.append(f"the served GP predicts Q's validation labels, each left out in turn, with relative Err "
-                       f"{d.loo_err:.3g}{where}: it explains little of the labels on Q at this budget (its held-out Err "
-                       f"is likely of that size; check it before relying on its predictions)")
+            out.append(f"The model explains little of the labels on Q at this budget{where}: predicting each of Q's "
+                       f"validation labels from all the others, it misses by a relative Err of {d.loo_err:.3g} "
+                       f"(0 is perfect, 1 is no better than predicting 0). Its error on new points of Q is likely "
+                       f"of that size: check it on labels of your own before relying on its predictions; more labels "
+                       f"or another model may do better.")
         if d.loo_coverage_2sd is not None and d.loo_coverage_2sd < COVERAGE_WARNING:
-            out.append(f"only {d.loo_coverage_2sd:.0%} of Q's validation labels{where} lie within 2 standard deviations "
-                       f"of the served GP's prediction made without them ({d.loo_coverage_1sd:.0%} within 1; a calibrated "
-                       f"error bar covers about 95% and 68%): its std is too narrow on Q; widen it before using it as an "
-                       f"error bar")
+            out.append(f"The model's error bar is too narrow on Q{where}: only {d.loo_coverage_2sd:.0%} of Q's "
+                       f"validation labels lie within 2 standard deviations of its prediction made without them "
+                       f"({d.loo_coverage_1sd:.0%} within 1; an honest error bar covers about 95% and 68%). Widen "
+                       f"the served std before using it as an error bar.")
         if d.err_floor < NOISE_FLOOR_WARNING:
             continue
-        out.append(f"the served GP takes {d.noise_share:.2%} of Q's mean square label for noise{where}, so its "
-                   f"held-out Err on Q will not go much below {d.err_floor:.3g}: if the oracle's labels carry no "
-                   f"measurement noise, that part of the function is unresolved at this budget")
+        out.append(f"The model reads {d.noise_share:.2%} of the labels' mean square on Q as measurement "
+                   f"noise{where}, so its relative Err on Q will not go much below {d.err_floor:.3g}. If your "
+                   f"oracle's labels carry no measurement noise, that part of the function is unresolved at this "
+                   f"budget (often a variation faster than the points are spaced): more labels lower it. If they "
+                   f"do carry noise of about that size, this is expected and nothing needs doing.")
     return out

@@ -342,13 +342,16 @@ function budgetCharts(history, result) {
   const refs = audited ? Object.keys(ev.err).filter((k) => k !== "optimized" && num(ev.err[k])).map((k, i) => ({
     y: ev.err[k], name: `${said(result.names, k)}, held-out`, color: Plots.COLORS[(i + 1) % Plots.COLORS.length],
     data: { ref: k, err: ev.err[k] } })) : [];
+  // validation_err: the leading candidate's two-fold Err on Q's validation labels (lwl.design.budget);
+  // the audit's numbers are held-out Errs on labels the design never saw
   const errChart = el("div", { class: "chart-box", "data-series": "err-vs-labels", html: Plots.lines({
-    title: "Err against labels spent", xlabel: "labels spent", ylabel: "Err",
-    series: [{ name: "validation Err of the leading candidate", x: scored.map((r) => r.labels_used), y: scored.map(err), dots: true }],
-    rings, refs }) });
+    title: "Err against labels spent (lower is better)", xlabel: "labels spent", ylabel: "relative Err on Q",
+    series: [{ name: "leading candidate: two-fold Err on Q's validation labels", x: scored.map((r) => r.labels_used),
+      y: scored.map(err), dots: true }],
+    rings, refs, legend: true }) });
   const perRound = el("div", { class: "chart-box", "data-series": "labels-per-round", html: Plots.bars({
-    title: "labels per round", labels: rounds.map((r) => `${r.round} · ${r.kind || "round"}`),
-    values: rounds.map((r) => r.labels) }) });
+    title: "labels bought per round", labels: rounds.map((r) => `${r.round} · ${r.kind || "round"}`),
+    values: rounds.map((r) => r.labels), xlabel: "labels (rows: round · what it was for)" }) });
   const race = raceChart(history, result);
   return race ? [errChart, race, perRound] : [errChart, perRound];
 }
@@ -383,9 +386,217 @@ function raceChart(history, result) {
   const vmarks = won ? [{ x: won.race.points_each, color: Q_COLOR, data: { overtaken: won.race.points_each, overtook: won.race.overtook },
     name: `${q} took over${how}` }] : [];
   const positive = looks.every((r) => r.race.incumbent_score > 0 && r.race.rival_score > 0);
+  const last = looks[looks.length - 1].race;
+  const ahead = last.incumbent_score < last.rival_score ? `the leader's points validate better (lower Err)`
+    : last.incumbent_score > last.rival_score ? `Q's mixture's points validate better (lower Err)` : "the two are level";
+  const z = num(last.z) ? `, z ${Plots.fmt(last.z)}` : "";
+  // behind at a look is not losing: Q's mixture takes over only beyond noise (z > 0: Q's mixture better)
+  const behind = looks.filter((r) => r.race.incumbent_score > r.race.rival_score);
+  const zs = behind.map((r) => r.race.z).filter(num);
+  const behindText = behind.length && !won ? `The leader was behind at ${behind.length} of ${looks.length} looks, ` +
+    (zs.length ? `never by more than z ${Plots.fmt(Math.max(...zs))}: within noise. ` : "within noise. ") : "";
   return el("div", { class: "chart-box", "data-series": "race", html: Plots.lines({
-    title: "the race against Q's mixture", xlabel: "points each (first n of both)", ylabel: "validation Err",
-    logx: positive && looks.length > 1, logy: positive, series, vmarks }) });
+    title: "the race against Q's mixture (lower is better)", xlabel: "points each (first n of both)",
+    ylabel: "two-fold Err on Q's validation labels", logx: positive && looks.length > 1, logy: positive, series, vmarks,
+    legend: true }) },
+  el("p", { class: "chart-note muted", id: "race-note" }, `At the last look (${count(last.points_each)} points each) ${ahead}: `,
+    `${Plots.fmt(last.incumbent_score)} against ${Plots.fmt(last.rival_score)} for Q's mixture${z}. `, behindText,
+    "Q's mixture takes over only when it validates better beyond noise (z ≥ 1, with 128 points each or more) or by the race's trend."));
+}
+
+// -- a budgeted job's story: what was paid, what was chosen, what it won --------------------------
+const WON = { better: "won", tie: "tied", worse: "lost" };
+function fmt4(v) { return num(v) ? String(+v.toPrecision(4)) : ""; }  // the verdict's outcome as the headline says it
+const AGAINST = { better: "against", tie: "with", worse: "to" };
+
+// The headline of a finished budgeted job, in the words of lwl.evaluation.verdict_text's
+// budget_sentence: labels paid of the budget and rounds; the distribution chosen; and how its
+// training set did against Q's own mixture at equal labels with the same model (the audit, kind
+// equal_labels) or, with no held-out label, on Q's validation labels (kind validation). A tie says
+// what it means and what would change it. Null for a job without a budget.
+function storyPanel(result) {
+  if (!num(result.budget) || !num(result.labels_used)) return null;
+  const v = result.verdict || {};
+  const names = { ...(result.names || {}), ...(v.names || {}) };
+  const model = ((result.spec || {}).model || {}).name || v.model || "the job's model";
+  const rounds = num(result.rounds) ? result.rounds : (result.history || []).filter((r) => num(r.labels_used)).length;
+  const chosenId = v.returned_initial ? "q_mixture" : (result.selected && result.selected.candidate) || v.selected;
+  const chosen = chosenId ? said(names, chosenId) : "a distribution";
+  const paid = el("p", { id: "story-paid" }, el("strong", {}, "Paid: "),
+    `${count(result.labels_used)} of ${count(result.budget)} labels, in ${rounds} round${rounds === 1 ? "" : "s"}`,
+    result.labels_failed ? ` (${count(result.labels_failed)} of them failed)` : "", ". ",
+    el("strong", {}, "Chosen: "), `${chosen}`, v.returned_initial ? " (nothing validated better than Q's own mixture)" : "",
+    "; its points and Q's validation points are the training set of the served ", el("code", {}, model), " model.");
+  const box = el("div", { id: "story", class: "story" }, paid);
+  let outcome = null, what = null;
+  if (v.kind === "equal_labels" && v.outcomes) {
+    const key = "mixture" in v.outcomes ? "mixture" : v.best_baseline;
+    const cmp = (v.comparisons || {})[key] || {};
+    outcome = v.outcomes[key];
+    const iv = Array.isArray(cmp.ratio_interval) ? cmp.ratio_interval : null;
+    // four digits: at a thousand labels the two Errs often differ in the third
+    const ci = iv ? `, 95% ${fmt4(iv[0])}–${fmt4(iv[1])}` : "";
+    const ratio = num(cmp.ratio) ? cmp.ratio : v.err / v.baselines[key];
+    const by = num(ratio) && ratio !== 1 ? `; ${Plots.fmt(Math.abs(100 * (1 - ratio)))}% ${ratio < 1 ? "lower" : "higher"}` : "";
+    const draws = cmp.draws ? ` over ${cmp.draws} training draw${cmp.draws === 1 ? "" : "s"}` : "";
+    const others = Object.keys(v.outcomes).filter((k) => k !== key)
+      .map((k) => `${WON[v.outcomes[k]] || v.outcomes[k]} ${AGAINST[v.outcomes[k]] || "against"} ${said(names, k)} (${Plots.fmt(v.baselines[k])})`);
+    box.append(el("p", { id: "story-verdict" }, el("strong", {}, "Result: "),
+      `at equal labels (${count(v.labels)}, each trained by the same ${model}), the design's training set `,
+      el("strong", { class: `outcome ${outcome}`, id: "story-word", "data-outcome": outcome }, WON[outcome] || outcome),
+      ` ${AGAINST[outcome] || "against"} ${said(names, key)}: held-out Err ${fmt4(v.err)} against ${fmt4(v.baselines[key])} `,
+      `(ratio ${fmt4(ratio)}${ci}${draws}${by}; on held-out labels the design never saw).`,
+      others.length ? ` It also ${others.join(", ")}.` : ""));
+    what = iv ? `the 95% interval of the Err ratio, ${fmt4(iv[0])}–${fmt4(iv[1])}, contains 1` : "the difference is within the noise";
+  } else if (v.kind === "validation" && v.outcome) {
+    outcome = v.outcome;
+    const text = v.returned_initial
+      ? [`Q's own mixture was returned (validation Err ${Plots.fmt(v.err)}): nothing beat it beyond noise.`]
+      : [`on Q's validation labels (no held-out label was paid for), ${said(names, v.selected)}'s points `,
+        el("strong", { class: `outcome ${outcome}`, id: "story-word", "data-outcome": outcome }, WON[outcome]),
+        ` ${AGAINST[outcome]} Q's own mixture's at ${count(v.points_each)} points each, with the same ${model}: `,
+        `Err ${Plots.fmt(v.err)} against ${Plots.fmt(v.best_baseline_err)} (ratio ${Plots.fmt(v.ratio)}, z ${Plots.fmt(v.z)}). `,
+        "Those labels also chose the distribution, so this leans its way."];
+    box.append(el("p", { id: "story-verdict" }, el("strong", {}, "Result: "), ...text));
+    what = "the difference is under 1.645 standard errors (z)";
+  } else {
+    const why = (v.warnings || result.warnings || []).find((w) => w.startsWith("no verdict"));
+    box.append(el("p", { id: "story-verdict" }, el("strong", {}, "Result: "),
+      el("strong", { class: "outcome", id: "story-word", "data-outcome": "none" }, "no verdict"),
+      why ? ` (${why.slice("no verdict".length).replace(/^[:;,]\s*/, "")}).` : ": nothing was compared."));
+  }
+  if (outcome === "tie" && !v.returned_initial) {
+    box.append(el("p", { id: "story-tie", class: "muted" }, `A tie means the two could not be told apart at this budget: ${what}. `,
+      `Either training set serves about as well, and the design's extra work bought nothing measurable here. What would `,
+      `change it: more labels (a real difference shows as the interval narrows), or another model (the spec's `,
+      el("code", {}, "model"), `; which points help depends on the model that learns from them).`));
+  }
+  return box;
+}
+
+// -- the served model -------------------------------------------------------------------------
+const LONG = 10;  // a lengthscale over LONG times its input's spread in the training set is marked long
+
+function authHeader() {  // the curl lines' -H, as the server asks for it
+  const meta = document.querySelector("meta[name=lwl-auth]");
+  return meta && meta.content === "bearer" ? ` -H "Authorization: Bearer $LWL_API_KEY"` : "";
+}
+
+// The model a budgeted job serves (GET /v1/jobs/{id}/model, here from the result document): its
+// kernel and hyperparameters in the user's units, each input's lengthscale beside the training
+// set's spread of it, what it says about itself on Q's validation labels (model_diagnosis: loo_err,
+// coverage, and the leave-one-out residuals against 2 sd), and how to fetch it and predict with it.
+// id: the job's id, or null offline (lwl report: no server to ask).
+function modelPanel(id, result) {
+  const doc = result.model;
+  if (!doc) return null;
+  const box = section("Model", "model-section");
+  const labels = ((doc.training_set || result.training_set || {}).labels) || [];  // the result's model omits its training set
+  const nTrain = labels.length;
+  const kernel = doc.kernel ? [" with a ", el("strong", {}, doc.kernel.replace(/_/g, " ")), " kernel"] : [];
+  box.append(el("p", { id: "model-kind" }, `The served model: `, el("code", {}, doc.model), ...kernel,
+    `, trained on the ${count(nTrain)} points of the training set.`,
+    doc.model === "gp" ? " Every number below is in your units (lengthscales in each input's, scales and noise in the labels')." : ""));
+  if (doc.model === "gp" && Array.isArray(doc.outputs)) {
+    const spread = ((doc.standardisation || {}).input_scale) || [];
+    const diag = ((result.model_diagnosis || {}).outputs) || [];
+    doc.outputs.forEach((o, j) => {
+      const where = doc.outputs.length > 1 ? ` (output ${j + 1})` : "";
+      const rows = (o.lengthscale || []).map((ell, i) => {
+        const ratio = num(spread[i]) && spread[i] > 0 ? ell / spread[i] : NaN;
+        const long = num(ratio) && ratio > LONG;
+        return el("tr", { "data-input": i + 1, "data-long": long ? "true" : "false" },
+          el("th", {}, `x${i + 1}`), el("td", { class: "num" }, Plots.fmt(ell)), el("td", { class: "num" }, Plots.fmt(spread[i])),
+          el("td", { class: "num" }, Plots.fmt(ratio)),
+          el("td", { class: long ? "long" : "muted" }, long ? "long: the model is nearly flat in this input over the data (ignored, or linear)" : "used"));
+      });
+      box.append(el("table", { class: "err-summary lengthscales", id: `lengthscales-${j}` },
+        el("caption", {}, `lengthscale of each input${where}`),
+        el("thead", {}, el("tr", {}, ["input", "lengthscale", "spread (sd in the training set)", "lengthscale ÷ spread", ""].map((t) => el("th", {}, t)))),
+        el("tbody", {}, rows)));
+      const d = diag[j] || {};
+      const sd = (v) => (num(v) && v >= 0 ? ` (sd ${Plots.fmt(Math.sqrt(v))})` : "");
+      const pct = (v) => (num(v) ? `${(100 * v).toFixed(0)}%` : "–");
+      const facts = [
+        ["output scale", `${Plots.fmt(o.output_scale)}${sd(o.output_scale)}`, "the prior variance of the function, in the labels' units squared"],
+        ["noise", `${Plots.fmt(o.noise)}${sd(o.noise)}`, num(d.noise_share)
+          ? `the variance the model reads as measurement noise: ${(100 * d.noise_share).toFixed(2)}% of the labels' mean square on Q, so its relative Err will not go much below ${Plots.fmt(d.err_floor)}`
+          : "the variance the model reads as measurement noise"],
+        ["mean", Plots.fmt(o.mean), "the constant the model reverts to far from the data"],
+        ["loo_err", Plots.fmt(d.loo_err), "its relative Err on Q estimated from its own labels: each of Q's validation labels predicted from all the others (0 is perfect, 1 is no better than predicting 0)"],
+        ["LOO coverage", num(d.loo_coverage_2sd) ? `${pct(d.loo_coverage_1sd)} within 1 sd, ${pct(d.loo_coverage_2sd)} within 2 sd` : "–",
+          "how many of those left-out labels fall within the model's error bar (honest: about 68% and 95%)"],
+      ];
+      box.append(el("table", { class: "err-summary model-facts", id: `model-facts-${j}` },
+        el("caption", {}, `hyperparameters and what the model says about itself on Q${where}`),
+        el("tbody", {}, facts.map(([k, v, what]) => el("tr", { "data-fact": k }, el("th", {}, k), el("td", { class: "num" }, v),
+          el("td", { class: "muted" }, what))))));
+      if (Array.isArray(d.loo_residuals) && Array.isArray(d.loo_sd) && d.loo_residuals.length) box.append(looChart(d, labels, j, where));
+    });
+    box.append(el("p", { class: "muted", id: "lengthscale-rule" }, `An input is marked long when its lengthscale is over ${LONG}× `,
+      "its spread (its standard deviation in the training set): across the data the model then changes almost nothing along ",
+      "it beyond a straight line. Such an input is either ignored by the model or enters it linearly; the lengthscale alone ",
+      "does not tell which (docs/method.md, \"What the served GP says about the problem\")."));
+  } else if (doc.model === "krr") {
+    box.append(el("table", { class: "err-summary model-facts", id: "model-facts-0" }, el("tbody", {},
+      el("tr", { "data-fact": "lengthscale" }, el("th", {}, "lengthscale"), el("td", { class: "num" }, Plots.fmt(doc.lengthscale))),
+      el("tr", { "data-fact": "sigma2" }, el("th", {}, "sigma2"), el("td", { class: "num" }, Plots.fmt(doc.sigma2))))));
+  }
+  box.append(id ? modelAccess(id, doc) : el("p", { class: "muted" }, "Load it anywhere: ",
+    el("code", {}, "lwl.models.from_spec(result['model']).predict(x, return_std=True)"), "."));
+  return box;
+}
+
+// The served GP's leave-one-out residuals at Q's validation labels (the training set's first rows,
+// model_diagnosis.loo_residuals) against its left-out prediction, inside the band of 2 sd of that
+// prediction (model_diagnosis.loo_sd): a point outside the band is a label the error bar missed.
+function looChart(d, labels, j, where) {
+  const n = d.loo_residuals.length;
+  const label = (i) => { const y = labels[i]; return Array.isArray(y) ? y[j] : y; };
+  const pred = d.loo_residuals.map((r, i) => (num(label(i)) ? label(i) - r : i));  // x: prediction (index if unknown)
+  const byX = [...Array(n).keys()].sort((a, b) => pred[a] - pred[b]);
+  const inside = d.loo_residuals.filter((r, i) => Math.abs(r) <= 2 * d.loo_sd[i]).length;
+  const known = labels.length >= n;
+  return el("div", { class: "chart-box", "data-series": `loo-${j}`, html: Plots.lines({
+    title: `leave-one-out residuals at Q's validation labels${where}`, legend: true,
+    xlabel: known ? "prediction made without the label" : "validation label (index)", ylabel: "label − that prediction",
+    series: [{ name: `a label of Q: ${inside} of ${n} inside ±2 sd`, x: pred, y: d.loo_residuals, dots: true, color: "#1f77b4" },
+      { name: "±2 sd of the prediction", x: byX.map((i) => pred[i]), y: byX.map((i) => 2 * d.loo_sd[i]), color: "#d62728", width: 1.2, plain: true },
+      { name: "", x: byX.map((i) => pred[i]), y: byX.map((i) => -2 * d.loo_sd[i]), color: "#d62728", width: 1.2, plain: true },
+      { name: "", x: [Math.min(...pred), Math.max(...pred)], y: [0, 0], color: "#999", width: 0.8, plain: true }] }) });
+}
+
+// Where to fetch the model and how to predict with it: the two routes, a curl line for each, and
+// a prediction at a point typed here (POST /v1/jobs/{id}/predict).
+function modelAccess(id, doc) {
+  const origin = location.origin;
+  const loc = ((doc.standardisation || {}).input_loc) || [];
+  const d = doc.input_dim || loc.length || (((doc.training_set || {}).inputs || [])[0] || []).length;
+  const point = loc.length === d ? loc.map((v) => +v.toPrecision(4)) : Array(d).fill(0);
+  const body = JSON.stringify({ inputs: [point] });
+  const input = el("input", { id: "predict-input", size: 40, value: point.join(", ") });
+  const out = el("span", { id: "predict-out" });
+  async function predict() {
+    out.replaceChildren();
+    const x = input.value.split(/[\s,;]+/).filter((t) => t.length).map(Number);
+    try {
+      const r = await api(`/v1/jobs/${id}/predict`, { method: "POST", json: { inputs: [x] } });
+      const m = Array.isArray(r.mean[0]) ? r.mean[0] : r.mean[0];
+      out.append(el("span", { class: "ok" }, Array.isArray(m) ? `a field of ${m.length} values` :
+        `mean ${Plots.fmt(m)}` + (r.std ? ` ± ${Plots.fmt(r.std[0])} (1 sd of a new measurement)` : "")));
+    } catch (err) { out.append(problemBox(err)); }
+  }
+  async function save() {
+    try { download(new Blob([JSON.stringify(await api(`/v1/jobs/${id}/model`))], { type: "application/json" }), `${id}-model.json`); } catch (err) { out.replaceChildren(problemBox(err)); }
+  }
+  return el("div", { id: "model-access" },
+    el("p", {}, "The model document: ", el("a", { href: `/v1/jobs/${id}/model`, id: "model-link" }, `GET /v1/jobs/${id}/model`), " ",
+      el("button", { id: "model-download", onclick: save }, "Download model .json"), " — load it with ",
+      el("code", {}, "lwl.models.from_spec(doc)"), "."),
+    el("pre", { id: "curl-model" }, `curl${authHeader()} ${origin}/v1/jobs/${id}/model > model.json`),
+    el("p", {}, "Predict (posterior mean and sd) at your own inputs, one row of ", d, " numbers each:"),
+    el("pre", { id: "curl-predict" }, `curl -X POST${authHeader()} -H "Content-Type: application/json" \\\n  -d '${body}' \\\n  ${origin}/v1/jobs/${id}/predict`),
+    el("p", {}, el("label", {}, "Try it at x = ", input), " ", el("button", { id: "predict", onclick: predict }, "Predict"), " ", out));
 }
 
 // Which iterate the design kept and how its validation check compares with the initial
@@ -728,7 +939,11 @@ async function jobPage(id) {
         const result = await api(`/v1/jobs/${id}/result`);
         pending.remove();
         conv.replaceChild(convergence(history, result, true), $("#convergence"));
+        const story = storyPanel(result);
+        if (story) conv.before(story);
         renderResult(main, result);
+        const model = modelPanel(id, result);
+        if (model) main.append(model);
         if (result.training_set) main.append(trainingSetPanel(id, result));
         main.append(samplesPanel(id), specPanel(result.spec));
       } else {
@@ -749,8 +964,10 @@ function offlinePage() {  // lwl report: one finished job from its result docume
     kind: { algorithm: result.spec.algorithm.name, family: (result.spec.family || {}).name, oracle: result.spec.oracle.name },
     warnings: result.warnings || [] };
   main.replaceChildren(el("h1", {}, "Job report ", el("code", {}, title)), headerPanel(job, null),
-    section("Convergence", "convergence-section", convergence(result.history, result, true)));
+    storyPanel(result) || "", section("Convergence", "convergence-section", convergence(result.history, result, true)));
   renderResult(main, result);
+  const model = modelPanel(null, result);
+  if (model) main.append(model);
   main.append(section("Samples", "samples", el("p", {}, "Draw fresh training inputs with ",
     el("code", {}, "lwl.measures.from_spec(result['distribution']).sample(n, seed)"), ".")), specPanel(result.spec));
 }

@@ -26,7 +26,7 @@ const Plots = (() => {
       lo = Math.min(lo, v); hi = Math.max(hi, v);
     }
     if (lo === Infinity) return [0, 1];
-    if (lo === hi) { const d = log ? lo * 0.5 : Math.abs(lo) * 0.1 || 1; return [lo - (log ? 0 : d), hi + d]; }
+    if (lo === hi) { if (log) return [lo / 1.5, hi * 1.5]; const d = Math.abs(lo) * 0.1 || 1; return [lo - d, hi + d]; }
     return [lo, hi];
   }
 
@@ -51,7 +51,10 @@ const Plots = (() => {
           if (v >= lo * 0.999 && v <= hi * 1.001) more.push(+v.toPrecision(12));
         }
       }
-      return more.length >= 2 ? more : [lo, hi];
+      if (more.length >= 3) return more;
+      // a narrow log axis (a race between close Errs): evenly spaced round numbers, as on a linear axis
+      const even = ticks(lo, hi, false).filter((v) => v > 0);
+      return even.length >= 2 ? even : [lo, hi];
     }
     const step = Math.pow(10, Math.floor(Math.log10((hi - lo) / 4 || 1)));
     const mult = [1, 2, 5, 10].find((m) => (hi - lo) / (m * step) <= 5) || 10;
@@ -103,17 +106,27 @@ const Plots = (() => {
   }
 
   // series: [{name, x: [], y: [], color, step (a staircase: best so far), dots (points only),
-  // dash}]; refs: horizontal reference lines [{y, name, color, data}]; rings: points drawn
+  // plain (a line without dots however few its points), dash}]; refs: horizontal reference lines [{y, name, color, data}]; rings: points drawn
   // circled [{x, y, name, data}] (the kept iterate); vmarks: vertical lines [{x, name, data}];
   // marks: x positions drawn as red ticks (rejected steps). Refs and rings count in the y range.
+  // The y range padded on both sides, so that no point sits on the frame's top or bottom edge.
+  function padded([lo, hi], log) {
+    if (log) { const f = Math.pow(hi / lo, 0.06); return [lo / f, hi * f]; }
+    const pad = (hi - lo) * 0.06;
+    return [lo - pad, hi + pad];
+  }
+
+  // legend: true draws the legend even for a single series (a chart that must say what it plots)
   function lines({ title, series, logx = false, logy = false, xlabel = "", ylabel = "", marks = [], refs = [], rings = [],
-    vmarks = [] }) {
+    vmarks = [], legend = false }) {
     const allx = series.flatMap((s) => s.x).concat(rings.map((r) => r.x));
     const ally = series.flatMap((s) => s.y).concat(refs.map((r) => r.y), rings.map((r) => r.y));
     if (!allx.length) return svg(`<text x="${W / 2}" y="${H / 2}" text-anchor="middle" class="label">${esc(title)}: no data yet</text>`);
-    const ys = extent(ally, logy);
-    if (!logy && refs.length) { const pad = (ys[1] - ys[0]) * 0.04; ys[0] -= pad; ys[1] += pad; }  // a ref line off the frame's edge
-    const f = frame(title, extent(allx, logx), ys, logx, logy, xlabel, ylabel);
+    const ys = padded(extent(ally, logy), logy);  // no point, ring or ref line on the frame's edge
+    const xs = extent(allx, logx);
+    // dots and rings clear of the frame's sides too (a line may end on them)
+    if (!logx && (rings.length || series.some((ser) => ser.dots))) { const pad = (xs[1] - xs[0]) * 0.03; xs[0] -= pad; xs[1] += pad; }
+    const f = frame(title, xs, ys, logx, logy, xlabel, ylabel);
     let s = f.s;
     const x0 = PAD.l, x1 = W - PAD.r;
     for (const r of refs) {
@@ -133,7 +146,7 @@ const Plots = (() => {
         const path = ser.step ? pts.flatMap((p, j) => (j ? [[p[0], pts[j - 1][1]], p] : [p])) : pts;
         s += `<polyline fill="none" stroke="${color}" stroke-width="${ser.width || 1.5}"${ser.dash ? ` stroke-dasharray="${ser.dash}"` : ""} points="${path.map(xy).join(" ")}"${data(ser.data)}/>`;
       }
-      if (ser.dots || (pts.length < 30 && !ser.step)) s += pts.map(([x, y]) => `<circle cx="${f.sx(x).toFixed(1)}" cy="${f.sy(y).toFixed(1)}" r="2.5" fill="${color}"/>`).join("");
+      if (ser.dots || (pts.length < 30 && !ser.step && !ser.plain)) s += pts.map(([x, y]) => `<circle cx="${f.sx(x).toFixed(1)}" cy="${f.sy(y).toFixed(1)}" r="2.5" fill="${color}"/>`).join("");
     });
     for (const r of rings) {
       if (!isFinite(r.x) || !isFinite(r.y)) continue;
@@ -141,8 +154,9 @@ const Plots = (() => {
     }
     for (const m of marks) s += `<line x1="${f.sx(m)}" x2="${f.sx(m)}" y1="${H - PAD.b}" y2="${H - PAD.b - 8}" class="mark"/>`;
     const items = [];
-    if (series.length > 1 || marks.length || refs.length || rings.length || vmarks.length) {
-      series.forEach((ser, i) => items.push({ name: ser.name, color: ser.color || COLORS[i % COLORS.length], kind: ser.dots ? "dot" : "box" }));
+    if (legend || series.length > 1 || marks.length || refs.length || rings.length || vmarks.length) {
+      // a series without a name (a band's second edge) is drawn but not named twice
+      series.forEach((ser, i) => { if (ser.name) items.push({ name: ser.name, color: ser.color || COLORS[i % COLORS.length], kind: ser.dots ? "dot" : "box" }); });
       refs.forEach((r) => items.push({ name: r.name, color: r.color || "#888", kind: "dash" }));
       rings.forEach((r) => items.push({ name: r.name, color: r.color || "#2ca02c", kind: "ring" }));
       vmarks.filter((v) => v.name).forEach((v) => items.push({ name: v.name, color: v.color || "#2ca02c", kind: "dash" }));
@@ -212,9 +226,12 @@ const Plots = (() => {
     return svg(s, "heat");
   }
 
-  function bars({ title, labels, values, highlight }) {
+  // One bar per label; the chart grows taller with the number of bars (at least 10 px each), so
+  // that no bar is cut off however many there are. xlabel names what the bars measure.
+  function bars({ title, labels, values, highlight, xlabel = "" }) {
     const hi = Math.max(...values.filter(isFinite), 1e-300);
-    const bh = Math.min(18, (H - 40) / Math.max(labels.length, 1));
+    const bh = Math.max(10, Math.min(18, (H - 40) / Math.max(labels.length, 1)));
+    const h = Math.max(H, 26 + labels.length * (bh + 3) + (xlabel ? 22 : 8));
     // the labels' column as wide as the longest label (names in words are long), the chart wider with it
     const lw = Math.max(92, Math.min(220, 10 + 5 * Math.max(0, ...labels.map((l) => String(l).length))));
     const w0 = W - 92 + lw;
@@ -225,7 +242,8 @@ const Plots = (() => {
       s += `<rect x="${lw + 4}" y="${y}" width="${Math.max(w, 0.5)}" height="${bh}" fill="${l === highlight ? "#1f77b4" : "#9ab"}"/>`;
       s += `<text x="${lw + 8 + w}" y="${y + bh * 0.75}" class="tick">${fmt(values[i])}</text>`;
     });
-    return svg(s, "", w0);
+    if (xlabel) s += `<text x="${lw + 4 + (W - 170) / 2}" y="${h - 6}" text-anchor="middle" class="label">${esc(xlabel)}</text>`;
+    return svg(s, "", w0, h);
   }
 
   // a field on a 1-D grid (a line) or a 2-D grid (a heatmap)

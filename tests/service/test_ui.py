@@ -169,6 +169,8 @@ def test_a_budgeted_job_without_an_audit_shows_its_validation_verdict(tab, alice
     page.wait_for_selector("#evaluation-section #verdict")
     text = page.inner_text("#verdict")
     assert text.startswith("Verdict on validation, no held-out labels")
+    if not v["returned_initial"]:  # the story at the top says it in a word
+        assert page.inner_text("#story-word").lower() == {"better": "won", "tie": "tied", "worse": "lost"}[v["outcome"]]
     if v["returned_initial"]:
         assert "Q's own mixture was returned" in text
     else:  # the candidates in words, not by their ids
@@ -217,6 +219,8 @@ def test_a_budgeted_job_page_shows_its_labels_and_serves_its_training_set(tab, a
     page = tab.go(f"#/jobs/{job}")
     page.wait_for_selector("#training-set")
     assert page.inner_text("#job-labels") == f"labels {result['labels_used']} / 300"
+    outcome = result["verdict"]["outcomes"]["mixture"]  # the story at the top names the verdict in a word
+    assert page.inner_text("#story-word").lower() == {"better": "won", "tie": "tied", "worse": "lost"}[outcome]
     rounds = result["history"]
     scored = [r for r in rounds if r.get("validation_err") is not None or "race" in r]
     chart = page.locator("[data-series=err-vs-labels] svg")
@@ -257,6 +261,175 @@ def test_a_budgeted_job_page_shows_its_labels_and_serves_its_training_set(tab, a
     assert row.query_selector(".labels").inner_text() == f"{result['labels_used']} / 300"
     assert tab.errors == []
     _race_with_a_takeover_in_the_report(browser, result, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def budgeted_gp(alice):
+    """A finished budgeted job whose served model is a GP (the issue #85 page), audited at equal labels."""
+    spec = small_job()
+    # one baseline (Q's own mixture) over two training draws: the audit's GP fits are most of the job's time
+    spec.update(budget=300, algorithm={"name": "bilevel"}, model={"name": "gp", "restarts": 0},
+                evaluation={"baselines": ["mixture"], "draws": 2})
+    job = alice.submit(spec)
+    wait_status(alice, job, "succeeded", 300)
+    return job
+
+
+WON = {"better": "won", "tie": "tied", "worse": "lost"}
+
+
+def test_a_budgeted_gp_job_page_tells_what_was_paid_chosen_and_won(tab, alice, budgeted_gp):
+    """The sentence at the top: labels of the budget and rounds, the chosen distribution in words, and
+    the verdict word against Q's own mixture at equal labels (issue #85); a tie says what it means."""
+    result = alice.result(budgeted_gp)
+    v = result["verdict"]
+    assert v["kind"] == "equal_labels"
+    page = tab.go(f"#/jobs/{budgeted_gp}")
+    page.wait_for_selector("#story #story-word")
+    paid = page.inner_text("#story-paid")
+    assert f"{result['labels_used']} of 300 labels, in {result['rounds']} rounds" in paid
+    assert f"Chosen: {result['names'][result['selected']['candidate']]}" in paid and "broadened_" not in paid
+    outcome = v["outcomes"]["mixture"]
+    assert page.inner_text("#story-word").lower() == WON[outcome]
+    verdict = page.inner_text("#story-verdict")
+    assert f"at equal labels (300, each trained by the same gp)" in verdict and "Q's own mixture" in verdict
+    assert shown_number(verdict.split("held-out Err")[1]) == pytest.approx(v["err"], rel=5e-3)
+    if outcome == "tie":
+        assert "more labels" in page.inner_text("#story-tie") and "another model" in page.inner_text("#story-tie")
+    else:
+        assert page.locator("#story-tie").count() == 0
+    # the story sits above the charts
+    assert page.evaluate("document.querySelector('#story').compareDocumentPosition("
+                         "document.querySelector('#convergence-section')) & Node.DOCUMENT_POSITION_FOLLOWING")
+    assert tab.errors == []
+
+
+def test_a_budgeted_gp_job_page_shows_its_served_model(tab, alice, budgeted_gp):
+    """The Model section: kernel, each input's lengthscale beside its spread with the long ones marked
+    (over 10x the training set's sd of that input, said on the page), output scale, noise, loo_err,
+    the LOO coverage and chart (one dot per validation label, from the result's model_diagnosis),
+    the /model link, a curl line for /predict, and a prediction that equals the API's."""
+    result = alice.result(budgeted_gp)
+    doc = alice.model(budgeted_gp)
+    (diag,) = result["model_diagnosis"]["outputs"]
+    n_val = len(diag["loo_residuals"])
+    assert n_val == len(diag["loo_sd"]) > 10 and all(sd > 0 for sd in diag["loo_sd"])
+    y = np.asarray(result["training_set"]["labels"][:n_val])  # Q's validation labels head the training set
+    r = np.asarray(diag["loo_residuals"])
+    inside = int((np.abs(r) <= 2 * np.asarray(diag["loo_sd"])).sum())
+    page = tab.go(f"#/jobs/{budgeted_gp}")
+    page.wait_for_selector("#model-section #lengthscales-0")
+    assert "squared exponential" in page.inner_text("#model-kind")
+    (out,) = doc["outputs"]
+    spread = doc["standardisation"]["input_scale"]
+    rows = page.locator("#lengthscales-0 tbody tr")
+    assert rows.count() == len(out["lengthscale"]) == 5
+    for i, (ell, sd) in enumerate(zip(out["lengthscale"], spread)):
+        row = rows.nth(i)
+        assert float(row.locator("td").nth(0).inner_text()) == pytest.approx(ell, rel=0.03)  # "1.7e+4": 2 digits
+        assert row.get_attribute("data-long") == ("true" if ell / sd > 10 else "false")
+        assert ("long" in row.inner_text()) == (ell / sd > 10)
+    assert "over 10× its spread" in page.inner_text("#lengthscale-rule")
+    facts = {k: page.inner_text(f"#model-facts-0 tr[data-fact='{k}'] td.num")
+             for k in ("output scale", "noise", "loo_err", "LOO coverage")}
+    assert shown_number(facts["noise"]) == pytest.approx(out["noise"], rel=5e-3)
+    assert shown_number(facts["loo_err"]) == pytest.approx(diag["loo_err"], rel=5e-3)
+    assert f"{100 * diag['loo_coverage_2sd']:.0f}% within 2 sd" in facts["LOO coverage"]
+    loo = page.locator("[data-series=loo-0] svg")
+    assert loo.locator(":scope > circle").count() == n_val  # one dot per validation label (not the legend's)
+    assert f"{inside} of {n_val} inside ±2 sd" in page.inner_text("[data-series=loo-0]")
+    assert len(y) == n_val
+    assert page.get_attribute("#model-link", "href") == f"/v1/jobs/{budgeted_gp}/model"
+    curl = page.inner_text("#curl-predict")
+    assert f"/v1/jobs/{budgeted_gp}/predict" in curl and """-d '{"inputs":[[""" in curl
+    assert "Authorization: Bearer" in curl  # this server has keys
+    x = [float(t) for t in page.input_value("#predict-input").split(",")]
+    page.click("#predict")
+    page.wait_for_selector("#predict-out .ok")
+    mean, std = alice.predict(budgeted_gp, np.array([x]))
+    shown = page.inner_text("#predict-out")
+    assert shown_number(shown.split("mean")[1]) == pytest.approx(abs(mean[0]), rel=5e-3)
+    assert shown_number(shown.split("±")[1]) == pytest.approx(std[0], rel=5e-3)
+    tab.shot("job-budgeted-gp")
+    assert tab.errors == []
+
+
+def test_budgeted_charts_have_legends_ticks_and_nothing_on_the_edge(tab, budgeted_gp):
+    """Every chart of the budgeted page says what it plots (a legend, labelled axes, more than two
+    ticks on the race's narrow log axis) and pads its y range: no dot on the frame's edge."""
+    page = tab.go(f"#/jobs/{budgeted_gp}")
+    page.wait_for_selector("[data-series=loo-0] svg")
+    for key in ("err-vs-labels", "race", "loo-0"):
+        legend = page.locator(f"[data-series={key}] text.legend")
+        assert legend.count() >= 2, key
+        assert page.locator(f"[data-series={key}] text.label").count() == 2, key  # both axes named
+    assert "two-fold Err on Q's validation labels" in page.inner_text("[data-series=err-vs-labels]")
+    assert "lower is better" in page.inner_text("[data-series=race]")
+    assert page.locator("[data-series=race] text.tick").count() >= 6  # x and y: more than their min and max
+    on_edge = page.evaluate("""() => {
+        const out = [];
+        for (const key of ['err-vs-labels', 'race', 'loo-0']) {
+            const box = document.querySelector(`[data-series=${key}]`);
+            const frame = box.querySelector('rect.frame');
+            const top = +frame.getAttribute('y'), bottom = top + +frame.getAttribute('height');
+            for (const c of box.querySelectorAll('svg > circle')) {
+                const cy = +c.getAttribute('cy');
+                if (cy < top + 2 || cy > bottom - 2) out.push(key);
+            }
+        }
+        return out;
+    }""")
+    assert on_edge == []
+
+
+def _bars_cut_off(page) -> list:
+    """The bars of the labels-per-round chart (and their labels) that fall outside its SVG."""
+    return page.evaluate("""() => {
+        const svg = document.querySelector('[data-series=labels-per-round] svg');
+        const h = svg.viewBox.baseVal.height;
+        return [...svg.querySelectorAll('rect, text.tick')].filter((n) => {
+            const b = n.getBBox();
+            return b.y < 0 || b.y + b.height > h;
+        }).map((n) => n.textContent || n.getAttribute('y'));
+    }""")
+
+
+def test_labels_per_round_shows_every_round_at_13_rounds_and_more(browser, alice, budgeted_gp, tmp_path):
+    """A budgeted report whose history has 13 and then 20 rounds (a synthetic document: the job's own,
+    its last round repeated, the budget grown to what they spent): every round's bar and label inside
+    the chart, none cut off; the story and the Model section render offline too."""
+    result = alice.result(budgeted_gp)
+    for rounds in (13, 20):
+        doc = json.loads(json.dumps(result))
+        history = doc["history"]
+        while len(history) < rounds:
+            last = dict(history[-1], round=history[-1]["round"] + 1, iteration=history[-1]["iteration"] + 1)
+            last["labels_used"] = history[-1]["labels_used"] + last["labels"]
+            if last.get("race"):  # each look at more points each, as the rounds buy them
+                last["race"] = dict(last["race"], points_each=last["race"]["points_each"] + last["labels"] // 2)
+            history.append(last)
+        doc["rounds"] = rounds
+        doc["budget"] = doc["labels_used"] = history[-1]["labels_used"]  # a budget the longer design spent
+        path = tmp_path / f"rounds-{rounds}.json"
+        path.write_text(json.dumps(doc))
+        out = tmp_path / f"rounds-{rounds}.html"
+        proc = subprocess.run(["lwl", "report", str(path), "--out", str(out)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        ctx = browser.new_context(offline=True, viewport={"width": 1360, "height": 900})
+        page = ctx.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(out.as_uri())
+        page.wait_for_selector("[data-series=labels-per-round] svg")
+        assert page.locator("[data-series=labels-per-round] svg rect").count() == rounds
+        text = page.inner_text("[data-series=labels-per-round]")
+        assert all(f"{k} · " in text for k in range(1, rounds + 1))
+        assert _bars_cut_off(page) == []
+        assert f"of {doc['budget']:,} labels, in {rounds} rounds" in page.inner_text("#story-paid")
+        assert page.locator("#model-section #lengthscales-0 tbody tr").count() == 5
+        assert page.locator("#curl-predict").count() == 0  # no server offline: the loader's line instead
+        ctx.close()
+        assert errors == []
 
 
 def _race_with_a_takeover_in_the_report(browser, result, tmp_path):

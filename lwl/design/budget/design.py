@@ -625,7 +625,7 @@ class BudgetedDesign(StepperDefaults):
         if v is not None:  # the verdict's caveats head the job's warnings (an audit replaces them with its own)
             warnings += v["warnings"]
         served, model, fallback = self._final_served(state, len(y_served), warnings)
-        diagnosis = None  # what the served GP says (None: not a gp), on Q's labels at the head of the points
+        diagnosis = diagnosis_doc = None  # what the served GP says (None: not a gp), on Q's labels at the head of the points
         if model is not None and model.get("model") == "gp":
             val = self.validation(state)
             # Q's validation points are the served training set's first rows (the left-out check keeps them;
@@ -635,6 +635,7 @@ class BudgetedDesign(StepperDefaults):
                 # residuals and the std of each left-out prediction of the measurement (its coverage)
                 loo, loo_sd = served.loo(head) if np.array_equal(rows[:val.n], head) else (None, None)
                 diagnosis = diagnose_document(model, y[:val.n], val.weights, loo, loo_sd)
+                diagnosis_doc = None if diagnosis is None else diagnosis_json(diagnosis, loo, loo_sd)
             except FIT_ERRORS as exc:  # the model is served all the same; only its reading is missing
                 warnings.append(f"the served GP's diagnosis (model_diagnosis) could not be computed "
                                 f"({type(exc).__name__.lstrip('_')}: {exc}); the model is served as fitted")
@@ -649,7 +650,7 @@ class BudgetedDesign(StepperDefaults):
                 "plan": self.plan.to_json(), "labels_by_source": counts,
                 "model": model,
                 "model_fallback": fallback,
-                "model_diagnosis": None if diagnosis is None else diagnosis_json(diagnosis),
+                "model_diagnosis": diagnosis_doc,
                 "selected": {"candidate": name, "lengthscale": float(state.lengthscale) if self.tunes_lengthscale else None,
                              "rule": self.selection_rule + self._default_rule() + self._unexplored_rule(state),
                              "scores": dict(state.scores)},

@@ -98,3 +98,27 @@ def test_the_estimate_reads_a_failed_fit_that_the_noise_floor_misses():
     assert 0.5 < d.loo_err / held < 2.0
     (w,) = warnings([d])
     assert "explains little" in w
+
+
+def test_the_block_carries_each_label_s_leave_one_out_residual_and_sd():
+    """model_diagnosis.outputs[].loo_residuals / loo_sd: what the dashboard's LOO chart draws (#85)."""
+    y = np.array([[1.0, 10.0], [3.0, -10.0], [2.0, 5.0]])
+    r, sd = np.array([[0.1, -1.0], [0.2, 2.0], [-0.3, 0.5]]), np.array([[0.5, 1.0], [0.5, 1.0], [0.1, 1.0]])
+    block = to_json(diagnose([1e-6, 1e-6], y, loo_residuals=r, loo_std=sd), r, sd)
+    assert [o["loo_residuals"] for o in block["outputs"]] == [r[:, 0].tolist(), r[:, 1].tolist()]
+    assert [o["loo_sd"] for o in block["outputs"]] == [sd[:, 0].tolist(), sd[:, 1].tolist()]
+    assert block["outputs"][0]["loo_coverage_2sd"] == pytest.approx(2 / 3)  # -0.3 is 3 sd out
+    assert "loo_residuals" not in to_json(diagnose([1e-6], y[:, 0]))["outputs"][0]  # none given: none written
+
+
+def test_the_warnings_say_the_number_what_it_means_and_what_to_do():
+    """In plain words (#85): each starts with what the model does, says its number, and what to do."""
+    from lwl.models.gp_diagnosis import OutputDiagnosis
+
+    d = OutputDiagnosis(noise_share=0.0081, err_floor=0.09, loo_err=0.3, loo_coverage_1sd=0.5, loo_coverage_2sd=0.8)
+    poor, narrow, noise = warnings([d])
+    assert poor.startswith("The model explains little") and "0.3" in poor and "more labels" in poor
+    assert narrow.startswith("The model's error bar is too narrow") and "80%" in narrow and "Widen" in narrow
+    assert noise.startswith("The model reads 0.81% of the labels' mean square on Q as measurement noise")
+    assert "0.09" in noise and "unresolved" in noise and "nothing needs doing" in noise
+    assert "served GP takes" not in " ".join([poor, narrow, noise])  # the old jargon
