@@ -479,7 +479,7 @@ def row_lease_stolen(st: Stack, specs) -> dict:
             wait_until(lambda: any("answered" not in c for c in list(lab.calls)), 5, 0.005, "a lab call")
         except TimeoutError:
             pass
-        job, pid = busy_worker(st, [j])
+        _, pid = busy_worker(st, [j])
         os.kill(pid, signal.SIGSTOP)
         t_stop = time.monotonic()
         wait_until(lambda: (v := st.job(j))["status"] != "running" or v["worker"].rsplit(":", 1)[1] != str(pid),
