@@ -431,6 +431,7 @@ class CountingLab:
 
         self.calls: list[dict] = []
         self.lock = threading.Lock()
+        self.delay = delay
         lab = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -443,7 +444,7 @@ class CountingLab:
                 call["batch_id"] = doc["batch_id"]
                 with lab.lock:
                     lab.calls.append(call)
-                time.sleep(delay)
+                time.sleep(lab.delay)
                 out = json.dumps({"labels": FRIEDMAN.label(np.asarray(doc["inputs"])).tolist()}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -474,14 +475,18 @@ def row_lease_stolen(st: Stack, specs) -> dict:
         j = st.submit(spec)
         wait_until(lambda: st.job(j)["status"] == "running" and st.job(j)["progress"]["iteration"] >= 5,
                    300, 0.1, "the job running")
-        # stop it while a lab call is on the wire if one comes soon (else between calls)
+        _, pid = busy_worker(st, [j])
+        # stop it while one of its lab calls is on the wire (the lab now holds each for 0.1 s) if
+        # one comes within 10 s, else between calls
+        lab.delay = 0.1
         try:
-            wait_until(lambda: any("answered" not in c for c in list(lab.calls)), 5, 0.005, "a lab call")
+            wait_until(lambda: any(c["pid"] == pid and "answered" not in c for c in list(lab.calls)), 10, 0.002,
+                       "a lab call")
         except TimeoutError:
             pass
-        _, pid = busy_worker(st, [j])
         os.kill(pid, signal.SIGSTOP)
         t_stop = time.monotonic()
+        lab.delay = 0.02
         wait_until(lambda: (v := st.job(j))["status"] != "running" or v["worker"].rsplit(":", 1)[1] != str(pid),
                    120, 0.1, "another worker taking the job")
         wait_until(lambda: st.job(j)["status"] == "running", 60, 0.1, "the job running again")
