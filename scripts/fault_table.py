@@ -397,13 +397,16 @@ def row_tell_redis_down(st: Stack, specs) -> dict:
 LAB_ENV = {"LWL_ORACLE_ALLOWED_HOSTS": "127.0.0.1", "LWL_ORACLE_ALLOWED_NETWORKS": "127.0.0.1/32"}
 
 
-def socket_owner(port: int, pids: list[int]) -> int | None:
-    """The process among ``pids`` that holds the loopback TCP socket whose local port is
-    ``port`` (/proc/net/tcp, then each process's descriptors); None if none does."""
+def socket_owner(port: int, server_port: int, pids: list[int]) -> int | None:
+    """The process among ``pids`` that holds the loopback TCP socket from local port ``port`` to
+    ``server_port`` (/proc/net/tcp, skipping sockets no process holds, e.g. an earlier
+    connection's TIME_WAIT from the same port; then each process's descriptors); None if none
+    does (the caller had already closed it)."""
     inode = None
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         f = line.split()
-        if int(f[1].rsplit(":", 1)[1], 16) == port:
+        if int(f[1].rsplit(":", 1)[1], 16) == port and int(f[2].rsplit(":", 1)[1], 16) == server_port \
+                and f[9] != "0":
             inode = f[9]
             break
     if inode is None:
@@ -439,7 +442,8 @@ class CountingLab:
                 pass
 
             def do_POST(self):
-                call = {"arrived": time.monotonic(), "pid": socket_owner(self.client_address[1], pids())}
+                call = {"arrived": time.monotonic(),
+                        "pid": socket_owner(self.client_address[1], self.server.server_address[1], pids())}
                 doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 call["batch_id"] = doc["batch_id"]
                 with lab.lock:
@@ -500,7 +504,7 @@ def row_lease_stolen(st: Stack, specs) -> dict:
     mine = [c for c in calls if c["pid"] == pid]
     in_flight = [c for c in mine if c["arrived"] <= t_stop and c.get("answered", float("inf")) > t_stop]
     after = [c for c in mine if c["arrived"] > t_cont]
-    unknown = sum(c["pid"] is None for c in calls)
+    unknown = [round(c["arrived"] - t_cont, 2) for c in calls if c["pid"] is None]  # s after the SIGCONT
     per_batch: dict[str, int] = {}
     for c in calls:
         per_batch[c["batch_id"]] = per_batch.get(c["batch_id"], 0) + 1
@@ -512,13 +516,15 @@ def row_lease_stolen(st: Stack, specs) -> dict:
                              any(c["batch_id"] == b and c["pid"] != pid for c in calls))
     st.lease_row = {"lab_calls": len(calls), "batches": len(per_batch), "batches_labelled_twice": twice,
                     "extra_calls": extra, "stopped_pid_calls": len(mine), "in_flight_at_sigstop": len(in_flight),
-                    "fenced_calls_after_sigcont": len(after), "calls_of_unknown_caller": unknown,
+                    "fenced_calls_after_sigcont": len(after), "calls_of_unknown_caller": len(unknown),
+                    "unknown_callers_s_after_sigcont": unknown,
                     "lease_lost_logged": st.logged("lease lost"), "reaps_logged": st.logged("heartbeat older than")}
     return {"fault_s": round(t_cont - t_stop, 1), "ids": [j], "t": None, "queued": [],
             "recovery_s": st.taken_over_after(t_stop, j), "extra": st.lease_row,
             "notes": f"a busy worker SIGSTOPped until the reaper requeued its job and the other worker ran it, "
                      f"2 s more, then SIGCONT; lab calls of the stopped (fenced) slice arriving after SIGCONT: "
-                     f"{len(after)} (in flight at the SIGSTOP: {len(in_flight)}); 'lease lost' logged "
+                     f"{len(after)} (in flight at the SIGSTOP: {len(in_flight)}; calls whose caller was not found: "
+                     f"{len(unknown)}); 'lease lost' logged "
                      f"{st.lease_row['lease_lost_logged']}, reaps {st.lease_row['reaps_logged']}; lab calls "
                      f"{len(calls)} for {len(per_batch)} batches: {twice} batches labelled twice "
                      f"({again_by_successor} again by the successor, which resumes from the last checkpoint); "
@@ -710,6 +716,8 @@ def main() -> None:
     design = [design_spec(s, args.iterations) for s in (11, 12, 13)]
     asktell = [asktell_spec(s) for s in (21, 22, 23)]
     batched = [{**s, "oracle": {"name": "external", "batch_size": 15}} for s in asktell]  # 4 batches a round
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
     print("reference runs ...", flush=True)
     refs = [run_job(s) for s in design]
     ask_refs = []
@@ -756,6 +764,7 @@ def main() -> None:
                    "logs": {p.name: p.read_text(errors="replace")[-2000:] for p in d.glob("*.log")}}
         finally:
             st.stop()
+        row["commit"] = commit  # a row merged into an earlier table (--merge) keeps its own
         print(json.dumps({k: v for k, v in row.items() if k != "logs"}), flush=True)
         rows.append(row)
     if args.merge:
