@@ -33,7 +33,7 @@ def _open(store: Store, job_id: str, round_: int, points: int = THREADS) -> list
     return store.open_round(job_id, f"lease-{round_}", f"key-{round_}", x, batch_size=points // THREADS)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.distributed)])
 def store(request, tmp_path):
     if request.param == "sqlite":
         return Store(f"sqlite:///{tmp_path}/rounds.db")
