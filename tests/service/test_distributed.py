@@ -60,8 +60,13 @@ def test_api_restart_and_two_workers_share_jobs(tmp_path, redis_url, postgres_ur
             api = Server(tmp_path, env=env, no_worker=True, port=api.port).start()
             done = [c.wait(i, progress=False, timeout=300) for i in ids]
         assert all(d["status"] == "succeeded" for d in done)
-        # short slices: jobs moved between slices and both workers took part
-        assert len({d["worker"] for d in done}) == 2, [d["worker"] for d in done]
+        # short slices: jobs moved between slices and both workers took part (each ran slices: the
+        # worker that ran a job's last slice, its result's "worker", may be one for all four where the
+        # jobs end fast; every worker reports its slices with its heartbeat)
+        def slices() -> list[int]:
+            return sorted(w["slices"] for w in httpx.get(f"{api.url}/v1/workers").json()["items"] if w["alive"])
+
+        wait_until(lambda: len(slices()) == 2 and min(slices()) > 0, 30, 0.5, "both workers' slices")
         # the dashboard and what it reads, on PostgreSQL
         jobs = httpx.get(f"{api.url}/v1/jobs", params={"limit": 10}).json()["items"]
         assert {j["kind"]["algorithm"] for j in jobs} == {"bilevel"} and {j["id"] for j in jobs} >= set(ids)
