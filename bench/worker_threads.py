@@ -32,6 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from service.core.threads import THREAD_VARIABLES  # noqa: E402
 from service.processes import ENV_BASE, Server  # noqa: E402
 
 GOAL_RATIO = 2.5
@@ -76,7 +77,10 @@ def run_readme_job(url: str, tmp: Path, seed: int, example: str) -> tuple[float,
 def one_run(label: str, threads: int | None, seed: int, beside_busy: bool, example: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        server = Server(tmp / "data", worker_threads=threads).start()
+        server = Server(tmp / "data", worker_threads=threads)
+        for name in THREAD_VARIABLES:  # a user's shell sets none: the worker's own rule sizes its pools
+            server.env.pop(name, None)
+        server.start()
         stop = multiprocessing.Event()
         hog = multiprocessing.Process(target=busy, args=(stop,), daemon=True) if beside_busy else None
         try:

@@ -215,9 +215,15 @@ class Client:
         labelled point yet."""
         import numpy as np
 
+        status, body = self.labelled_npz(job)
+        with np.load(io.BytesIO(body), allow_pickle=False) as z:
+            return LabelledSet(status, {k: z[k] for k in z.files})
+
+    def labelled_npz(self, job) -> tuple[str | None, bytes]:
+        """``(status, .npz bytes)``: :meth:`labelled_set` as the service sends it (the CLI writes it
+        as it came, without numpy)."""
         r = self._check(self.http.get(f"/v1/jobs/{self._id(job)}/training-set"))
-        with np.load(io.BytesIO(r.content), allow_pickle=False) as z:
-            return LabelledSet(r.headers.get("LWL-Job-Status"), {k: z[k] for k in z.files})
+        return r.headers.get("LWL-Job-Status"), r.content
 
     def model(self, job) -> dict:
         """A budgeted job's trained model document (``lwl.models.from_spec`` reads it)."""
@@ -232,12 +238,18 @@ class Client:
         x = np.ascontiguousarray(np.asarray(inputs, dtype=np.float64))
         buf = io.BytesIO()
         np.save(buf, x, allow_pickle=False)
-        r = self._check(self.http.post(f"/v1/jobs/{self._id(job)}/predict", content=buf.getvalue(),
-                                       headers={"Content-Type": "application/x-npy", "Accept": "application/x-npy"}))
-        out = np.load(io.BytesIO(r.content), allow_pickle=False)
-        if r.headers.get("LWL-Std") == "none":
+        body, has_std = self.predict_npy(job, buf.getvalue())
+        out = np.load(io.BytesIO(body), allow_pickle=False)
+        if not has_std:
             return out, None
         return out[:, 0], out[:, 1]
+
+    def predict_npy(self, job, inputs_npy: bytes) -> tuple[bytes, bool]:
+        """``(.npy bytes, has_std)``: :meth:`predict` on ``.npy`` bytes, answered as the service
+        sends it: an (m, 2) array of mean and std, or (``has_std`` False) a DeepONet's (m, Q) fields."""
+        r = self._check(self.http.post(f"/v1/jobs/{self._id(job)}/predict", content=inputs_npy,
+                                       headers={"Content-Type": "application/x-npy", "Accept": "application/x-npy"}))
+        return r.content, r.headers.get("LWL-Std") != "none"
 
     # -- ask/tell -----------------------------------------------------------------------------
     def batches(self, job) -> list[PendingBatch]:
@@ -253,13 +265,18 @@ class Client:
         rounds) or that batch is no longer pending."""
         import numpy as np
 
+        got = self.ask_npy(job, batch_id)
+        return None if got is None else (got[0], np.load(io.BytesIO(got[1]), allow_pickle=False))
+
+    def ask_npy(self, job, batch_id: str | None = None) -> tuple[str, bytes] | None:
+        """:meth:`ask` with the inputs as the service sends them, ``.npy`` bytes."""
         params = {} if batch_id is None else {"batch_id": batch_id}
         r = self.http.get(f"/v1/jobs/{self._id(job)}/queries", params=params,
                           headers={"Accept": "application/x-npy"})
         if r.status_code == 409:
             return None
         self._check(r)
-        return r.headers["LWL-Batch-Id"], np.load(io.BytesIO(r.content), allow_pickle=False)
+        return r.headers["LWL-Batch-Id"], r.content
 
     def queries(self, job, batch_id: str | None = None) -> Queries | None:
         """The next batch (or the pending batch ``batch_id``) with its points' outcomes so far
@@ -288,9 +305,7 @@ class Client:
         if indices is None and not failed:  # a whole batch: .npy, exact floats and compact
             buf = io.BytesIO()
             np.save(buf, np.asarray(labels, dtype=np.float64), allow_pickle=False)
-            r = self.http.post(url, params={"batch_id": batch_id}, content=buf.getvalue(),
-                               headers={"Content-Type": "application/x-npy"})
-            return self._check(r).json()
+            return self.tell_npy(job, batch_id, buf.getvalue())
         failed = sorted(int(i) for i in (failed if failed is not None else ()))
         at = list(range(len(labels))) if indices is None else [int(i) for i in indices]
         gone = set(failed)
@@ -302,6 +317,12 @@ class Client:
             body["indices"] = at
         return self._check(self.http.post(url, content=json.dumps(body),
                                           headers={"Content-Type": "application/json"})).json()
+
+    def tell_npy(self, job, batch_id: str, labels_npy: bytes) -> dict:
+        """:meth:`tell` of a whole batch whose labels are ``.npy`` bytes (sent as they are)."""
+        r = self.http.post(f"/v1/jobs/{self._id(job)}/labels", params={"batch_id": batch_id}, content=labels_npy,
+                           headers={"Content-Type": "application/x-npy"})
+        return self._check(r).json()
 
     def label_loop(self, job, label_fn, *, poll: float = 0.2, timeout: float | None = None,
                    nan_fails: bool = False) -> dict:

@@ -9,7 +9,9 @@ missing extra gives a clear message, not an ImportError at ``lwl --help``.
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import sys
 import time
 from contextlib import contextmanager
@@ -21,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from lwl.client import TERMINAL
+from lwl.npy import float64_values, npz_shapes, read_header
 
 console = Console(stderr=True)
 
@@ -135,18 +138,35 @@ def ask(job: str = typer.Argument(..., metavar="JOB", help="job id"),
                                                  "GET /v1/jobs/JOB/batches lists them), not the first one"),
         url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Fetch the next batch an ask/tell job needs labelled (or the batch --batch); prints its batch id."""
-    import numpy as np  # (here: the commands that move no array stay light)
-
     batch_id = batch
     with _service_errors(url), _client(url, api_key) as c:
-        batch = c.ask(job, batch_id)
+        batch = c.ask_npy(job, batch_id)  # written as the service sent it (no numpy: lwl.npy)
     if batch is None:
         console.print(f"batch {escape(batch_id)} is not pending (labelled, or the round moved on)" if batch_id else
                       "no pending queries (the job is running, finished, or between rounds)")
         raise typer.Exit(3)
-    np.save(out, batch[1])
-    console.print(f"batch {batch[0]}: {batch[1].shape[0]} inputs written to {out}")
+    _write(out, batch[1])
+    console.print(f"batch {batch[0]}: {read_header(batch[1]).shape[0]} inputs written to {out}")
     sys.stdout.write(batch[0] + "\n")
+
+
+def _write(out: Path, data: bytes) -> None:
+    try:
+        out.write_bytes(data)
+    except OSError as exc:
+        console.print(f"[red]cannot write {escape(str(out))}: {escape(exc.strerror or str(exc))}")
+        raise typer.Exit(2)
+
+
+def _read_npy(path: Path, what: str) -> bytes:
+    """The bytes of the ``.npy`` file ``path`` (exit 2 naming ``what`` where it cannot be read or is not one)."""
+    try:
+        data = path.read_bytes()
+        read_header(data)
+    except (OSError, ValueError) as exc:
+        console.print(f"[red]cannot read the {what} {escape(str(path))}: {escape(str(exc))}")
+        raise typer.Exit(2)
+    return data
 
 
 def tell(job: str = typer.Argument(..., metavar="JOB", help="job id"),
@@ -156,16 +176,32 @@ def tell(job: str = typer.Argument(..., metavar="JOB", help="job id"),
                                          help="a NaN label is a failed measurement (told as failed)"),
          url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Send the labels of one batch; the job resumes once its round is complete."""
-    import numpy as np  # (here: the commands that move no array stay light)
+    data = _read_npy(labels, "labels")
+    got = float64_values(data)
+    if got is None:  # another dtype or order: numpy converts it (the service's layout needs no numpy)
+        import numpy as np
 
-    y = np.asarray(np.load(labels, allow_pickle=False), dtype=np.float64)
-    if not nan_failed and np.isnan(y).any():
-        console.print(f"[red]{escape(str(labels))}: {int(np.isnan(y.reshape(len(y), -1)).any(axis=1).sum())} NaN "
+        y = np.asarray(np.load(io.BytesIO(data), allow_pickle=False), dtype=np.float64)
+        rows, width = y.reshape(len(y), -1).tolist(), (y.size // len(y) if len(y) else 1)
+        buf = io.BytesIO()
+        np.save(buf, y, allow_pickle=False)
+        data = buf.getvalue()
+    else:
+        header, values = got
+        k = header.shape[0] if header.shape else 1
+        width = len(values) // k if k else 1
+        rows = [values[i * width:(i + 1) * width] for i in range(k)]
+    nan_rows = [i for i, row in enumerate(rows) if any(math.isnan(v) for v in row)]
+    if nan_rows and not nan_failed:
+        console.print(f"[red]{escape(str(labels))}: {len(nan_rows)} NaN "
                       "label(s); a failed measurement is told with --nan-failed (it is paid for, never data)")
         raise typer.Exit(2)
-    failed = np.flatnonzero(np.isnan(y.reshape(len(y), -1)).any(axis=1)).tolist() if nan_failed else None
     with _service_errors(url), _client(url, api_key) as c:
-        answer = c.tell(job, batch_id, y.reshape(-1) if failed else y, failed=failed)
+        if nan_rows:
+            values = [list(row) if width > 1 else row[0] for row in rows]
+            answer = c.tell(job, batch_id, values, failed=nan_rows)
+        else:  # sent as read: exact floats, no numpy
+            answer = c.tell_npy(job, batch_id, data)
     gone = f", {answer['failed_points']} failed" if answer.get("failed_points") else ""
     console.print(f"batch {batch_id}: {answer['outcome']}{gone}; {answer['pending_batches']} batch(es) pending; "
                   f"job {answer['status']}")
@@ -324,21 +360,14 @@ def training_set(job: str = typer.Argument(..., metavar="JOB", help="job id of a
     left_out_*); a failed, cancelled or running job's, every label it holds so far (its last
     checkpoint's rounds, and an ask/tell job's labels told for the round it was in as told_*). The
     job's status is printed with them."""
-    import numpy as np  # (here: the commands that move no array stay light)
-
     with _service_errors(url), _client(url, api_key) as c:
-        got = c.labelled_set(job)
-    arrays, status = got.arrays, got.status
-    inputs, labels = arrays["inputs"], arrays["labels"]
-    try:
-        with open(out, "wb") as fh:  # to a file object: np.savez would add .npz to another name
-            np.savez(fh, **arrays)
-    except OSError as exc:
-        console.print(f"[red]cannot write {escape(str(out))}: {escape(exc.strerror or str(exc))}")
-        raise typer.Exit(2)
-    left = len(arrays.get("left_out_labels", ()))
-    told = len(arrays.get("told_labels", ()))
-    line = (f"{len(labels)} labelled points (d = {inputs.shape[1] if inputs.ndim == 2 else 0}) written to {out}"
+        status, body = c.labelled_npz(job)
+    _write(out, body)  # the .npz as the service sent it (no numpy: lwl.npy reads the shapes)
+    shapes = npz_shapes(body)
+    inputs = shapes["inputs"]
+    left = (shapes.get("left_out_labels") or (0,))[0]
+    told = (shapes.get("told_labels") or (0,))[0]
+    line = (f"{shapes['labels'][0]} labelled points (d = {inputs[1] if len(inputs) == 2 else 0}) written to {out}"
             + (f", and {left} paid labels the served model leaves out (left_out_*)" if left else "")
             + (f", and {told} labels told for the round it was in (told_*)" if told else ""))
     console.print(line, highlight=False, markup=False)
@@ -362,22 +391,22 @@ def predict(job: str = typer.Argument(..., metavar="JOB", help="job id (a budget
             url: str = URL_OPT, api_key: Optional[str] = KEY_OPT):
     """Predict with a budgeted job's trained model (GET /v1/jobs/{id}/model): mean and standard
     deviation at each input row."""
-    import numpy as np  # (here: the commands that move no array stay light)
+    data = _read_npy(inputs, "inputs")
+    if not read_header(data).is_float64_c:  # another dtype or order: numpy converts it
+        import numpy as np
 
-    try:
-        x = np.asarray(np.load(inputs, allow_pickle=False), dtype=np.float64)
-    except (OSError, ValueError) as exc:
-        console.print(f"[red]cannot read the inputs {escape(str(inputs))}: {escape(str(exc))}")
-        raise typer.Exit(2)
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(np.load(io.BytesIO(data), allow_pickle=False), dtype=np.float64))
+        data = buf.getvalue()
     with _service_errors(url), _client(url, api_key) as c:
-        mean, std = c.predict(job, x)
-    if std is None:  # a DeepONet's fields
-        np.save(out, mean)
-        console.print(f"{len(mean)} predicted fields ({mean.shape[1]} values each) written to {escape(str(out))}",
+        body, has_std = c.predict_npy(job, data)
+    _write(out, body)  # (m, 2) mean and std, or (m, Q) fields, as the service sent them
+    shape = read_header(body).shape
+    if not has_std:  # a DeepONet's fields
+        console.print(f"{shape[0]} predicted fields ({shape[1]} values each) written to {escape(str(out))}",
                       highlight=False)
         return
-    np.save(out, np.stack([mean, std], 1))
-    console.print(f"{len(mean)} predictions (mean, std) written to {escape(str(out))}", highlight=False)
+    console.print(f"{shape[0]} predictions (mean, std) written to {escape(str(out))}", highlight=False)
 
 
 def register(app: typer.Typer, cli_console: Console | None = None) -> None:

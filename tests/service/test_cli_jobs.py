@@ -47,7 +47,7 @@ def client(server):
 # job commands are a lab's shell loop, one process per call, and must stay light (issue 85)
 LIGHT_LWL = """import atexit, os, runpy, sys
 def light():
-    heavy = [m for m in ("torch", "scipy") if m in sys.modules]
+    heavy = [m for m in ("torch", "scipy", "numpy") if m in sys.modules]  # (numpy: arrays as .npy bytes, lwl.npy)
     if heavy:
         sys.stderr.write("loaded " + " and ".join(heavy) + "\\n")
         sys.stderr.flush()
@@ -327,6 +327,14 @@ def test_ask_and_tell_name_what_they_refuse(server, client, tmp_path):
         np.save(labels, np.zeros(10))  # the batch has 64 points
         short = lwl("tell", job, "1.0", str(labels), env=env)
         assert short.returncode == 1 and "[labels]" in short.stderr, short.stderr
+        y = np.zeros(64)
+        y[[3, 5]] = np.nan
+        np.save(labels, y)
+        told = invoke(server, "tell", job, "1.0", str(labels), "--nan-failed")  # the NaN rows told as failed
+        assert told.exit_code == 0 and "batch 1.0: accepted, 2 failed" in told.output, told.output
+        np.save(labels, np.ones(64, dtype=np.float32))  # another dtype: numpy converts it
+        told = invoke(server, "tell", job, "1.2", str(labels))
+        assert told.exit_code == 0 and "batch 1.2: accepted" in told.output, told.output
         nowhere = invoke(server, "ask", job, url=f"http://127.0.0.1:{free_port()}")
         assert nowhere.exit_code == 1 and "cannot reach the service" in nowhere.output
     finally:
