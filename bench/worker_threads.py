@@ -32,6 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lwl.evaluation.verdict_text import verdict_sentence  # noqa: E402
 from service.core.threads import THREAD_VARIABLES  # noqa: E402
 from service.processes import ENV_BASE, Server  # noqa: E402
 
@@ -88,6 +89,8 @@ def one_run(label: str, threads: int | None, seed: int, beside_busy: bool, examp
                 hog.start()
             wall, doc = run_readme_job(server.url, tmp, seed, example)
             workers = httpx.get(f"{server.url}/v1/workers").json()["items"]
+            result = httpx.get(f"{server.url}/v1/jobs/{doc['id']}/result")
+            verdict = result.json().get("verdict") if result.status_code == 200 else None
         finally:
             stop.set()
             if hog is not None:
@@ -95,9 +98,9 @@ def one_run(label: str, threads: int | None, seed: int, beside_busy: bool, examp
             server.stop()
     progress = doc.get("progress") or {}
     row = {"run": label, "wall": wall, "status": doc["status"], "threads": [w.get("threads") for w in workers],
-           "err": progress.get("validation_err")}
+           "verdict": verdict_sentence(verdict) if verdict else None}
     print(f"{label:<22} {wall:8.1f} s  {doc['status']:<10} worker threads {row['threads']}  "
-          f"Err {row['err'] if row['err'] is None else format(row['err'], '.4f')}", flush=True)
+          f"rounds {progress.get('iteration')}; {row['verdict']}", flush=True)
     return row
 
 

@@ -79,6 +79,11 @@ def apply_threads(n: int) -> None:
         raise ValueError(f"--threads: at least 1, got {n}")
     for name in THREAD_VARIABLES:
         os.environ[name] = str(n)
+    # OpenMP's threads spin at each barrier by default: beside another busy process the spinning
+    # thread holds the core the descheduled one needs (a 300 x 300 GP step on two threads: 701/s quiet,
+    # 193/s beside a busy loop; passive, 490/s and 437/s; docs/performance.md). Read when libgomp
+    # loads (torch's import, after this), so an operator's own setting is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import sys
 
     torch = sys.modules.get("torch")

@@ -62,6 +62,19 @@ def test_the_pools_take_the_share_whenever_torch_loads(torch_first):
     assert out.stdout.split() == ["1", "1", "1"]
 
 
+@pytest.mark.parametrize("operator", [None, "ACTIVE"])
+def test_openmp_waits_passively_unless_the_operator_says_otherwise(operator):
+    # the spinning default took the README's budgeted job past 12 min beside a busy loop (103 s alone)
+    code = ("from service.core.threads import apply_threads\n"
+            "apply_threads(1)\n"
+            "import os\n"
+            "print(os.environ['OMP_WAIT_POLICY'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env.update({"PYTHONPATH": str(ROOT)}, **({"OMP_WAIT_POLICY": operator} if operator else {}))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (operator or "PASSIVE")
+
+
 def test_a_thread_count_below_one_is_refused():
     from service.core.threads import apply_threads
 
