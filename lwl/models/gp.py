@@ -205,36 +205,6 @@ def _lml_terms(kind: str, X: torch.Tensor, y: torch.Tensor, log_ell: torch.Tenso
     return lml, c, L, alpha
 
 
-def _lml_and_gradient_lifted(kind: str, X: torch.Tensor, y: torch.Tensor, theta: np.ndarray,
-                             device) -> tuple[float, np.ndarray]:
-    """:func:`_lml_and_gradient` where K_y factors; where it does not, the same at the noise
-    raised along :data:`JITTER_LADDER` (sigma_n^2 + rung s^2, the raise the served model's
-    conditioning makes), with the gradient in the unraised theta by the chain rule. The objective
-    L-BFGS-B sees is then defined everywhere: a wall of 1e300 with a zero gradient at a point
-    that does not factor stalled the line search at its start (at the 1e-10 floor the first trial
-    point of a start is often the bounds' corner, l = 1e4, s^2 = 1e6, sigma_n^2 = 1e-10, where
-    K_y does not factor: on the gp study's p04 and p12 training sets the served fit stopped after
-    one iteration at the data-scaled start; docs/method.md). Raises LinAlgError past the top rung."""
-    d = len(theta) - 2
-    for rung in (0.0, *JITTER_LADDER):
-        lifted = np.array(theta, dtype=np.float64)
-        if rung:
-            noise, s2 = math.exp(theta[d + 1]), math.exp(theta[d])
-            lifted[d + 1] = math.log(noise + rung * s2)
-        try:
-            lml, grad = _lml_and_gradient(kind, X, y, torch.as_tensor(lifted, dtype=DTYPE, device=device))
-        except torch.linalg.LinAlgError:
-            continue
-        g = grad.cpu().numpy()
-        if rung:  # d lifted_n / d theta_n = noise / lifted, d lifted_n / d theta_s = rung s^2 / lifted
-            raised = math.exp(lifted[d + 1])
-            g_n = g[d + 1]
-            g[d + 1] = g_n * noise / raised
-            g[d] = g[d] + g_n * rung * s2 / raised
-        return lml, g
-    raise torch.linalg.LinAlgError("K_y is not positive definite at any rung of the jitter ladder")
-
-
 def _lml_and_gradient(kind: str, X: torch.Tensor, y: torch.Tensor,
                       theta: torch.Tensor) -> tuple[float, torch.Tensor]:
     """log p(y | X, theta) at the profiled mean and its gradient in theta = (log ell_1..ell_d,
@@ -814,11 +784,12 @@ class GaussianProcess:
         from scipy.optimize import minimize
 
         def negative(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            t = torch.as_tensor(theta, dtype=DTYPE, device=self.device_)
             try:
-                lml, grad = _lml_and_gradient_lifted(self.kernel_, X, y, theta, self.device_)
-            except torch.linalg.LinAlgError:  # not positive definite even at the ladder's top: a wall
+                lml, grad = _lml_and_gradient(self.kernel_, X, y, t)
+            except torch.linalg.LinAlgError:  # not positive definite here: a wall for the line search
                 return 1e300, np.zeros_like(theta)
-            return -lml, -grad
+            return -lml, -grad.cpu().numpy()
 
         res = minimize(negative, theta0, jac=True, method="L-BFGS-B", bounds=list(zip(lo, hi)),
                        options={"maxiter": 200})

@@ -233,45 +233,6 @@ def test_closed_form_likelihood_gradient_equals_autograd(kernel):
     np.testing.assert_allclose(grad.numpy(), expected.numpy(), rtol=1e-8, atol=1e-10 * float(expected.abs().max()))
 
 
-def test_where_k_y_does_not_factor_the_objective_is_the_raised_noises_with_its_chain_rule_gradient():
-    """At hyperparameters where K_y does not factor (every input twice, noise 1e-30 of an output
-    scale of 1e6: the bounds' corner a line search tries first at the 1e-10 floor), the fit's
-    objective is the likelihood at the noise raised along the jitter ladder, not a wall of 1e300
-    with a zero gradient that stalls L-BFGS-B at its start; its gradient in the unraised
-    hyperparameters matches central differences of that objective."""
-    import math
-
-    import torch
-
-    from lwl.models.gp import JITTER_LADDER, _lml_and_gradient, _lml_and_gradient_lifted
-
-    X, y, _ = _problem("friedman1", 5, n=40, seed=3)
-    X = np.concatenate([X, X])
-    y = (np.concatenate([y, y]) - y.mean()) / y.std()
-    Xt, yt = torch.tensor(X / X.std(0)), torch.tensor(y)
-    theta = np.array([2.0, 2.0, 2.0, 2.0, 2.0, math.log(1e6), math.log(1e-30)])
-    with pytest.raises(torch.linalg.LinAlgError):
-        _lml_and_gradient("squared_exponential", Xt, yt, torch.tensor(theta))
-    value, grad = _lml_and_gradient_lifted("squared_exponential", Xt, yt, theta, "cpu")
-    raised = [r for r in JITTER_LADDER if r * 1e6 > 0]  # the first rung that factors is the one used
-    lifted = theta.copy()
-    for rung in raised:
-        lifted[-1] = math.log(1e-30 + rung * 1e6)
-        try:
-            expected = _lml_and_gradient("squared_exponential", Xt, yt, torch.tensor(lifted))[0]
-            break
-        except torch.linalg.LinAlgError:
-            continue
-    assert value == pytest.approx(expected, rel=1e-12) and math.isfinite(value)
-    # the gradient: autograd of theta -> log p at (ell, s^2, sigma_n^2 + rung s^2), the rung held
-    from lwl.models.gp import _lml_terms
-
-    t = torch.tensor(theta, requires_grad=True)
-    noise = torch.log(torch.exp(t[6]) + rung * torch.exp(t[5]))
-    (auto,) = torch.autograd.grad(_lml_terms("squared_exponential", Xt, yt, t[:5], t[5], noise)[0], t)
-    np.testing.assert_allclose(grad, auto.numpy(), rtol=1e-6, atol=1e-9 * float(auto.abs().max()))
-
-
 @pytest.mark.parametrize("select", ["loo", "evidence"])
 def test_auto_keeps_the_kernel_select_prefers_and_serves_it(select):
     """kernel="auto" fits both kernels and becomes the fit of lower leave-one-out error (select
