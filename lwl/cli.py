@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -256,11 +257,8 @@ def _table1_study(o: StudyOptions) -> Path:
         def progress(col, r, res):
             bar.update(task, advance=1, info=f"{col} run {r}: Err {res['evaluation']['err']['optimized']:.3f}")
 
-        try:
+        with _named_input_errors():
             doc = table1.run(preset, runs=o.runs, columns=cols, progress=progress, family=family, q=q)
-        except ValueError as exc:
-            console.print(f"[red]{exc}")
-            raise typer.Exit(2)
     return _report(table1.write_outputs(doc, out), out)
 
 
@@ -292,11 +290,8 @@ def _robustness_study(preset: str, out: Path | None, workers: int = 1, columns: 
         def progress(key, row):
             bar.update(task, advance=1, info=f"{key}: Err {row['err']:.3f} vs mixture {row['baselines']['mixture']:.3f}")
 
-        try:
+        with _named_input_errors():
             doc = robustness.run(preset, progress=progress, workers=workers, problems_run=keys, previous=previous)
-        except ValueError as exc:
-            console.print(f"[red]{exc}")
-            raise typer.Exit(2)
     return _report(robustness.write_outputs(doc, out), out)
 
 
@@ -330,16 +325,12 @@ def _budget_study(preset: str, out: Path | None, problems: str | None, workers: 
     total = (len(keys) if keys else cfg["columns"] + cfg["robustness"]) * len(cfg["seeds"]) * len(cfg["budgets"])
     with _progress() as bar:
         task = bar.add_task(f"budget ({preset})", total=total, info="")
-        try:
+        with _named_input_errors():
             doc = budget.run(preset, progress=lambda msg: bar.update(task, advance=1, info=msg), problems=keys,
                              workers=workers, previous=previous, model=model, gp_fit_draws=gp_fit_draws,
                              checkpoint=lambda partial: budget.write_outputs(partial, out), rerun=again)
-        except ValueError as exc:
-            console.print(f"[red]{exc}")
-            raise typer.Exit(2)
     if previous is not None:
-        console.print(f"reused {doc['reused_rows']} problem rows of {out / 'results.json'}"
-                      + ("" if doc["reused_rows"] else " (none made with these settings)"))
+        _say_reused(doc.get("reused_rows", 0), what="problem rows", out=out)
     return _report(budget.write_outputs(doc, out), out)
 
 
@@ -394,11 +385,8 @@ def _gp_units_study(preset: str, out: Path | None, problems: str | None, workers
         console.print(gp_units.readme_markdown(doc))
         return out
     keys = [k for k in problems.split(",") if k] if problems else None
-    try:
+    with _named_input_errors():
         total = len(keys or gp_units.problem_specs(gp_units.PRESETS[preset])) * len(gp_units.POSINGS)
-    except ValueError as exc:
-        console.print(f"[red]{exc}")
-        raise typer.Exit(2)
     out = out or Path("runs") / f"gp-units-{preset}"
     previous = None
     if resume and (out / "results.json").is_file():
@@ -410,16 +398,12 @@ def _gp_units_study(preset: str, out: Path | None, problems: str | None, workers
 
     with _progress() as bar:
         task = bar.add_task(f"gp-units ({preset})", total=total, info="")
-        try:
+        with _named_input_errors():
             doc = gp_units.run(preset, problems=keys, workers=workers, previous=previous,
                                progress=lambda row: bar.update(task, advance=1, info=tick(row)),
                                checkpoint=lambda partial: gp_units.write_outputs(partial, out))
-        except ValueError as exc:
-            console.print(f"[red]{exc}")
-            raise typer.Exit(2)
     if previous is not None:
-        console.print(f"reused {doc['reused_rows']} rows of {out / 'results.json'}"
-                      + ("" if doc["reused_rows"] else " (none made with these settings)"))
+        _say_reused(doc.get("reused_rows", 0), what="rows", out=out)
     return _report(gp_units.write_outputs(doc, out), out)
 
 
@@ -451,6 +435,22 @@ def _eit_study(preset: str, out: Path | None, cache: Path, models: str = "all", 
                       precision=precision)
     return _report(eit.write_outputs(doc, out), out)
 
+
+
+@contextmanager
+def _named_input_errors():
+    """A study's ValueError names the bad preset, problem or option: print it, exit 2 (usage)."""
+    try:
+        yield
+    except ValueError as exc:
+        console.print(f"[red]{exc}")
+        raise typer.Exit(2)
+
+
+def _say_reused(count: int, what: str, out: Path) -> None:
+    """The line after a resumed study: how much of OUT/results.json was kept."""
+    console.print(f"reused {count} {what} of {out / 'results.json'}"
+                  + ("" if count else " (none made with these settings)"))
 
 def _report(paths, out: Path) -> Path:
     for path in paths:
@@ -528,16 +528,12 @@ def _rte_study(preset: str, out: Path | None, runs: int | None, knudsen: list[st
              * (cfg["iterations"] + 1))
     with _progress() as bar:
         task = bar.add_task(f"rte ({preset})", total=ticks, info="")
-        try:
+        with _named_input_errors():
             doc = rte.run(preset, runs=runs, knudsen=knudsen, sizes=sizes, previous=previous,
                           progress=lambda msg: bar.update(task, advance=1, info=msg),
                           checkpoint=lambda partial: rte.write_outputs(partial, out), select=select)
-        except ValueError as exc:
-            console.print(f"[red]{exc}")
-            raise typer.Exit(2)
     if previous is not None:
-        console.print(f"reused {doc.get('reused_trials', 0)} trials of {out / 'results.json'}"
-                      + ("" if doc.get("reused_trials") else " (none made with these settings)"))
+        _say_reused(doc.get("reused_trials", 0), what="trials", out=out)
     return _report(rte.write_outputs(doc, out), out)
 
 

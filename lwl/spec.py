@@ -41,6 +41,12 @@ def _default(field: str, name: str) -> StrictModel:
     return {"family": FAMILIES, "model": MODELS, "algorithm": ALGORITHMS}[field].get(name).params()
 
 
+
+def _q_dim(info: ValidationInfo) -> int | None:
+    """The test distributions' dimension when that field has validated (fields check in order)."""
+    tests = info.data.get("test_distributions")
+    return tests.dim if tests is not None else None
+
 class JobSpec(StrictModel):
     """A design job: oracle, meta test distribution Q, family, model, algorithm, seed."""
 
@@ -82,8 +88,7 @@ class JobSpec(StrictModel):
     @field_validator("domain")
     @classmethod
     def _domain_dim(cls, domain, info: ValidationInfo):
-        tests = info.data.get("test_distributions")
-        d = tests.dim if tests is not None else None
+        d = _q_dim(info)
         if domain is not None and d is not None and domain.dim != d:
             raise ValueError(f"low: the domain bounds {domain.dim} inputs, the test distributions have dimension {d}")
         return domain
@@ -99,8 +104,7 @@ class JobSpec(StrictModel):
     @field_validator("family")
     @classmethod
     def _family_dim(cls, family, info: ValidationInfo):
-        tests = info.data.get("test_distributions")
-        d = tests.dim if tests is not None else None
+        d = _q_dim(info)
         fam_dim = getattr(family, "dim", None)
         field = getattr(type(family), "dim_field", "name")  # what sets the family's dimension
         if fam_dim is not None and d is not None and fam_dim != d:

@@ -50,7 +50,7 @@ from lwl.streams import STREAM_AUDIT
 DRAWS = 5  # training draws per baseline
 ANCHOR_MAX = 4096  # the NIPV anchor runs for training sets up to this size (its cost is O(n^2 pool))
 INTEGRATION_MAX = 1000  # Q points the anchor integrates the posterior variance over
-BASELINES = ("mixture", "normal", "barycenter")
+EQUAL_LABEL_BASELINES = ("mixture", "normal", "barycenter")  # compared when the spec names none
 
 
 def anchor_pool(q, n: int, seed: int, spec=None) -> np.ndarray:
@@ -99,7 +99,7 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     squared errors left out: ``{"labels", "err": {name: Err}, "comparisons": {name: ...},
     "audit_labels", "held_out", "draws", ...}``."""
     from lwl.measures import on_domain
-    from lwl.registry import BASELINES as REG
+    from lwl.registry import BASELINES
 
     from lwl.models import train
 
@@ -121,11 +121,11 @@ def equal_labels(spec, q, X: np.ndarray, y: np.ndarray, oracle, *, draws: int = 
     design = sq_errors(X, y, design_model)
     rows: dict[str, np.ndarray] = {}
     failed: dict[str, str] = {}
-    names = [b for b in (baselines if baselines is not None else BASELINES)
-             if REG.get(b).extra.get("kind", "distribution") == "distribution"]
+    names = [b for b in (baselines if baselines is not None else EQUAL_LABEL_BASELINES)
+             if BASELINES.get(b).extra.get("kind", "distribution") == "distribution"]
     for name in names:
         try:
-            measure = on_domain(REG.get(name).resolve()(spec, q), spec, q)  # on the input domain, as Q's laws are
+            measure = on_domain(BASELINES.get(name).resolve()(spec, q), spec, q)  # on the input domain, as Q's laws are
             out = []
             for r in range(draws):  # draw r of every baseline from the same seed (common random numbers)
                 x = measure.sample(n, [spec.seed, STREAM_AUDIT, r])
@@ -237,7 +237,7 @@ def evaluate(stepper, state, spec, oracle, out: dict, run: Callable[..., dict]) 
     (named in words: the evaluation sits below the design); ``run`` runs a job spec
     (:func:`lwl.runner.run_job`, for lwl's KRR pipeline beside a gp job)."""
     X, y = stepper.training_set(state)
-    baselines = [b for b in (spec.evaluation.baselines or BASELINES)]
+    baselines = [b for b in (spec.evaluation.baselines or EQUAL_LABEL_BASELINES)]
     # the comparators get every label the job holds, those the left-out check kept out of its model too
     evaluation = equal_labels(spec, stepper.q, X, y, oracle, baselines=baselines, labels=len(state.points.y))
     if spec.model.name == "gp":

@@ -464,6 +464,30 @@ def heldout_words(settings: dict) -> str:
             "and held-out points are the first rows). ")
 
 
+
+def _counts(d: dict | None) -> str:
+    """A comparison's summary cell: better / tie / worse (lower Err / compared), or that none ran."""
+    return f"{d['better']} / {d['tie']} / {d['worse']} ({d['lower_err']}/{d['compared']})" if d else "not run"
+
+
+def _nipv_cells(c: dict) -> str:
+    """The NIPV anchor's two cells of a row (its Err, the outcome against it), dashes where none ran."""
+    nipv = c.get("nipv")
+    return f"{nipv['other_err']:.4g} | {nipv['outcome']} | " if nipv else "- | - | "
+
+
+def _per_budget_tables(doc: dict, columns: str, align: str, row) -> list[str]:
+    """One "## Budget B" table per budget: problem, seed and labels, then the study's own
+    ``columns`` (with their ``align`` row), each cell from ``row(problem_row, cell, B)``."""
+    lines = []
+    for B in doc["settings"]["budgets"]:
+        lines += [f"## Budget {B}", "", "| problem | seed | labels | " + columns, "|---|---:|---:" + align]
+        for r in doc["rows"]:
+            c = r["budgets"][str(B)]
+            lines.append(f"| {r['problem']} | {r['seed']} | {c['labels_used']} | " + row(r, c, B))
+        lines.append("")
+    return lines
+
 def markdown_gp(doc: dict) -> str:
     """The gp study's tables: the GP design, Q's mixture and the NIPV anchor with the fitted GP at
     equal labels, and lwl's KRR pipeline (its data with its KRR and with the GP)."""
@@ -495,35 +519,27 @@ def markdown_gp(doc: dict) -> str:
              "(max KRR/mixture+GP) | lowest of the four |",
              "|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]
 
-    def fmt(d):
-        return f"{d['better']} / {d['tie']} / {d['worse']} ({d['lower_err']}/{d['compared']})" if d else "not run"
-
     for B in budgets:
         c = s[str(B)]
         mix, nipv, pipe = c.get("mixture"), c.get("nipv"), c["krr_pipeline"]
         lowest = ", ".join(f"{k} {v}" for k, v in pipe["lowest"].items())
-        lines.append(f"| {B} | {c['runs']} | {fmt(mix)} | {mix['median_ratio']:.3f} | {fmt(nipv)} | "
+        lines.append(f"| {B} | {c['runs']} | {_counts(mix)} | {mix['median_ratio']:.3f} | {_counts(nipv)} | "
                      + (f"{nipv['median_ratio']:.3f}" if nipv else "") + f" | {pipe['design_lower']}/{pipe['compared']} | "
                      f"{pipe['median_ratio']:.3f} | {pipe['mixture_gp_lower']}/{pipe['compared']} "
                      f"({pipe['max_pipeline_over_mixture_gp']:.2f}x) | {lowest} |")
     lines.append("")
-    for B in budgets:
-        lines += [f"## Budget {B}", "",
-                  "| problem | seed | labels | selected | GP design Err | mixture+GP Err | vs mixture | validation verdict "
-                  "(z, points each) | NIPV+GP Err | vs NIPV | KRR pipeline Err | KRR data + GP Err | left-out check "
-                  "(points, z, rank p) | design s | audit s |",
-                  "|---|---:|---:|---|---:|---:|---|---|---:|---|---:|---:|---|---:|---:|"]
-        for r in doc["rows"]:
-            c = r["budgets"][str(B)]
-            nipv, p, v = c.get("nipv"), c["krr_pipeline"], c.get("validation_verdict") or {}
-            z = f"{v['z']:.2f}" if v.get("z") is not None else "-"
-            lines.append(f"| {r['problem']} | {r['seed']} | {c['labels_used']} | {c['selected']} | {c['err']:.4g} | "
-                         f"{c['mixture']['other_err']:.4g} | {c['mixture']['outcome']} | "
-                         f"{v.get('outcome')} ({z}, {v.get('points_each') or '-'}) | "
-                         + (f"{nipv['other_err']:.4g} | {nipv['outcome']} | " if nipv else "- | - | ")
-                         + f"{p['err']:.4g} | {p['err_with_gp']:.4g} | {_left_out_cell(c.get('left_out'))} | "
-                         f"{c['design_seconds']:.0f} | {c['audit_seconds']:.0f} |")
-        lines.append("")
+    def row(r, c, B):
+        p, v = c["krr_pipeline"], c.get("validation_verdict") or {}
+        z = f"{v['z']:.2f}" if v.get("z") is not None else "-"
+        return (f"{c['selected']} | {c['err']:.4g} | {c['mixture']['other_err']:.4g} | {c['mixture']['outcome']} | "
+                f"{v.get('outcome')} ({z}, {v.get('points_each') or '-'}) | {_nipv_cells(c)}"
+                f"{p['err']:.4g} | {p['err_with_gp']:.4g} | {_left_out_cell(c.get('left_out'))} | "
+                f"{c['design_seconds']:.0f} | {c['audit_seconds']:.0f} |")
+
+    lines += _per_budget_tables(doc, "selected | GP design Err | mixture+GP Err | vs mixture | validation verdict "
+                                "(z, points each) | NIPV+GP Err | vs NIPV | KRR pipeline Err | KRR data + GP Err | "
+                                "left-out check (points, z, rank p) | design s | audit s |",
+                                "|---|---:|---:|---|---|---:|---|---:|---:|---|---:|---:|", row)
     agreement = [(B, s[str(B)]["validation_verdict"]) for B in budgets if s[str(B)].get("validation_verdict")]
     if agreement:
         lines += ["## The job's own verdict against held-out data", "",
@@ -590,31 +606,21 @@ def markdown(doc: dict) -> str:
              "| budget | runs | within budget | vs mixture: better / tie / worse (lower Err) | median ratio | "
              "vs NIPV: better / tie / worse (lower Err) | median ratio | median design s |",
              "|---:|---:|---:|---|---:|---|---:|---:|"]
-    def fmt(d):
-        return f"{d['better']} / {d['tie']} / {d['worse']} ({d['lower_err']}/{d['compared']})"
-
     for B in budgets:
         c = s[str(B)]
         mix, nipv = c.get("mixture"), c.get("nipv")
-        lines.append(f"| {B} | {c['runs']} | {c['within_budget']}/{c['runs']} | {fmt(mix)} | {mix['median_ratio']:.3f} | "
-                     + (f"{fmt(nipv)} | {nipv['median_ratio']:.3f} | " if nipv else "not run | | ")
+        lines.append(f"| {B} | {c['runs']} | {c['within_budget']}/{c['runs']} | {_counts(mix)} | {mix['median_ratio']:.3f} | "
+                     + (f"{_counts(nipv)} | {nipv['median_ratio']:.3f} | " if nipv else "not run | | ")
                      + f"{c['median_design_seconds']:.1f} |")
     lines += ["", f"The unbudgeted design used a median of {s['unbudgeted_median_design_labels']:,.0f} labels "
               "before its final training set.", ""]
-    for B in budgets:
-        lines += [f"## Budget {B}", "",
-                  "| problem | seed | labels | rounds | selected | budgeted Err | mixture Err | vs mixture | "
-                  "NIPV Err | vs NIPV | unbudgeted Err (total labels) |",
-                  "|---|---:|---:|---:|---|---:|---:|---|---:|---|---:|"]
-        for r in doc["rows"]:
-            c = r["budgets"][str(B)]
-            nipv = c.get("nipv")
-            u = r["unbudgeted"]
-            lines.append(f"| {r['problem']} | {r['seed']} | {c['labels_used']} | {c['rounds']} | {c['selected']} | "
-                         f"{c['err']:.4g} | {c['mixture']['other_err']:.4g} | {c['mixture']['outcome']} | "
-                         + (f"{nipv['other_err']:.4g} | {nipv['outcome']} | " if nipv else "- | - | ")
-                         + f"{u['err'][str(B)]:.4g} ({u['design_labels'] + B:,}) |")
-        lines.append("")
+    def row(r, c, B):
+        u = r["unbudgeted"]
+        return (f"{c['rounds']} | {c['selected']} | {c['err']:.4g} | {c['mixture']['other_err']:.4g} | "
+                f"{c['mixture']['outcome']} | {_nipv_cells(c)}{u['err'][str(B)]:.4g} ({u['design_labels'] + B:,}) |")
+
+    lines += _per_budget_tables(doc, "rounds | selected | budgeted Err | mixture Err | vs mixture | NIPV Err | vs NIPV | "
+                                "unbudgeted Err (total labels) |", "|---:|---|---:|---:|---|---:|---|---:|", row)
     return "\n".join(lines)
 
 

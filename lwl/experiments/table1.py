@@ -22,7 +22,7 @@ from lwl.experiments.report import mean_2sd, save_figure
 # numbers come from that code, so Table 1 runs lwl's exp(-||x-x'||^2 / l^2) at sqrt(2) l.
 SQRT2 = 2.0**0.5
 # Table 1's baselines, in the paper's column order (each registered in lwl.registry.BASELINES)
-BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")
+TABLE1_BASELINES = ("normal", "barycenter", "mixture", "uniform", "ncoreset", "acoreset")
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ COLUMNS = [
            oracle_params={"dim": 10, "centres": 1000, "lengthscale": 5.0 * SQRT2, "seed": 0},
            paper_ours=(.025, .000)),
 ]
-COLUMNS = [Column(**{**c.__dict__, "paper_baselines": dict(zip(BASELINES, _P[c.key]))}) for c in COLUMNS]
+COLUMNS = [Column(**{**c.__dict__, "paper_baselines": dict(zip(TABLE1_BASELINES, _P[c.key]))}) for c in COLUMNS]
 
 
 # The authors' per-function settings (their config_sobolg/f1/f2/rkhs.py): initial mean m0 and the
@@ -121,7 +121,7 @@ def q_members(col: Column, K: int = 10, seed: int = 2025, q: str = "lwl") -> lis
 
 def column_spec(col: Column, *, seed: int, iterations: int = 1000, samples: int = 250,
                 members: int = 10, size: int = 5000, validation: int = 500, train_size: int = 1024,
-                sizes=(), baselines=BASELINES, learning_rate: float | None = None,
+                sizes=(), baselines=TABLE1_BASELINES, learning_rate: float | None = None,
                 gradient_scale: str = "relative", optimizer: str = "adaptive", family: str = "gaussian",
                 q: str = "lwl", literal: bool = False) -> dict:
     """The job spec of one run of one column: lwl's defaults (``optimizer="adaptive"``, one
@@ -389,7 +389,7 @@ def separation(summary: dict, families: list[str]) -> str:
     best = min(families, key=lambda f: summary[design_key(f)]["mean"])
     d = summary[design_key(best)]
     top = d["mean"] + d["two_sd"]
-    closest = min((b for b in BASELINES if b in summary), key=lambda b: summary[b]["mean"] - summary[b]["two_sd"])
+    closest = min((b for b in TABLE1_BASELINES if b in summary), key=lambda b: summary[b]["mean"] - summary[b]["two_sd"])
     c = summary[closest]
     verdict = "separated" if top < c["mean"] - c["two_sd"] else "NOT separated"
     return (f"{best} {d['mean']:.3f} ± {d['two_sd']:.3f} against the closest baseline, "
@@ -420,7 +420,7 @@ def merge(docs: list[dict]) -> dict:
         col["runs_by_family"] = {f: d["columns"][k]["runs"] for f, d in by_family.items()}
         for f, d in by_family.items():
             for r0, r in zip(base["columns"][k]["runs"], d["columns"][k]["runs"]):
-                for b in BASELINES:
+                for b in TABLE1_BASELINES:
                     if b != "normal" and b in r0["err"] and not np.isclose(r0["err"][b], r["err"][b], rtol=1e-9):
                         raise ValueError(f"merge: column {k} seed {r['seed']}: baseline {b} differs between "
                                          f"the gaussian and {f} documents ({r0['err'][b]} vs {r['err'][b]})")

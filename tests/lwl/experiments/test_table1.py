@@ -55,7 +55,7 @@ def test_merge_refuses_documents_whose_baselines_disagree(docs):
 
 def test_separation_names_the_closest_baseline():
     summary = {"optimized": {"mean": 0.10, "two_sd": 0.01}, "optimized_pool": {"mean": 0.05, "two_sd": 0.01},
-               **{b: {"mean": 0.5, "two_sd": 0.01} for b in table1.BASELINES}}
+               **{b: {"mean": 0.5, "two_sd": 0.01} for b in table1.TABLE1_BASELINES}}
     summary["ncoreset"] = {"mean": 0.07, "two_sd": 0.005}
     assert table1.separation(summary, ["gaussian", "pool"]).endswith(": separated")
     assert "nCoreSet" in table1.separation(summary, ["gaussian", "pool"])
