@@ -12,7 +12,10 @@ Q's members at the problem's own Q size, :func:`lwl.evaluation.baselines.mixture
 stream of the equal-labels verdict's mixture draw r ([0, STREAM_AUDIT, r],
 :mod:`lwl.evaluation.equal_labels`), labelled by the oracle. Both models get exactly the same
 points. No budgeted job runs here (its cost is the budget study's); the points are what a lab
-with Q's mixture would label.
+with Q's mixture would label. The ``jobs-*`` presets (``training: job``) take instead each
+draw's points from a budgeted job (:func:`posed_job`: the budget study's spec at budget n, seed r,
+the default model gp) posed in the posing's units, and judge that job's served GP against
+scikit-learn's on the job's training set: the gate of issue #83.
 
 **Three posings of the same points** (:func:`physical_map`):
 
@@ -83,6 +86,13 @@ PRESETS = {
     # the issue's problems and draws at 500 labels: what one session's two cores run beside the gp budget
     # study (about an hour with two workers; scikit-learn's fits are most of it)
     "full-500": dict(n=500, draws=3, heldout_per_member=2000, problems=None),
+    # issue #83's gate: the points are each job's own training set (a budgeted gp job posed in the posing's
+    # units, its budget n, seed r), lwl's model is the job's served GP. Cost per draw: the job (its design
+    # and its fits) plus scikit-learn's two fits on n points
+    "jobs-1000": dict(n=1000, draws=3, heldout_per_member=2000, problems=None, training="job"),
+    "jobs-500": dict(n=500, draws=3, heldout_per_member=2000, problems=None, training="job"),
+    "jobs-smoke": dict(n=80, draws=1, heldout_per_member=200, problems=("p07-kernel_expansion-d3-K5",),
+                       training="job"),
     # a timing trial: one problem, one draw, 300 labels
     "trial-300": dict(n=300, draws=1, heldout_per_member=2000, problems=("table1-g1",)),
     # for the test suite: a smooth problem (a Gaussian kernel expansion in d = 3) and Sobol G in d = 2
@@ -152,15 +162,82 @@ def fit_lwl(X, y, seed: int):
     t0 = time.perf_counter()
     gp = train(GPSpec(), X, y, ridge=1e-3, seed=seed)
     seconds = time.perf_counter() - t0
-    doc = gp.to_spec(training_set=False)
+    return gp, _document_record(gp.to_spec(training_set=False), y, gp, seconds)
+
+
+def posed_job(key: str, spec: dict, posing: str, n: int, seed: int, oracle, noise_sd: float) -> dict:
+    """The gp budget study's job of a problem (budget ``n``, seed ``seed``, the default model gp) as a
+    lab in ``posing`` sends it: Q's Gaussians and the family's start mapped to the posing's inputs
+    (mean -> offset + scale * mean, cov -> S cov S), labels by the problem's oracle in the posing's
+    units through an ``external`` oracle, with Gaussian noise of sd ``noise_sd`` (posing units,
+    seeded by the draw). Returns the job's training set X, y (None where the job raised), a fit
+    function serving the job's GP from its document, and the job's record."""
+    import json
+
+    from lwl.experiments.budget import _with
+    from lwl.models import from_spec, model_document
+    from lwl.oracles import Oracle, as_numpy
+    from lwl.runner import run_job
+
+    d = len(spec["test_distributions"]["members"][0]["gaussian"]["mean"])
+    offset, scale = physical_map(key, d) if posing != "standard" else (np.zeros(d), np.ones(d))
+
+    def gaussian(block: dict) -> dict:
+        mean, cov = np.asarray(block["mean"], dtype=float), np.asarray(block["cov"], dtype=float)
+        return {**block, "mean": (offset + scale * mean).tolist(), "cov": (cov * np.outer(scale, scale)).tolist()}
+
+    posed = _with(spec, seed, algorithm={"name": "bilevel"}, budget=n, oracle={"name": "external"},
+                  model={"name": "gp"}, device="cpu")
+    posed["test_distributions"] = {**spec["test_distributions"], "members": [
+        {**m, "gaussian": gaussian(m["gaussian"])} for m in spec["test_distributions"]["members"]]}
+    if isinstance(spec.get("family"), dict) and "mean" in spec["family"]:
+        posed["family"] = gaussian(spec["family"])
+    noise = np.random.default_rng([seed, NOISE_STREAM, 2])
+    problem, unit = oracle, posing != "standard"
+
+    class Instrument(Oracle):
+        name = "instrument"
+
+        def __init__(self):
+            super().__init__(d)
+
+        def _label(self, x):
+            u = (np.asarray(x, dtype=np.float64) - offset) / scale
+            y = np.asarray(as_numpy(problem.label(u)), dtype=np.float64).reshape(-1)
+            y = LABEL_OFFSET + LABEL_SCALE * y if unit else y
+            return y + noise_sd * noise.standard_normal(len(y)) if noise_sd else y
+
+    t0 = time.perf_counter()
+    try:
+        res = run_job(posed, oracle=Instrument(), evaluate=False)
+    except (np.linalg.LinAlgError, ValueError, RuntimeError) as exc:
+        return {"X": None, "y": None, "served": None,
+                "record": {"error": f"{type(exc).__name__}: {exc}"[:400], "seconds": time.perf_counter() - t0}}
+    record = {"seconds": time.perf_counter() - t0, "labels_used": int(res["labels_used"]),
+              "selected": res.get("selected"), "model_fallback": res.get("model_fallback"),
+              "warnings": [str(w)[:200] for w in res.get("warnings") or []]}
+    document = json.loads(json.dumps(model_document(res)))
+
+    def served(X, y, _seed):
+        """The job's served GP (its document, as ``GET /model`` serves it): (model, record)."""
+        gp = from_spec(document)
+        return gp, _document_record(document, y, gp, record["seconds"])
+
+    return {"X": np.asarray(res["training_set"]["inputs"], dtype=np.float64),
+            "y": np.asarray(res["training_set"]["labels"], dtype=np.float64).reshape(-1),
+            "served": served, "record": record}
+
+
+def _document_record(doc: dict, y, gp, seconds: float) -> dict:
+    """A GP document's fitted hyperparameters as the study records them (absent ones None), the
+    noise sd also over the training labels' sd (comparable across posings)."""
     sd_y = float(np.std(y)) or 1.0
-    # the model document's fields as they are read elsewhere (lwl.models.from_spec); absent ones as None
     outs = [{k: o.get(k) for k in ("lengthscale", "output_scale", "noise", "mean", "log_marginal_likelihood")}
             for o in doc.get("outputs", [])]
-    for o in outs:  # comparable across posings: the noise sd over the training labels' sd
+    for o in outs:
         o["noise_sd_over_label_sd"] = None if o["noise"] is None else float(np.sqrt(max(o["noise"], 0.0)) / sd_y)
-    return gp, {"kernel": doc.get("kernel"), "std": doc.get("std"), "outputs": outs, "fit_seconds": seconds,
-                "fit_points": int(getattr(gp, "fit_points_", len(X)))}
+    return {"kernel": doc.get("kernel"), "std": doc.get("std"), "outputs": outs, "fit_seconds": seconds,
+            "fit_points": int(getattr(gp, "fit_points_", len(y)))}
 
 
 def _sklearn_one(Xs, y, base, seed: int, alpha: float):
@@ -294,21 +371,36 @@ def run_row(key: str, spec: dict, cfg: dict, posing: str) -> dict:
         offset, scale = physical_map(key, d)
         row["inputs"] = {"offset": offset.tolist(), "scale": scale.tolist()}
     sq = {"lwl": [], "sklearn": []}
+    from_job = cfg.get("training", "mixture") == "job"
     for r in range(cfg["draws"]):
-        X = P["mixture"].sample(cfg["n"], [P["seed"], STREAM_AUDIT, r])
-        y = as_numpy(P["oracle"].label(X)).reshape(-1)
-        Xp, yp = pose(posing, key, X, y)
         measured = test_y
         draw: dict = {"draw": r}
+        if from_job:
+            # the instrument's noise: 1% of the labels' spread over Q (the job cannot know its labels' sd first)
+            sd = NOISE_SHARE * LABEL_SCALE * float(np.std(test_y)) if posing == "physical-noisy" else 0.0
+            job = posed_job(key, spec, posing, cfg["n"], r, P["oracle"], sd)
+            draw["job"] = job["record"]
+            Xp, yp = job["X"], job["y"]
+        else:
+            X = P["mixture"].sample(cfg["n"], [P["seed"], STREAM_AUDIT, r])
+            y = as_numpy(P["oracle"].label(X)).reshape(-1)
+            Xp, yp = pose(posing, key, X, y)
+            sd = NOISE_SHARE * float(np.std(yp)) if posing == "physical-noisy" else 0.0
+            if sd:
+                yp = yp + sd * np.random.default_rng([r, STREAM_AUDIT, NOISE_STREAM, 0]).standard_normal(len(yp))
         if posing == "physical-noisy":
-            sd = NOISE_SHARE * float(np.std(yp))
-            yp = yp + sd * np.random.default_rng([r, STREAM_AUDIT, NOISE_STREAM, 0]).standard_normal(len(yp))
             # a fresh measurement of every held-out point, in the problem's units
             measured = test_y + (sd / LABEL_SCALE) * np.random.default_rng(
                 [r, STREAM_AUDIT, NOISE_STREAM, 1]).standard_normal(len(test_y))
             draw["noise_sd"] = sd
         for name, fit in (("lwl", fit_lwl), ("sklearn", fit_sklearn)):
             t0 = time.perf_counter()
+            if Xp is None:  # the job failed: no training set for either model
+                draw[name], _ = {"error": f"no training set: {job['record']['error']}", "fit_seconds": 0.0}, None
+                sq[name].append(None)
+                continue
+            if from_job and name == "lwl":
+                fit = job["served"]
             try:
                 model, rec = fit(Xp, yp, r)
                 predict = (lambda Z, m=model: m.predict(Z, return_std=True)) if name == "lwl" else model
@@ -324,6 +416,8 @@ def run_row(key: str, spec: dict, cfg: dict, posing: str) -> dict:
                          if ok and draw["sklearn"]["err"] > 0 else None)
         row["draws"].append(draw)
     row.update(_row_verdict(sq, test_y, P["sizes"], P["weights"], compare))
+    if any(x.get("job", {}).get("error") for x in row["draws"]):  # a job that fails is lwl's loss
+        row.update(verdict="behind", why="the budgeted job failed on a draw (its error in the draw's job record)")
     ratios = [dr["ratio"] for dr in row["draws"] if dr.get("ratio")]
     row["geo_mean_ratio"] = (float(np.exp(np.mean(np.log(ratios)))) if ratios and len(ratios) == len(row["draws"])
                              else None)
@@ -454,17 +548,21 @@ def markdown(doc: dict) -> str:
     lines += [
         "Issue #83's model-against-model study (lwl.experiments.gp_units). For each of the gp budget study's "
         f"problems ({s['source_preset']}'s 22: Table 1's columns and the robustness problems) and each of "
-        f"{s['draws']} draws r, {s['n']:,} inputs of Q's mixture (the equal-labels verdict's mixture draw r), "
-        "labelled by the oracle; both models get exactly the same points. No budgeted job runs here (for cost): "
-        "the points are what a lab holding Q's mixture would label.", "",
+        f"{s['draws']} draws r, " + _training_words(s), "",
         "Three posings of the same points: **standard** (as the problem poses them); **physical** (input j "
         "mapped to offset_j + scale_j x_j, the scales spread evenly in log from 1e-3 to 1e5, assigned to the "
         "inputs by a permutation seeded by the problem key; the input of scale 1e-3 offset by 1e6, the others "
         f"by up to +-{s['moderate_offset']:g} of their scale; labels {s['label_offset']:g} + {s['label_scale']:g} y); "
-        f"**physical-noisy** (physical, with Gaussian noise of sd {s['noise_share']:.0%} of the training labels' "
-        "sd added to the training labels).", "",
-        "Models: **lwl** is the served GP at a job's defaults (`lwl.models.train(GPSpec(), X, y, ridge=1e-3, "
-        "seed=r)`); **sklearn** is the lab's recipe: StandardScaler on X, normalize_y, ConstantKernel(1, (1e-3, "
+        f"**physical-noisy** (physical, with Gaussian noise of sd {s['noise_share']:.0%} of the "
+        + ("labels' sd over Q's held-out points added to every label the job asks for)."
+           if s.get("training") == "job" else "training labels' sd added to the training labels).")
+        + " The job's Q and family start are mapped with its inputs (mean to offset + scale mean, cov to S cov S)."
+        * (s.get("training") == "job"), "",
+        "Models: **lwl** is "
+        + ("the job's served GP (its model document through `lwl.models.from_spec`, as `GET /v1/jobs/{id}/model` "
+           "serves it)" if s.get("training") == "job" else
+           "the served GP at a job's defaults (`lwl.models.train(GPSpec(), X, y, ridge=1e-3, seed=r)`)")
+        + "; **sklearn** is the lab's recipe: StandardScaler on X, normalize_y, ConstantKernel(1, (1e-3, "
         "1e3)) * K(ones(d), (1e-3, 1e3)) + WhiteKernel(1e-6, (1e-12, 1)), alpha 1e-10, one restart, "
         "random_state r, K both Matern 5/2 and RBF, the fit of higher log marginal likelihood kept (a "
         "LinAlgError retried once at alpha 1e-8).", "",
@@ -522,6 +620,18 @@ def markdown(doc: dict) -> str:
     lines += ["", "Figure: `log_ratio.png`, log10(Err_lwl / Err_sklearn) per problem, posing and draw "
               "(a failed draw is not drawn).", ""]
     return "\n".join(lines)
+
+
+def _training_words(s: dict) -> str:
+    """Where a study's training points come from (its preset's ``training``)."""
+    if s.get("training") == "job":
+        return (f"a budgeted job (the gp budget study's spec, budget {s['n']:,}, seed r, the default model gp) "
+                "posed in the posing's units and labelled through an external oracle as a lab labels; both models "
+                "get the job's training set (the points its served GP conditions on; its validation labels are paid "
+                "but not among them).")
+    return (f"{s['n']:,} inputs of Q's mixture (the equal-labels verdict's mixture draw r), labelled by the oracle; "
+            "both models get exactly the same points. No budgeted job runs here (for cost): the points are what a "
+            "lab holding Q's mixture would label.")
 
 
 def _std_words(doc: dict) -> str:

@@ -141,3 +141,40 @@ def test_unknown_problems_are_refused_by_the_cli(tmp_path):
                                       "--out", str(tmp_path / "never")], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert result.exit_code == 2 and "nope" in result.output, result.output
     assert not (tmp_path / "never").exists()
+
+
+def _problem(key: str):
+    from lwl.oracles import make_oracle
+
+    spec = dict(gp_units.problem_specs({"problems": (key,)}))[key]
+    return spec, make_oracle(spec["oracle"])
+
+
+@pytest.mark.slow
+def test_a_posed_job_labels_in_the_labs_units_and_serves_its_own_training_set():
+    """The jobs preset's training points: a budgeted gp job sent in the physical posing asks for
+    inputs in those units (its Q and family mapped with them), its
+    training set is what its served GP conditions on, the labels are the problem's in the lab's units, and its served GP fits them."""
+    spec, oracle = _problem(SMOOTH)
+    job = gp_units.posed_job(SMOOTH, spec, "physical", 60, 0, oracle, noise_sd=0.0)
+    offset, scale = gp_units.physical_map(SMOOTH, 3)
+    # every label paid (60); the training set is what the served GP conditions on (validation points aside)
+    assert job["record"]["labels_used"] == 60 and 0 < len(job["X"]) == len(job["y"]) <= 60
+    U = (job["X"] - offset) / scale  # back in the problem's units: near Q's members, not at 1e6
+    means = np.array([m["gaussian"]["mean"] for m in spec["test_distributions"]["members"]])
+    assert np.abs(U).max() < 10 * np.abs(means).max() + 10
+    np.testing.assert_allclose(job["y"], 1e3 + 50 * np.asarray(oracle.label(U)).reshape(-1), rtol=1e-12)
+    gp, record = job["served"](job["X"], job["y"], 0)
+    assert record["outputs"] and record["fit_seconds"] == job["record"]["seconds"]
+    assert np.sqrt(np.mean((gp.predict(job["X"]).reshape(-1) - job["y"]) ** 2)) < 0.05 * np.std(job["y"])
+
+
+@pytest.mark.slow
+def test_the_jobs_preset_judges_the_served_gp_on_the_jobs_points():
+    doc = gp_units.run("jobs-smoke", posings=("physical-noisy",))
+    (row,) = doc["rows"]
+    (draw,) = row["draws"]
+    assert doc["settings"]["training"] == "job" and draw["job"]["labels_used"] == gp_units.PRESETS["jobs-smoke"]["n"]
+    assert draw["noise_sd"] > 0 and draw["lwl"]["fit_seconds"] == draw["job"]["seconds"]
+    assert row["verdict"] == _expected_verdict(row)
+    assert "budgeted job" in gp_units.markdown(doc)
