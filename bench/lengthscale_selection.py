@@ -8,7 +8,7 @@ member), ``--iterations`` bilevel iterations. Two variants:
 - ``selected``: the model block without a lengthscale; a start-point check fits one KRR per
   factor of LENGTHSCALE_FACTORS (6), an iterate check three (the current factor and its
   neighbours), on the check's labels, and the verdict also fits each baseline at the
-  lengthscale that validates best for it (docs/method.md, "Lengthscale chosen with the design").
+  lengthscale that validates best for it (docs/method/bilevel.md, "Lengthscale chosen with the design").
 
 Prints, per variant: seconds in the design loop and in the evaluation, checks, oracle labels,
 and the ratios selected / given. The label count is the point: selection costs KRR fits, never

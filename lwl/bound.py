@@ -16,7 +16,7 @@ and the result says which. E_nu ||G* - G||^2 is always a Monte Carlo mean on fre
 
 The bound is usually *vacuous* for the relative error (err_bound = sqrt(bound / E_Q(0)) >= 1):
 its second term measures how far nu is from Q times the maps' Lipschitz constants and carries no
-information about how well G fits G*. docs/method.md says when it is informative.
+information about how well G fits G*. docs/method/evaluation.md says when it is informative.
 """
 
 from __future__ import annotations

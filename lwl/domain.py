@@ -7,7 +7,7 @@ sets and every ``/samples`` answer from distributions on D: restricted to it
 (:class:`lwl.measures.Truncated`) by default, where test samples outside D are refused; with
 ``outside: "clip"``, where Q's samples outside D are moved to its nearest point, pushed onto it by
 that projection (:class:`lwl.measures.Clipped`; :func:`lwl.measures.on_domain`), so that what lwl labels has the
-law Q's samples have. docs/method.md ("Input domains") says why.
+law Q's samples have. docs/method/families.md ("Input domains") says why.
 
 The job spec's ``domain`` block, :class:`DomainSpec` (pydantic), is at the end of this module.
 """
@@ -211,7 +211,7 @@ class DomainSpec(StrictModel):
     """The instrument's input domain D = {x : low <= x <= high, A x <= b} (lwl.domain): every
     input the job hands out (design batches, ask/tell batches, training sets, the evaluation's
     training draws, ``/samples``) lies in D. The designed distribution is the family restricted
-    to D (docs/method.md "Input domains"). Test samples the user gives (``samples``,
+    to D (docs/method/families.md "Input domains"). Test samples the user gives (``samples``,
     ``dataset``) outside D are refused, or moved to the nearest point of D with ``outside: "clip"``;
     members lwl draws (``gaussian``, ``uniform``, ...) are drawn restricted to D, and refused
     when more than 1% of their mass lies outside, unless ``outside`` is ``"clip"``: then their

@@ -1,4 +1,4 @@
-"""Designs restricted to an input domain against free ones (docs/method.md "Input domains").
+"""Designs restricted to an input domain against free ones (docs/method/families.md "Input domains").
 
 Friedman 1 on its natural domain [0, 1]^5, Q = two regimes at the box's faces (one member near
 x_0 = 0, one near the corner (1, ..., 1), clipped into the box by the user). For the gaussian

@@ -1,4 +1,4 @@
-"""The EIT interval search under a solve budget (issue #47; docs/method.md "The interval search
+"""The EIT interval search under a solve budget (issue #47; docs/method/eit.md "The interval search
 under a budget"): ``examples/eit_interval.json`` (grid 24, L = 16 pairs, seven intervals of width
 pi/2, Q's law U[pi/2, 7 pi], the reduced AMINO) with ``budget`` solves, every solve counted by the
 solver, judged at equal solves (AMINO on the job's training set against AMINO on as many

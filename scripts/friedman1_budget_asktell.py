@@ -1,4 +1,4 @@
-"""examples/friedman1_budget.json run as a lab would run it (issues #30 and #46, docs/method.md
+"""examples/friedman1_budget.json run as a lab would run it (issues #30 and #46, docs/method/budgets.md
 "Designs for a label budget" and "The model a lab deploys"): an ask/tell job on the embedded
 service (``lwl serve`` in a subprocess) whose labels a client computes with the Friedman-1
 function, one batch at a time, for 5 seeds.

@@ -1,7 +1,7 @@
 """The Err floor a served GP reports (lwl.models.gp_diagnosis) against its held-out Err: Friedman 1
 on a wide and a narrow Gaussian law and a smooth function (a GP fitted to n points of the law), and
 examples/friedman1_budget.json run with the built-in oracle (the served GP of the job). The table of
-docs/method.md, "What the served GP says about the problem".
+docs/method/gp-diagnosis.md, "What the served GP says about the problem".
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 .venv/bin/python scripts/gp_floor_check.py [--example-seeds 0,2]
 """

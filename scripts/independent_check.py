@@ -1,4 +1,4 @@
-"""Fresh problems of the issue's kind, judged by a KRR that is not lwl's (docs/method.md,
+"""Fresh problems of the issue's kind, judged by a KRR that is not lwl's (docs/method/bilevel.md,
 "Problems of the issue's kind, judged independently").
 
 Sixteen problems that no committed study uses (a generator of their own: Friedman-1,

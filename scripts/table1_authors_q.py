@@ -56,7 +56,7 @@ def main(defaults_path: str, literal_path: str, out_dir: str) -> None:
               "points came from the same generator as Q);",
               "- the kernel convention: lengthscale sqrt(2) l, the authors' code's kernel with the paper's l;",
               "- the evaluation averages 5 training draws per candidate (the authors': one);",
-              "- lwl's defaults row: lwl's optimiser and checks (docs/method.md), N_k = 1024.", ""]
+              "- lwl's defaults row: lwl's optimiser and checks (docs/method/bilevel.md), N_k = 1024.", ""]
     stamp = provenance()
     lines.append(provenance_line(stamp))
     out = Path(out_dir)

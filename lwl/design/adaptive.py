@@ -1,4 +1,4 @@
-"""The self-tuning step of lwl's default bilevel optimiser (docs/method.md "The adaptive optimiser").
+"""The self-tuning step of lwl's default bilevel optimiser (docs/method/bilevel.md "The adaptive optimiser").
 
 The paper moves theta = (m, L) by plain gradient steps t_k grad J whose size must be tuned per
 problem: the gradient scales with the square of the oracle's outputs and with the geometry of

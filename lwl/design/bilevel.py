@@ -645,7 +645,7 @@ class BilevelDesign(StepperDefaults):
         """Lengthscales a check tries when the spec left it to lwl: the median distance times
         every factor of LENGTHSCALE_FACTORS for a start point, the ``current`` one (the state's)
         and its two grid neighbours for an iterate. The lengthscale is chosen with the design, not
-        once for Q: a design broader than Q wants a shorter one (docs/method.md, "Lengthscale
+        once for Q: a design broader than Q wants a shorter one (docs/method/bilevel.md, "Lengthscale
         chosen with the design")."""
         grid = [f * self.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
         if iteration == 0:
@@ -679,7 +679,7 @@ class BilevelDesign(StepperDefaults):
         Why two bars: the z of a difference that a handful of huge labels carry is far from
         normal, and the high bar keeps Sobol G at d >= 7 from returning designs that lose on
         held-out data; the z of a spread difference is close to normal, and there the high bar
-        gave away designs that win (docs/method.md, "A lower bar where the improvement is
+        gave away designs that win (docs/method/bilevel.md, "A lower bar where the improvement is
         spread")."""
         bar = self.algo.significance
         if iteration == 0:
@@ -757,7 +757,7 @@ class BilevelDesign(StepperDefaults):
         # validation points and clears the lower bar. After the surest check, not before: where
         # a check clears the full bar it is the safer of the two (an independently judged Sobol G
         # problem at d = 6: held-out Err 0.654 with the surest, 0.710 with the best; the judge's
-        # own 0.643 and 0.760; docs/method.md)
+        # own 0.643 and 0.760; docs/method/bilevel.md)
         if z >= self.threshold(best.iteration, share):
             return Selection(kept=dict(best.params), iteration=best.iteration, lengthscale=lengthscale, z=z,
                              top_share=share, spread=True)
@@ -853,7 +853,7 @@ class BilevelDesign(StepperDefaults):
             rec["top_share"] = gain.top_share
             # the surest of the checks that clear the bar, not the lowest: with heavy-tailed labels
             # a broad design can buy a low validation Err from a few huge validation points, and
-            # its z then falls while its held-out Err rises (docs/method.md, "Sobol G at d >= 7").
+            # its z then falls while its held-out Err rises (docs/method/bilevel.md, "Sobol G at d >= 7").
             # The full bar, not the spread one: this record is returned only when the best check's
             # improvement is within noise, and a best check held back (carried by a few points)
             # marks heavy-tailed labels, where a spread-looking rival is no safer (Sobol G p04
@@ -1021,7 +1021,7 @@ class BilevelSpec(StrictModel):
 
     ``optimizer="adaptive"`` (the default) needs no step size: Adam in Q's whitened coordinates,
     ``step`` being the step length in standard deviations of Q (cosine-annealed to
-    ``final_step``), with a guarded gradient and a parameter box (docs/method.md).
+    ``final_step``), with a guarded gradient and a parameter box (docs/method/bilevel.md).
     ``optimizer="paper"`` is the paper's plain step theta <- theta - t_k grad with t_k cosine
     from ``learning_rate`` to ``final_learning_rate``; ``gradient_scale="relative"`` divides that
     gradient by E_Q(0) (descends 1/2 Err^2); the paper's setting is "absolute".
@@ -1072,10 +1072,10 @@ class BilevelSpec(StrictModel):
         default=2 / 3, ge=0.0, le=1.0,
         description="keep=best: the largest share of the improvement's weighted paired differences that its 5 "
                     "largest may carry for spread_significance to apply (0: off, the earlier gate; see "
-                    "docs/method.md, 'A lower bar where the improvement is spread')")
+                    "docs/method/bilevel.md, 'A lower bar where the improvement is spread')")
     patience: int = Field(default=2, ge=1, le=1000)
     max_halvings: int = Field(default=6, ge=0, le=60)
-    # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted, docs/method.md
+    # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted, docs/method/budgets.md
     # "Designs for a label budget"); these fields (lwl.design.budget.settings) are read by it only
     round_size: RoundSize = None
     max_rounds: MaxRounds = 30
@@ -1085,7 +1085,7 @@ class BilevelSpec(StrictModel):
     inner_steps: int = Field(default=0, ge=0, le=100_000,
                              description="budgeted jobs: bilevel steps on a surrogate of G* between two rounds, "
                                          "whose result competes for the next round's labels (0: off; see "
-                                         "docs/method.md)")
+                                         "docs/method/budgets.md)")
 
 
 def check_bilevel(spec: JobSpec) -> None:

@@ -1,4 +1,4 @@
-"""The bilevel design under a label budget (a bilevel job with ``budget``; docs/method.md
+"""The bilevel design under a label budget (a bilevel job with ``budget``; docs/method/budgets.md
 "Designs for a label budget"): the bilevel method's plug into the budget layer
 (:mod:`lwl.design.budget`), which holds the plan, the ledger, the rounds, selection, the race
 against Q's mixture and the validation verdict.

@@ -1,4 +1,4 @@
-"""The AMA design under a label budget (an ``ama`` job with ``budget``; issue #47, docs/method.md
+"""The AMA design under a label budget (an ``ama`` job with ``budget``; issue #47, docs/method/budgets.md
 "Designs for a label budget"): every PDE solve counted, the operator half of the paper on the
 budget layer (:mod:`lwl.design.budget`), which holds the plan, the ledger, the rounds, selection,
 the race against Q's law and the validation verdict.

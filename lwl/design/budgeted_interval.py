@@ -1,5 +1,5 @@
 """The EIT interval search under a solve budget (an ``interval_search`` job with ``budget``; issue
-#47, docs/method.md "The interval search under a budget"): every Dirichlet-to-Neumann solve
+#47, docs/method/eit.md "The interval search under a budget"): every Dirichlet-to-Neumann solve
 counted, on the budget layer (:mod:`lwl.design.budget`: the plan, the ledger, the rounds,
 selection, the race against Q's law, the validation verdict).
 

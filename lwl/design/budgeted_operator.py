@@ -1,4 +1,4 @@
-"""What every operator design under a solve budget shares (issue #47; docs/method.md "Operator
+"""What every operator design under a solve budget shares (issue #47; docs/method/operators.md "Operator
 jobs under a budget"): the DeepONet that scores a candidate and the one it serves, the output grid
 and its L2 quadrature, Q's law as the exact mixture of its members, and query by committee as the
 pool rule of the served solves. The AMA design (:mod:`lwl.design.budgeted_ama`) and the particle
@@ -92,7 +92,7 @@ class BudgetedOperatorDesign(BudgetedDesign):
     # studies' DeepONets were under-trained; with trained ones (2,000 iterations) a noise-level z
     # (0.001, 0.85) left 31-48 paid fields out on two NtD cells at 250 solves, keeping them better on
     # one (seed 1: Err 0.0841 kept, 0.0863 left out), worse on the other (seed 2: 0.0852, 0.0840); a
-    # large z can be wrong too (RTE seed 1, z 4.6: 0.0118 kept, 0.0193 left out) (docs/method.md,
+    # large z can be wrong too (RTE seed 1, z 4.6: 0.0118 kept, 0.0193 left out) (docs/method/operators.md,
     # "The study with trained DeepONets")
 
     # the check's rank rule (BudgetedDesign.leave_out_rank_p) stays off here whatever its default:

@@ -1,5 +1,5 @@
 """Particle AMA under a solve budget (a ``particle_ama`` job with ``budget``; issue #47,
-docs/method.md "Particle AMA under a budget"): every radiative-transport solve counted, on the
+docs/method/particles.md "Particle AMA under a budget"): every radiative-transport solve counted, on the
 budget layer (:mod:`lwl.design.budget`: the plan, the ledger, the rounds, selection, the race
 against Q's law, the validation verdict) and the operator designs' DeepONet, pool rule and served
 model (:mod:`lwl.design.budgeted_operator`).
@@ -19,7 +19,7 @@ advance, no solve spent on choosing them):
 
 The budget layer adds Q's law, the exact mixture of its members, the default of selection. The
 served solves are i.i.d. draws of their law (``algorithm.pool`` ``iid``, this algorithm's default;
-``qbc`` by name): on the RTE problem the committee's choice was behind Q's law (docs/method.md).
+``qbc`` by name): on the RTE problem the committee's choice was behind Q's law (docs/method/particles.md).
 
 Why not the particle flow itself: each Wasserstein step of particle AMA (paper Cor. "Wasserstein
 gradient") labels the moved particles and evaluates its training-error term and the adjoint there,

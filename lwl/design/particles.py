@@ -381,7 +381,7 @@ class ParticleAMASpec(OperatorBudgetFields, StrictModel):
     term). A step that does not lower F halves step_size, which stays reduced; stop when the step
     norm falls below ``tol``. Needs an oracle with an adjoint solver (``rte``).
     lwl's default step_size is 0.01 (the paper's 1e-6 does not move the particles under lwl's
-    L^2-normalised bound; docs/method.md). With a ``budget`` the job runs the budgeted particle
+    L^2-normalised bound; docs/method/particles.md). With a ``budget`` the job runs the budgeted particle
     design (lwl.design.budgeted_particles), which reads the fields of
     :class:`~lwl.design.budget.settings.OperatorBudgetFields` and none of the particle flow's."""
     name: Literal["particle_ama"] = "particle_ama"
@@ -398,7 +398,7 @@ class ParticleAMASpec(OperatorBudgetFields, StrictModel):
                                           "paper's (the last iterate)")
     backtracks: int = Field(default=2, ge=0, le=50)
     # budgeted jobs serve i.i.d. solves by default: on the RTE problem query by committee chose the
-    # fields a DeepONet of a few hundred fields then fits worst (docs/method.md "Particle AMA under a
+    # fields a DeepONet of a few hundred fields then fits worst (docs/method/particles.md "Particle AMA under a
     # budget": Err 0.031 against Q's law's 0.0236 at 1,000 solves, QbC itself behind Q's law)
     pool: Pool = "iid"
 

@@ -2,7 +2,7 @@
 the returned iterate, as the bilevel method's checks do; and the state both AMA steppers share.
 
 The paper's AMA accepts a distribution step when the *bound* falls and returns the last iterate.
-The bound is loose (often vacuous, docs/method.md) and its fall need not lower the OOD error: on
+The bound is loose (often vacuous, docs/method/operators.md) and its fall need not lower the OOD error: on
 the RTE at eps = 1/8 the error rose after the first step while the bound fell. With
 ``select="validation"`` every model step is scored on Q's validation samples (labelled once;
 the member-weighted relative error of SM eqn app_ntd_rel_ood_error):

@@ -1,4 +1,4 @@
-"""The held-out verdict of an unbudgeted design (docs/method.md "The verdict"): Err of KRR
+"""The held-out verdict of an unbudgeted design (docs/method/bilevel.md "The verdict"): Err of KRR
 models trained on several draws of the optimised distribution and of each baseline, on Q's
 held-out samples, compared point by point and draw by draw (:mod:`lwl.evaluation.comparison`).
 """

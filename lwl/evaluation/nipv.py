@@ -1,5 +1,5 @@
 """Active learning by integrated posterior variance (IMSE / NIPV): the anchor a budgeted design
-is judged against (docs/method.md "Designs for a label budget").
+is judged against (docs/method/budgets.md "Designs for a label budget").
 
 With the kernel k of the KRR model read as a Gaussian-process prior and the ridge as noise
 variance s^2 (KRR's system K + N sigma^2 I = K + s^2 I), the posterior variance after labelling

@@ -1,4 +1,4 @@
-"""Designs for a label budget, counted (issue #30; docs/method.md "Designs for a label budget").
+"""Designs for a label budget, counted (issue #30; docs/method/budgets.md "Designs for a label budget").
 
 Problems: the six Table 1 columns (:mod:`lwl.experiments.table1`, seed 0's Q) and the first
 ``robustness`` problems of :mod:`lwl.experiments.robustness` (Table-1-like problems over the four
@@ -27,7 +27,7 @@ is not run. Its held-out population is GP_HELDOUT_PER_MEMBER points per member o
 same stream as the job's Q (the job's validation points and the ``size - validation`` held-out points
 above are its first rows): the fitted GP's squared errors on Sobol G at d >= 7 are heavy-tailed, and
 at 4,500 points per member the verdict came out `worse` where 20,000 put the design level or ahead
-(docs/method.md, "Comparisons: the verdict's interval is on the log of the Err ratio").
+(docs/method/evaluation.md, "Comparisons: the verdict's interval is on the log of the Err ratio").
 """
 
 from __future__ import annotations
@@ -568,7 +568,8 @@ def _rerun_lines(doc: dict) -> list[str]:
 def _machines_line(doc: dict) -> list[str]:
     """Where a resumed study's rows come from more than one machine (each row's ``computed_on``;
     rows made before it was recorded have none), which rows each: a row does not reproduce to the
-    last digit on another CPU, and can choose otherwise (docs/method.md, "The rank rule switched off")."""
+    last digit on another CPU, and can choose otherwise (docs/results/budget-full-8000-gp-rank/README.md,
+    "The rank rule switched off")."""
     on: dict[str, list[str]] = {}
     one_seed = len(doc["settings"]["seeds"]) == 1
     for r in doc["rows"]:

@@ -18,7 +18,7 @@ validation and test sets with their DtN matrices (float32), and the common unifo
 omega law's Neumann data are then g = Lambda f. All candidates train on the same conductivities
 and uniforms u (omega = l + w u) from the same initial weights, so they differ only in l.
 
-How omega enters (a reading of the paper, docs/method.md): every pair l of a sample draws its own
+How omega enters (a reading of the paper, docs/method/eit.md): every pair l of a sample draws its own
 omega_l from the law (the pairs are i.i.d. draws of (Id, Lambda_a)#mu, paper eqn app_amino_error),
 at the fixed angle theta_l = 2 pi l / L.
 """

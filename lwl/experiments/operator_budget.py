@@ -1,4 +1,4 @@
-"""Operator designs for a solve budget, counted (issue #47; docs/method.md "Operator jobs under a
+"""Operator designs for a solve budget, counted (issue #47; docs/method/operators.md "Operator jobs under a
 budget"): the budgeted ``ama`` job (:mod:`lwl.design.budgeted_ama`) on the paper's three operator
 problems and the budgeted ``particle_ama`` job (:mod:`lwl.design.budgeted_particles`) on its
 radiative-transport problem, every PDE solve counted by the oracle itself, judged at equal solves
@@ -133,13 +133,13 @@ PROBLEMS = {"darcy": lambda: copy.deepcopy(DARCY), "ntd": ntd, "burgers": burger
 # the DeepONet of every job, comparator and audit in the quick and full presets: lwl's default
 # 2,000 Adam iterations, not the examples' 300-500 (there the model, not the data, sets the error:
 # Burgers' Q's law at 1,000 solves 0.383 at 500 iterations, 0.279 at 2,000; Darcy's at 250 solves
-# 0.094 at 500, 0.062 at 2,000; NtD's 0.113 and 0.089; docs/method.md), and five training draws per
+# 0.094 at 500, 0.062 at 2,000; NtD's 0.113 and 0.089; docs/method/operators.md), and five training draws per
 # comparator (with three, the draw term's 2 degrees of freedom take a t quantile of 4.3: a Darcy cell
 # at 250 solves read 0.055 against the initial law's 1.14 as a tie)
 TRAINED = {"iterations": 2000}
 # how the committee's pool is drawn, named in the presets' settings so that a study's rows made
 # with the earlier fresh pool per round (docs/results/operator-budget-quick-freshpool) are never
-# reused beside rows of the one pool per job (BudgetedDesign.pool; docs/method.md "One pool")
+# reused beside rows of the one pool per job (BudgetedDesign.pool; docs/method/operators.md "One pool")
 POOL_DRAW = "one pool per job"
 
 PRESETS = {

@@ -7,7 +7,7 @@ app_ntd_rel_ood_error) of the model trained on that iteration's distribution, wi
 Student-t interval over runs, and the AMA objective relative to its first value. Burgers adds
 error vs N for AMA against QbC and CoreSet on a fixed pool.
 
-lwl's choices where the paper is silent or not reproducible here (also in docs/method.md):
+lwl's choices where the paper is silent or not reproducible here (also in docs/method/operators.md):
 - NtD test members use sigma_k = tau_k^(3/2), the training family's scaling (the paper does not
   state sigma_k); the NtD input is parametrised by arc length t in [0, 1] on the 4M-4 nodes.
 - Darcy inputs live on the solver's M x M nodes, boundary included: the sine KLE has M - 2

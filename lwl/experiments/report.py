@@ -47,7 +47,8 @@ def environment() -> dict:
     numpy and scipy call (and the CPU kernel set each picked), torch's CPU capability and the CPU.
     Two runs of the same code and spec agree to the last digit only within one environment; a
     rebuilt one (another OpenBLAS kernel, another CPU) moves the last bits, and on ill-conditioned
-    fits more than that (docs/method.md, "Rerun at 8,000 on 20,000 held-out points per member")."""
+    fits more than that (docs/results/budget-full-8000-gp/README.md, "Rerun at 8,000 on 20,000
+    held-out points per member")."""
     import os
     import platform
 

@@ -8,7 +8,7 @@ training distribution is N particles a_q = exp(L c_q) moved by
 DeepONet trained on the initial particles, on the optimised particles, and the benchmark trained
 on N samples of the Q mixture; and the wall time of the particle AMA.
 
-lwl's choices (docs/method.md): the OOD error is measured on fresh held-out samples of each
+lwl's choices (docs/method/particles.md): the OOD error is measured on fresh held-out samples of each
 member (the paper reuses the N optimisation samples); the initial step size is a preset value
 (``step_size``) instead of the paper's 1e-6, which in lwl's normalisation of the bound (L^2 norms
 with trapezoid weights) would not move the particles; it is halved on failure and stays reduced,

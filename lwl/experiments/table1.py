@@ -363,7 +363,7 @@ DEPARTURES = """\\* Departures from the paper's stated settings:
 
 - **Optimiser: one configuration for all six columns.** Every run is the job spec with no
   ``algorithm`` block: lwl's adaptive optimiser (Adam in Q's whitened coordinates, validation
-  checks, best iterate; docs/method.md) with N_k = 1024, the final training size (the paper:
+  checks, best iterate; docs/method/bilevel.md) with N_k = 1024, the final training size (the paper:
   N_k = 250 and plain steps, in the authors' code with a step size per column).
   ``--preset paper-schedule`` runs the paper's plain schedule with the per-column step sizes
   of lwl's earlier table.

@@ -1,6 +1,6 @@
 """A law on a job's input domain D as its ``domain.outside`` puts Q there: restricted to D
 (:class:`lwl.measures.Truncated`, ``"refuse"``), or put onto D by the nearest-point projection with
-at most Q's share on D's faces (:class:`lwl.measures.Clipped`, ``"clip"``); docs/method.md "Input
+at most Q's share on D's faces (:class:`lwl.measures.Clipped`, ``"clip"``); docs/method/families.md "Input
 domains"."""
 
 from __future__ import annotations

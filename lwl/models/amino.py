@@ -15,7 +15,7 @@ built from ``channels`` (the paper's [64, 128, 128, 256, 256, 512, 512, 512]); t
 FNO layer: the paper's single spectral convolution (128 channels, 32 modes) with a pointwise
 linear path, lifted from (v, x, y) and projected to one channel.
 
-lwl's choices (docs/method.md): the network outputs log a and the loss is the paper's metric,
+lwl's choices (docs/method/eit.md): the network outputs log a and the loss is the paper's metric,
 the relative L^1 error of a = exp(output) (so predictions are positive); f and g are scaled by
 their training RMS (stored with the weights). Sizes are parameters, so a reduced model trains on
 a CPU (the ``quick`` preset of ``lwl experiment eit``).

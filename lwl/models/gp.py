@@ -1,5 +1,5 @@
 """Gaussian-process regression with fitted hyperparameters: the surrogate a lab deploys
-(docs/method.md, "The model a lab deploys").
+(docs/method/gp.md, "The model a lab deploys").
 
 Prior f ~ GP(c, s^2 k_ell), observations y = f(x) + eps, eps ~ N(0, sigma_n^2), with an ARD
 kernel (one lengthscale per input), Rasmussen & Williams (2006) conventions, as scikit-learn's
@@ -52,7 +52,7 @@ lower bound, output scale at its upper one: an interpolant with nugget 1e-12), w
 are mostly worse: on ``examples/friedman1_budget.json``'s Q mixture at 2,000 labels (five draws),
 that mode had the highest likelihood on every draw (0.09-0.36 nats per point above the best
 optimum inside the bounds) and held-out Err 0.086-0.22 against 0.101; its LOO error was higher on
-every draw (docs/method.md, "Which local optimum is kept"). LOO on the fitting points stands in
+every draw (docs/method/gp.md, "Which local optimum is kept"). LOO on the fitting points stands in
 for held-out error; it cannot see what conditioning on every point does (the evidence check does).
 
 **Prediction** at fixed hyperparameters (R&W eqs. 2.25-2.26): with alpha = K_y^{-1}(y - c),
@@ -101,7 +101,8 @@ NOISE_FLOOR = 1e-10
 # the random starts' noise is drawn log-uniform from here (standardised) up, not from the floor: a start
 # at 1e-10 sits on the noise-free ridge, and the draws from the old 1e-6 floor are kept so that the
 # optimum a start reaches does not move with the floor (p04's 2,000 points: 0.9205 held-out Err with
-# draws from 1e-10, 0.8289 from 1e-6 or 1e-8; docs/method.md); the optimiser still goes down to the floor
+# draws from 1e-10, 0.8289 from 1e-6 or 1e-8; docs/results/budget-full-2000-gp-units/README.md); the
+# optimiser still goes down to the floor
 START_NOISE_LOW = 1e-6
 # where K_y does not factor, the noise is raised by these multiples of the output scale in turn (GaussianProcess._condition)
 JITTER_LADDER = (1e-10, 1e-8, 1e-6, 1e-4)
@@ -140,7 +141,7 @@ def served_model_bytes(n: int, largest_fit: int) -> int:
 def default_fit_points(d: int) -> int:
     """The fitting subset of a gp whose ``max_fit_points`` is None (a job's default): the larger of
     300 and 30 points per hyperparameter, 30 (d + 2) (d lengthscales, the output scale, the
-    noise). Why: 300 points do not pin 22 hyperparameters down. Measured (docs/method.md, "How
+    noise). Why: 300 points do not pin 22 hyperparameters down. Measured (docs/method/gp.md, "How
     many points the likelihood is fitted on"): on the Welch et al. (1992) function (d = 20,
     2,000 labels of a three-member Q), fits on 300 points reached held-out Err 0.0031 on two of
     four draws of the same law against 0.0004-0.0005 on the others; on 450, 600 or 1,000 points
@@ -461,7 +462,7 @@ class GaussianProcess:
         data resolve (:meth:`Standardisation.resolution`). Why: a deterministic
         simulator's labels carry no noise, and a floor of a fixed 1e-6 Var(y) (lwl's before)
         smoothed them at 1e-3 of their spread, where scikit-learn's standardised GP interpolates
-        at 1e-10 (docs/method.md, "The served GP in a lab's units"); below what float64 inputs and
+        at 1e-10 (docs/method/gp.md, "The served GP in a lab's units"); below what float64 inputs and
         labels resolve, a smaller nugget fits round-off."""
         if self.noise_bounds[0] is not None:
             return float(self.noise_bounds[0])
@@ -512,8 +513,9 @@ class GaussianProcess:
         2,000) points drawn from ``random_state`` apart from every draw's.
 
         Why: beyond the evidence check's 2,000 points the hyperparameters depend on which 2,000 of
-        the n labels a fit saw. On the 8,000-label study's p12 (Sobol G, d = 8; docs/method.md,
-        "Which fit is served"), the same 8,000 labels fitted from seeds 0-4 gave held-out Err 1.21,
+        the n labels a fit saw. On the 8,000-label study's p12 (Sobol G, d = 8;
+        docs/results/budget-full-8000-gp-draws3/README.md, "Which fit is served"), the same 8,000
+        labels fitted from seeds 0-4 gave held-out Err 1.21,
         2.07, 0.74, 0.83 and 0.72 (Q's mixture + GP's five draws: 0.68-0.75); their leave-one-out
         errors on one common 2,000 points, 0.92, 1.85, 0.77, 0.91 and 0.60, order them but for one
         pair. Measured in the study (three draws for every GP, docs/results/budget-full-8000-gp-draws3)
@@ -563,7 +565,7 @@ class GaussianProcess:
         Why: the subset's hyperparameters are the likelihood's optimum on 300 points (at d <= 8),
         an estimate of the lengthscales that 2,000 labels pin down better. Measured on Q's
         mixture of four engineering functions at 2,000 labels (d 6-10, two draws each, held-out
-        Err; docs/method.md, "The final fit"): OTL 3.2e-5 -> 2.1e-5 and 3.0e-5 -> 2.2e-5, piston
+        Err; docs/method/gp.md, "The final fit"): OTL 3.2e-5 -> 2.1e-5 and 3.0e-5 -> 2.2e-5, piston
         5.8e-5 -> 3.9e-5 and 5.3e-5 -> 4.6e-5, borehole 4.9e-5 -> 4.4e-5 and 5.9e-5 -> 5.5e-5, wing
         weight 1.6e-5 -> 1.3e-5, at 15-60 s per fit on one core (an O(M^3) factorisation per step;
         the subset's fit took 2-7 s). The cap keeps that cost bounded at any n (at 8,000 labels
@@ -698,7 +700,7 @@ class GaussianProcess:
         given values on all points decides. Only the winner is conditioned: one O(n^3)
         factorisation of all n points, not one per kernel. On Table 1's g4 (d = 10, 2,000
         labels) the squared exponential's evidence is higher and its held-out Err half the
-        Matern's (docs/method.md, "The model a lab deploys"); with ``select="loo"`` the budget
+        Matern's (docs/method/gp.md, "The model a lab deploys"); with ``select="loo"`` the budget
         study's g4 row is the same to the last digit (the same kernel kept)."""
         params = self._params()
         fits = []
@@ -1139,7 +1141,8 @@ class GPSpec(StrictModel):
                            description="the whole fit is repeated this many times from different seeds (fitting "
                                        "subsets and starts) and the one of lowest leave-one-out error on one common "
                                        "subset of the labels is kept; each draw costs one fit. Default 1: three "
-                                       "draws did not change a verdict of the 8,000-label study (docs/method.md, "
+                                       "draws did not change a verdict of the 8,000-label study "
+                                       "(docs/results/budget-full-8000-gp-draws3/README.md, "
                                        "\"Several fits of the served GP\")")
 
 

@@ -1,4 +1,4 @@
-"""What a fitted Gaussian process says about the problem it was fitted to (docs/method.md, "What the
+"""What a fitted Gaussian process says about the problem it was fitted to (docs/method/gp-diagnosis.md, "What the
 served GP says about the problem").
 
 The fitted noise variance sigma_n^2 is the part of the labels the GP does not explain by the
@@ -12,7 +12,7 @@ weighted by its w_k). It is a floor when the noise is independent of the point: 
 whose labels carry no measurement noise, a noise share well above the noise's lower bound
 (1e-10 Var(y), or what float64 resolves; lwl.models.gp.GaussianProcess.noise_floor) is structure of the function the GP could not resolve from these labels, e.g. an
 oscillation faster than the points are spaced, which more labels of the same kind lower and a
-richer prediction of the same labels usually does not (Friedman 1 with a wide Q: docs/method.md).
+richer prediction of the same labels usually does not (Friedman 1 with a wide Q: docs/method/gp-diagnosis.md).
 At that lower bound the noise is a nugget, the GP interpolates, and the reading is no floor
 (a smooth function's Err falls below it); the warning threshold, a 1% floor, is far above it.
 
@@ -32,7 +32,7 @@ the relative Err of the study's held-out judge with r_i the residual of point i 
 others. It can read low (the hyperparameters were fitted with point i, and the fit kept the
 optimum of lowest leave-one-out error) or high (heavy-tailed labels: a few points far from the
 rest dominate both sums): on the 22 problems of the gp study at 2,000 labels it was 0.52-1.82 times
-the held-out Err (docs/method.md, "What the served GP says about the problem"). Where the model
+the held-out Err (docs/method/gp-diagnosis.md, "What the served GP says about the problem"). Where the model
 explains little of the labels, the noise floor above can read low (on Sobol G at d = 7 the GP
 interpolates heavy-tailed labels with a small noise, floor 0.009, held-out Err 0.83) while this
 reads high (1.51 there), so a ``loo_err`` of :data:`POOR_FIT_WARNING` or more is a warning of its own.
@@ -53,7 +53,7 @@ import numpy as np
 
 NOISE_FLOOR_WARNING = 0.01  # a floor on Err this high is worth a warning (a 1% relative error)
 # an estimated Err this high says the served model explains little of the labels on Q: the gp study's
-# problems read <= 0.025 except Sobol G at d >= 7 (0.43-1.51, held-out 0.79-1.0; docs/method.md)
+# problems read <= 0.025 except Sobol G at d >= 7 (0.43-1.51, held-out 0.79-1.0; docs/method/gp-diagnosis.md)
 POOR_FIT_WARNING = 0.25
 # a share of Q's validation labels within 2 served sd (left out in turn) below this: the error bar is too narrow
 COVERAGE_WARNING = 0.85

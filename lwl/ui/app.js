@@ -536,7 +536,7 @@ function modelPanel(id, result) {
     box.append(el("p", { class: "muted", id: "lengthscale-rule" }, `An input is marked long when its lengthscale is over ${LONG}× `,
       "its spread (its standard deviation in the training set): across the data the model then changes almost nothing along ",
       "it beyond a straight line. Such an input is either ignored by the model or enters it linearly; the lengthscale alone ",
-      "does not tell which (docs/method.md, \"What the served GP says about the problem\")."));
+      "does not tell which (docs/method/gp-diagnosis.md, \"What the served GP says about the problem\")."));
   } else if (doc.model === "krr") {
     box.append(el("table", { class: "err-summary model-facts", id: "model-facts-0" }, el("tbody", {},
       el("tr", { "data-fact": "lengthscale" }, el("th", {}, "lengthscale"), el("td", { class: "num" }, Plots.fmt(doc.lengthscale))),

@@ -1,4 +1,4 @@
-"""The budget loop, once for every algorithm (docs/method.md "Designs for a label budget").
+"""The budget loop, once for every algorithm (docs/method/budgets.md "Designs for a label budget").
 
 Every oracle label is counted and the job never asks for more than ``budget`` of them. Labels
 are bought in **rounds** (one round = one ``queries``/``step`` of the stepper: one ask/tell round
@@ -100,19 +100,21 @@ LEAVE_OUT_Z = ACCEPT_Z  # the left-out check leaves the dropped candidates' poin
 # the rank rule (served_rows, rank_lower_p): also leave them out where Err^2 does not rise without them
 # (z > 0) and the points' ranks say lower without them at this one-sided p. Off (None): on a problem
 # nobody tuned on it turned a better job worse (Sobol G d 2: served Err 0.0214 -> 0.0562, the
-# median-type test does not see what moves Err^2; docs/method.md "The left-out check's rank rule,
-# measured"); the rank p is still recorded in every check
+# median-type test does not see what moves Err^2; docs/results/budget-full-8000-gp-rank/README.md
+# "The left-out check's rank rule, measured"); the rank p is still recorded in every check
 LEAVE_OUT_RANK_P: float | None = None
 RANK_MIN_POINTS = 20  # the rank test needs this many points whose squared errors differ (else p = 1)
-RIVAL_Z = 1.0  # Q's mixture takes over when it validates better by this many standard errors (_race; asymmetric: docs/method.md)
-# ... or, where a design sets race_trend_ratio (off by default: docs/method.md "The race's trend"), when
+# Q's mixture takes over when it validates better by this many standard errors (_race; asymmetric:
+# docs/method/budgets.md)
+RIVAL_Z = 1.0
+# ... or, where a design sets race_trend_ratio (off by default: docs/method/budgets.md "The race's trend"), when
 # the race's learning curves, extrapolated to the design's planned points, put Q's mixture ahead by that
 # ratio; this is the value measured: Table 1's g4 at 8,000, the given N(1/2, I) ahead of Q's mixture by
 # z = 8.5 at 292 points each, by 0.4 at 1,536, 19% behind on held-out data; the rule mends it (tie) but
 # fires on noise where the ratio is near 1 (KRR p01 at 8,000: 10% higher Err), so it stays off
 RACE_TREND_RATIO = 1.05
 RACE_TREND_MIN_POINTS = 512  # ... only from this many points each: at 2,000 labels' few hundred the
-# two-point trend put six ratios of 0.10-0.41 (held-out) at 1.01-4.3 (docs/method.md "The race's trend")
+# two-point trend put six ratios of 0.10-0.41 (held-out) at 1.01-4.3 (docs/method/budgets.md "The race's trend")
 RACE_TREND_MIN_LOOKS = 4  # ... fitted on at least this many looks within the last halving of the points
 # ... and only where the incumbent's lead at the look is within this ratio (incumbent / Q's mixture at
 # least RACE_TREND_LEAD): the fit reads 5-10x beyond its looks, and on Friedman 2 (p02 at 8,000) one
@@ -367,7 +369,7 @@ class BudgetedDesign(StepperDefaults):
         first selection round than the plan gives it (:meth:`_selection_counts`). With fewer
         (a 250- or 1,000-solve operator budget in rounds of 64 gives six candidates 2-3 each) their
         scores are noise and their share is solves the pool rule does not choose: NtD at 250 solves,
-        Err 0.0865 exploring, 0.0767 not (docs/method.md, "Committee first"); the design then
+        Err 0.0865 exploring, 0.0767 not (docs/method/operators.md, "Committee first"); the design then
         spends every design label on Q's mixture."""
         least = getattr(self.algo, "explore_min", None)
         everyone = list(range(len(self.candidates)))
@@ -475,7 +477,7 @@ class BudgetedDesign(StepperDefaults):
         picked the first rounds' 64 of 3,360 draws, too few and too alike: Burgers at 1,000 solves
         ended 3-3.5% behind Q's law's i.i.d. draws (seeds 0, 1: Err 0.302, 0.298); with one pool
         0.289, 0.287, a tie, and NtD at 250 held (0.0741, 0.0704 against 0.0746, 0.0705)
-        (docs/method.md, "One pool"). A failed solve takes its draw too (the committee, trained on
+        (docs/method/operators.md, "One pool"). A failed solve takes its draw too (the committee, trained on
         the fields that came back, would pick it again). The ledger does not say which law a pooled
         point was drawn from, so a law's pool loses every pooled point equal to one of its draws: laws
         with common atoms would take each other's (the laws of today's pool rules are continuous)."""
@@ -704,10 +706,10 @@ class BudgetedDesign(StepperDefaults):
         is better by :attr:`leave_out_z` standard errors (LEAVE_OUT_Z); with :attr:`leave_out_rank_p`
         set (off by default, LEAVE_OUT_RANK_P), also when Err^2 is not higher without them (z > 0)
         and the points' ranks say it is lower (:func:`rank_lower_p` below it; the rank p is
-        recorded either way, docs/method.md "The left-out check's rank rule"). A fit that fails
-        leaves every point in. Why: a gp whose hyperparameters are fitted to a
+        recorded either way, docs/results/budget-full-8000-gp-rank/README.md "The left-out check's
+        rank rule"). A fit that fails leaves every point in. Why: a gp whose hyperparameters are fitted to a
         few heavy-tailed labels far from Q (a broadened candidate's points on Sobol's G) explains
-        every label as noise and predicts about the mean (docs/method.md, "Left out of the served
+        every label as noise and predicts about the mean (docs/method/budgets.md, "Left out of the served
         model"). Kept always: Q's validation points, the initial data, Q's mixture's points, the
         incumbent's (the candidates still alive when selection did not settle, the moved one's
         origin), the challengers'."""
@@ -851,7 +853,7 @@ class BudgetedDesign(StepperDefaults):
         for c in alive:
             name = self.candidates[c][0]
             # a candidate's own points only: added to the initial data, a handful of points per
-            # candidate changes nothing and selection goes by noise (docs/method.md, initial data)
+            # candidate changes nothing and selection goes by noise (docs/method/budgets.md, initial data)
             given = new.points.of(c)
             if default and c == q:  # at equal numbers: Q's mixture's extra points would favour it
                 given = given[:max(len(new.points.of(o)) for o in others)]
@@ -894,7 +896,7 @@ class BudgetedDesign(StepperDefaults):
         validation points (two-fold, paired). The rival becomes the incumbent when it validates
         better by RIVAL_Z (1) standard errors, and is never dropped before: a candidate that wins with a
         hundred points can lose with a thousand (Table 1's g4: the given N(1/2, I) against Q's
-        mixture, docs/method.md), so the race goes on at the sizes the budget reaches, and until it
+        mixture, docs/method/budgets.md), so the race goes on at the sizes the budget reaches, and until it
         is decided a ``hedge`` share of the labels is Q's own."""
         rival = new.rival
         race = self.versus(new, rival)
@@ -953,7 +955,7 @@ class BudgetedDesign(StepperDefaults):
         gives the trend (``trend``: :func:`extrapolated_ratio` to the training set's size); a
         ``better`` or ``worse`` whose direction the trend reverses at that size is a ``tie``, with
         a warning: a ranking at a few hundred points can reverse at a few thousand (Table 1's g4,
-        docs/method.md). Fields as :func:`lwl.evaluation.heldout.verdict`'s
+        docs/method/budgets.md). Fields as :func:`lwl.evaluation.heldout.verdict`'s
         (``best_baseline`` "mixture", ``ratio`` of validation Errs), ``kind`` "validation"."""
         val_n = self.validation(state).n
         overtaken = next((h for h in state.history if h.get("race", {}).get("outcome") == "rival won"), None)
@@ -1022,7 +1024,7 @@ class BudgetedDesign(StepperDefaults):
                 f"the comparison is at {race['points_each']} points each, the job paid for {design_points} "
                 f"design points: a distribution ahead at a few hundred points can fall behind at a few thousand "
                 f"(Table 1's g4 at budget 2,000 with the paper's KRR: ahead on validation, 17% behind Q's mixture on "
-                f"held-out data; docs/method.md, 'The full study')")
+                f"held-out data; docs/results/budget-full/README.md, 'The full study')")
         return out
 
     def _no_verdict_reason(self, state: BudgetedState, race: dict | None) -> str:

@@ -1,4 +1,4 @@
-"""How a label budget is spent (docs/method.md "Designs for a label budget"): Q's validation
+"""How a label budget is spent (docs/method/budgets.md "Designs for a label budget"): Q's validation
 labels first, then the design rounds. The same plan for every algorithm that takes a budget
 (:mod:`lwl.design.budget`); the algorithm's spec supplies ``validation_fraction``,
 ``round_size`` and ``max_rounds``, and, where one labelled point costs several oracle solves (an

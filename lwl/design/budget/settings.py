@@ -20,13 +20,13 @@ ValidationFraction = Annotated[float, Field(
 Hedge = Annotated[float, Field(ge=0.0, lt=1.0,
                                description="budgeted jobs: share of each round after selection drawn from Q's mixture "
                                            "while it races the selected candidate at equal numbers of points (0: off; "
-                                           "see docs/method.md)")]
+                                           "see docs/method/budgets.md)")]
 Explore = Annotated[float | None, Field(
     gt=0.0, lt=1.0,
     description="budgeted jobs: share of each selection round spent on the candidates other than Q's mixture, "
                 "which gets the rest, is never dropped, and stays the incumbent unless the last candidate left "
                 "validates better beyond noise at equal numbers of points (null: every live candidate gets an "
-                "equal share and Q's mixture is halved like the others; see docs/method.md)")]
+                "equal share and Q's mixture is halved like the others; see docs/method/operators.md)")]
 Pool = Annotated[Literal["iid", "qbc"], Field(
     description="budgeted operator jobs: how the served draws (the incumbent's, and Q's law's share while it is the "
                 "default) are chosen: qbc (query by committee: of one pool of pool_factor draws per design solve, those not yet chosen where a "

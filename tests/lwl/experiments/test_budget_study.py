@@ -235,7 +235,7 @@ def test_results_name_the_machines_of_a_study_resumed_on_another():
 
 def test_a_row_records_its_jobs_race_with_who_was_overtaken_and_by_which_rule():
     """race_summary: the looks of a job's race against Q's mixture as a row keeps them, so a later race
-    rule can be judged on a study's rows (docs/method.md "The race's trend, measured")."""
+    rule can be judged on a study's rows (docs/method/budgets.md "The race's trend, measured")."""
     from lwl.experiments.budget import race_summary
 
     look = lambda m, z, t, **kw: {"round": m, "race": {"points_each": m, "z": z, "trend_ratio": t, **kw}}
