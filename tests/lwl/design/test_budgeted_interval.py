@@ -11,7 +11,10 @@ from lwl.oracles.counting import CountingOracle
 from lwl.oracles.eit import MAX_TERMS
 from lwl.runner import build_stepper, run_job
 from lwl.spec import SpecError, parse_job_spec
-from tests.lwl.design.test_budgeted_ama import FailingSolver, check_restart_pays_no_solve_twice
+from tests.lwl.design.operator_labs import (
+    FailingSolver,
+    check_restart_pays_no_solve_twice,
+)
 
 PAIRS = 4  # the conformance example's L: one point = 4 solves
 
@@ -127,7 +130,7 @@ def test_ask_tell_a_client_computes_every_solve(budgeted_interval):
     """An external oracle (ask/tell): the job asks for the pairs' rows, a client solves them with
     the eit solver, the job never labels itself; the lab's grid is ``algorithm.grid``."""
     from lwl.runner import label_width
-    from tests.lwl.design.test_budgeted_ama import ask_tell
+    from tests.lwl.design.operator_labs import ask_tell
 
     eit = parse_job_spec(budgeted_interval).oracle.build()
     spec = parse_job_spec(lab_spec(budgeted_interval, {"name": "external"}))
@@ -158,7 +161,7 @@ def test_a_lab_without_its_grid_or_with_another_is_refused(budgeted_interval):
 @pytest.mark.slow
 def test_an_http_lab_solves_every_pair_and_never_more_than_the_budget(budgeted_interval, loopback_labs):
     from lwl.oracles.http import OracleCallError
-    from tests.lwl.design.test_budgeted_ama import SolverLab
+    from tests.lwl.design.operator_labs import SolverLab
 
     eit = budgeted_interval["oracle"]
     with SolverLab(oracle=eit) as lab:

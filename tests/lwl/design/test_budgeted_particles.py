@@ -7,12 +7,22 @@ import copy
 import numpy as np
 import pytest
 
-from lwl.design.budgeted_particles import BudgetedParticleAMA, initial_particles, log_field_projection
+from lwl.design.budgeted_particles import (
+    BudgetedParticleAMA,
+    initial_particles,
+    log_field_projection,
+)
 from lwl.measures import KLEGaussian
 from lwl.oracles.counting import CountingOracle
 from lwl.runner import run_job
 from lwl.spec import SpecError, parse_job_spec
-from tests.lwl.design.test_budgeted_ama import FailingSolver, SolverLab, ask_tell, check_restart_pays_no_solve_twice
+from tests.lwl.design.operator_labs import (
+    FailingSolver,
+    SolverLab,
+    ask_tell,
+    check_failed_solves_are_paid_for_and_never_training_data,
+    check_restart_pays_no_solve_twice,
+)
 
 
 @pytest.fixture
@@ -90,13 +100,7 @@ def test_the_log_field_projection_recovers_a_member_and_none_when_members_agree(
 
 @pytest.mark.slow
 def test_failed_solves_are_paid_for_and_never_training_data(budgeted_particles):
-    oracle = solver(budgeted_particles, fail_every=7)
-    res = run_job(budgeted_particles, oracle=oracle, evaluate=False)
-    failed = len(res["failed_inputs"])
-    assert failed == len(range(0, 100, 7)) and res["labels_failed"] == failed
-    assert oracle.solves == res["labels_used"] == 100
-    Y = np.asarray(res["training_set"]["labels"])
-    assert len(Y) + len(res["left_out"]["labels"]) == 100 - failed and np.isfinite(Y).all()
+    check_failed_solves_are_paid_for_and_never_training_data(budgeted_particles, solver, budget=100, fail_every=7)
 
 
 @pytest.mark.slow
