@@ -58,7 +58,6 @@ def private_sqlite_file(url: str) -> None:
         os.close(fd)
 
 
-
 class StoreEngine:
     """The connection to the store's database that every part of :class:`service.core.store.Store`
     queries through (``engine``), and the database's clock as an SQL expression (``_now``)."""

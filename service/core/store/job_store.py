@@ -79,7 +79,6 @@ class JobStore(StoreEngine):
         with self.engine.connect() as c:
             return c.execute(select(jobs.c.queue).where(jobs.c.id == job_id)).scalar()
 
-
     def spec(self, job_id: str) -> dict | None:
         with self.engine.connect() as c:
             text = c.execute(select(jobs.c.spec).where(jobs.c.id == job_id)).scalar()
@@ -105,7 +104,6 @@ class JobStore(StoreEngine):
         with self.engine.connect() as c:
             rows = c.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status)).all()
         return {s.value: 0 for s in JobStatus} | {s: n for s, n in rows}
-
 
     def result(self, job_id: str) -> dict | None:
         with self.engine.connect() as c:

@@ -50,8 +50,6 @@ class IdempotencyConflict(Exception):
     """The same Idempotency-Key was used with another request body."""
 
 
-
-
 _JOB_JSON = ("spec", "progress", "error", "result", "kind")  # the jobs columns that hold JSON
 
 
@@ -184,11 +182,9 @@ class DatasetRecord:
         return cls(**{**row, "shape": _unjson(row["shape"])})
 
 
-
 def job_kind(spec: dict) -> dict:
     """What a job list shows of a spec: the names of its algorithm, family and oracle."""
     def name(part):
         block = spec.get(part)
         return block.get("name") if isinstance(block, dict) else None
     return {"algorithm": name("algorithm"), "family": name("family"), "oracle": name("oracle")}
-

@@ -45,4 +45,3 @@ def _npy(a: np.ndarray) -> bytes:
 
 def _unnpy(b: bytes) -> np.ndarray:
     return np.load(io.BytesIO(b), allow_pickle=False)
-

@@ -46,4 +46,3 @@ class WorkerStore(StoreEngine):
         for long; their jobs were reaped)."""
         with self.engine.begin() as c:
             c.execute(delete(workers).where(workers.c.heartbeat_at < self._now - silent_for))
-
