@@ -6,15 +6,8 @@ the task slice stepping it) and writes a heartbeat with every checkpoint; writes
 lease which is no longer the job's are refused, so a slice that was presumed dead and re-run
 elsewhere can never overwrite its successor.
 
-**One clock: the database's.** Every timestamp the store writes or compares (``created_at``,
-``updated_at``, ``started_at``, ``finished_at``, ``heartbeat_at``, ``dispatched_at``, a batch's
-``labelled_at``, a worker's presence heartbeat) is the database server's time, an SQL
-expression evaluated inside the statement (:func:`db_now`): no host's ``time.time()`` enters
-them. Cutoffs are given as ages (``requeue_stale(stale_seconds)``, ``undispatched(age)``,
-``list_workers(within)``, ``prune_workers(silent_for)``) and evaluated against that same clock,
-so the API's host and the workers' hosts may disagree about the time by any amount without a
-living job being reaped or a live worker counted dead. Ages a caller shows (how long a worker
-has been silent) come from the store too (:meth:`Store.now`, ``WorkerRecord.silent_seconds``).
+**One clock: the database's**: every timestamp the store writes or compares is the database
+server's time, and cutoffs are ages on that clock (:mod:`service.core.store.engine`).
 
 The store by resource (after Optuna's ``storages/``):
 
