@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Callable
 
+import numpy as np
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from lwl.arrays import ArrayTooLarge, read_npy_bytes
 from service.core.settings import Settings
 from service.core.store import JobRecord, Store
 from service.guard import UNAUTHORIZED, owner_for_key
@@ -86,6 +88,22 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise Problem(413, "Request body too large", f"the limit is {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def read_npy_body(raw: bytes, limit: int, field: str) -> np.ndarray:
+    """A request body of ``.npy`` bytes (an ``.npz`` is refused) as a numeric array, the problems
+    naming ``field``: 413 for an array past ``limit`` bytes, 400 for unreadable bytes, 422 for a
+    dtype that is not a number."""
+    what = field.capitalize()
+    try:
+        array = read_npy_bytes(raw, limit)
+    except ArrayTooLarge as exc:
+        raise Problem(413, f"{what} too large", str(exc), field=field) from None
+    except Exception as exc:
+        raise Problem(400, f"Unreadable {field}", f"expected .npy bytes: {exc}", field=field) from None
+    if array.dtype.kind not in "fiu":
+        raise Problem(422, f"{what} must be numeric", f"dtype {array.dtype}", field=field)
+    return array
 
 
 MAX_JSON_DEPTH = 64  # a job spec nests about 6 levels deep

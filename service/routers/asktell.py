@@ -11,7 +11,6 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lwl.arrays import ArrayTooLarge, read_npy_bytes
 from service import problems
 from service.core.dispatch import redrive, send_or_leave
 from service.core.store import JobRecord, JobStatus, PointOutcome, Told
@@ -23,6 +22,7 @@ from service.deps import (
     own_job,
     parse_json,
     read_body,
+    read_npy_body,
 )
 from service.problems import Problem
 from service.routers.jobs import BINARY, NPY
@@ -235,14 +235,7 @@ def _tell(job: JobRecord, raw: bytes, content_type: str, store, enqueue, setting
     them and, when the tell completes the round, send the job to the workers."""
     job_id = job.id
     if content_type.startswith(NPY):
-        try:
-            labels = read_npy_bytes(raw, settings.max_body_bytes)  # .npy only: an .npz is refused here
-        except ArrayTooLarge as exc:
-            raise Problem(413, "Labels too large", str(exc), field="labels") from None
-        except Exception as exc:
-            raise Problem(400, "Unreadable labels", f"expected .npy bytes: {exc}", field="labels") from None
-        if labels.dtype.kind not in "fiu":
-            raise Problem(422, "Labels must be numeric", f"dtype {labels.dtype}", field="labels")
+        labels = read_npy_body(raw, settings.max_body_bytes, "labels")  # .npy only: an .npz is refused here
         require_asktell(store, job)  # after the body, as for JSON: unreadable .npy bytes are a 400
         if batch_id is None:
             batch_id = only_pending_batch(store, job)

@@ -14,10 +14,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from lwl.arrays import ArrayTooLarge, read_npy_bytes
 from lwl.models import from_spec, model_document
 from service import problems
-from service.deps import OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body
+from service.deps import OwnerDep, SettingsDep, StoreDep, own_job, parse_json, read_body, read_npy_body
 from service.jsonresponse import FastJSONResponse
 from service.problems import Problem
 from service.routers.jobs import NPY, finished_result
@@ -152,14 +151,7 @@ def _predict_response(job_id: str, raw: bytes, headers, store, owner: str, setti
     """The blocking part of ``POST /predict``: parse the inputs, read the job's model document
     from the store and predict (in the thread pool)."""
     if headers.get("content-type", "").startswith(NPY):
-        try:
-            x = read_npy_bytes(raw, settings.max_body_bytes)
-        except ArrayTooLarge as exc:
-            raise Problem(413, "Inputs too large", str(exc), field="inputs") from None
-        except Exception as exc:
-            raise Problem(400, "Unreadable inputs", f"expected .npy bytes: {exc}", field="inputs") from None
-        if x.dtype.kind not in "fiu":
-            raise Problem(422, "Inputs must be numeric", f"dtype {x.dtype}", field="inputs")
+        x = read_npy_body(raw, settings.max_body_bytes, "inputs")
     else:
         try:
             x = PredictRequest.model_validate(parse_json(raw)).inputs

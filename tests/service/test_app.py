@@ -48,14 +48,6 @@ PROBLEM = "application/problem+json"
 JSON = {**HOST, "content-type": "application/json"}
 
 
-@pytest.fixture
-def api(tmp_path):
-    store = Store(f"sqlite:///{tmp_path}/x.db")
-    app = create_app(Settings(data_dir=tmp_path), store=store, enqueue=lambda *_: None)
-    with TestClient(app) as client:
-        yield client, store
-
-
 def _submit(client) -> str:
     r = client.post("/v1/jobs", content=json.dumps(small_job(iterations=2)), headers=JSON)
     assert r.status_code == 202, r.text

@@ -15,7 +15,7 @@ from lwl import run_job
 from lwl.client import Client
 from lwl.models import from_spec
 from lwl.oracles import make_oracle
-from tests.service.conftest import Server, small_job, wait_until
+from tests.service.conftest import Server, server_fixture, small_job, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -52,11 +52,7 @@ class Lab:
         return FRIEDMAN.label(x)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("budget")).start()
-    yield srv
-    srv.stop()
+server = server_fixture("budget")
 
 
 def test_asktell_job_stops_at_the_budget_and_serves_its_training_set(server):

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from lwl.client import Client
 from lwl.oracles import make_oracle
 from tests.conftest import ROOT
-from tests.service.conftest import Server, free_port, small_job, wait_until
+from tests.service.conftest import (LabHandler, LoopbackLab, client_fixture, free_port, http_job, server_fixture,
+                                    small_job, unreachable_lab, wait_until)
 
 pytestmark = pytest.mark.server
 
@@ -27,20 +27,10 @@ KEY = "cli-key-0123456789abcdef"
 FRIEDMAN = make_oracle({"name": "friedman1"})
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    # keys on, so every command must send one; a loopback lab oracle allowed, for a job that fails
-    env = {"LWL_API_KEYS": f"lab:{KEY}", "LWL_ORACLE_ALLOWED_HOSTS": "127.0.0.1",
-           "LWL_ORACLE_ALLOWED_NETWORKS": "127.0.0.1/32"}
-    srv = Server(tmp_path_factory.mktemp("cli-jobs"), env=env).start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def client(server):
-    with Client(server.url, api_key=KEY) as c:
-        yield c
+# keys on, so every command must send one; a loopback lab oracle allowed, for a job that fails
+server = server_fixture("cli-jobs", {"LWL_API_KEYS": f"lab:{KEY}", "LWL_ORACLE_ALLOWED_HOSTS": "127.0.0.1",
+                                     "LWL_ORACLE_ALLOWED_NETWORKS": "127.0.0.1/32"})
+client = client_fixture(KEY)
 
 
 # the command line as `lwl` runs it, which then exits 99 if the command loaded torch or scipy: the
@@ -144,52 +134,32 @@ def test_wait_gives_up_at_its_timeout_and_fails_on_a_cancelled_job(server, clien
 
 
 def test_wait_fails_on_a_failed_job_and_prints_its_error(server, client):
-    spec = small_job(iterations=5)
-    spec["oracle"] = {"name": "http", "url": f"http://127.0.0.1:{free_port()}/label", "attempts": 1,
-                      "timeout_s": 0.5}  # nothing listens there
-    spec["evaluation"] = {"enabled": False}
-    job = client.submit(spec)
+    job = client.submit(http_job(unreachable_lab(), timeout_s=0.5, iterations=5))
     waited = invoke(server, "wait", job, "--poll", "0.2")
     assert waited.exit_code == 3, waited.output
     assert "error: Lab oracle failed" in waited.output and f"job {job} failed" in waited.output
     assert "error: Lab oracle failed" in invoke(server, "status", job).stdout
 
 
-class FailingLab:
+class FailingLab(LoopbackLab):
     """A lab on loopback that labels its first ``good`` calls with Friedman-1 (remembering the
     inputs) and answers 500 from then on."""
 
     def __init__(self, good: int):
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-        import threading
-
         self.good, self.inputs = good, []
         lab = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
+        class Handler(LabHandler):
             def do_POST(self):
-                x = np.asarray(json.loads(self.rfile.read(int(self.headers["Content-Length"])))["inputs"])
+                x = np.asarray(json.loads(self.body())["inputs"])
                 if len(lab.inputs) >= lab.good:
                     self.send_response(500)
                     self.end_headers()
                     return
                 lab.inputs.append(x)
-                out = json.dumps({"labels": FRIEDMAN.label(x).tolist()}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                self.send_json({"labels": FRIEDMAN.label(x).tolist()})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/label"
-
-    def close(self):
-        self.httpd.shutdown()
+        super().__init__(Handler)
 
 
 def test_training_set_of_a_failed_job_downloads_the_labels_it_paid_for(server, client, tmp_path):

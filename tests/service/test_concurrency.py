@@ -92,14 +92,6 @@ def test_no_route_calls_the_store_on_the_event_loop(tmp_path):
 PROBLEM = "application/problem+json"
 
 
-@pytest.fixture
-def api(tmp_path):
-    store = Store(f"sqlite:///{tmp_path}/x.db")
-    app = create_app(Settings(data_dir=tmp_path), store=store, enqueue=lambda *_: None)
-    with TestClient(app) as client:
-        yield client, store
-
-
 def asktell_job(client, store, points: int = 8, batch_size: int | None = None) -> tuple[str, list[str]]:
     """An ask/tell job with one open round of ``points`` inputs (opened as a worker would)."""
     spec = small_job(iterations=2)

@@ -11,7 +11,7 @@ from lwl.client import Client
 from lwl.domain import Domain
 from lwl.measures import from_spec
 from lwl.oracles import make_oracle
-from tests.service.conftest import Server, small_job
+from tests.service.conftest import server_fixture, small_job
 
 pytestmark = pytest.mark.server
 
@@ -35,11 +35,7 @@ def domain_job(**over) -> dict:
     return spec
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("domain")).start()
-    yield srv
-    srv.stop()
+server = server_fixture("domain")
 
 
 def _problem_field(r) -> str:

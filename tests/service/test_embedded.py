@@ -14,7 +14,7 @@ import pytest
 from lwl import run_job
 from lwl.client import ApiError, Client
 from lwl.measures import from_spec
-from tests.service.conftest import Server, small_job, wait_until
+from tests.service.conftest import Server, client_fixture, server_fixture, small_job, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -22,24 +22,9 @@ ALICE, BOB = "key-alice", "key-bob"
 PROBLEM = "application/problem+json"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("embedded"),
-                 env={"LWL_API_KEYS": f"alice:{ALICE},bob:{BOB}", "LWL_MAX_BODY_BYTES": str(2_000_000)}).start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def alice(server):
-    with Client(server.url, api_key=ALICE) as c:
-        yield c
-
-
-@pytest.fixture
-def bob(server):
-    with Client(server.url, api_key=BOB) as c:
-        yield c
+server = server_fixture("embedded", {"LWL_API_KEYS": f"alice:{ALICE},bob:{BOB}", "LWL_MAX_BODY_BYTES": str(2_000_000)})
+alice = client_fixture(ALICE)
+bob = client_fixture(BOB)
 
 
 def test_bilevel_job_succeeds_and_matches_the_library(alice):

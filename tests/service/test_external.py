@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import numpy as np
@@ -16,7 +14,7 @@ import pytest
 from lwl import run_job, webhooks
 from lwl.client import Client
 from lwl.oracles import make_oracle
-from tests.service.conftest import Server, free_port, small_job, wait_until
+from tests.service.conftest import LabHandler, LoopbackLab, Server, server_fixture, small_job, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -40,11 +38,7 @@ def builtin_distribution(spec):
     return run_job(s)["distribution"]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("external"), env=ENV).start()
-    yield srv
-    srv.stop()
+server = server_fixture("external", ENV)
 
 
 def test_asktell_job_equals_the_builtin_run_and_refuses_bad_labels(server):
@@ -111,19 +105,16 @@ def test_paused_job_survives_api_and_worker_restart(tmp_path):
         srv.stop()
 
 
-class Lab:
+class Lab(LoopbackLab):
     """A lab endpoint on loopback: answers with Friedman-1 labels after scripted failures."""
 
     def __init__(self, script: list[str]):
         self.script, self.calls, self.bad_signatures = list(script), 0, 0
         lab = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
+        class Handler(LabHandler):
             def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
+                body = self.body()
                 try:
                     webhooks.verify(SECRET, dict(self.headers), body)
                 except ValueError:
@@ -140,20 +131,9 @@ class Lab:
                 y = FRIEDMAN.label(x)
                 if action == "nan":
                     y[3] = np.nan
-                out = json.dumps({"labels": y.tolist()}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                self.send_json({"labels": y.tolist()})
 
-        self.port = free_port()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.port}/label"
-
-    def close(self):
-        self.httpd.shutdown()
+        super().__init__(Handler)
 
 
 def http_spec(url, iterations=3):
@@ -201,23 +181,18 @@ def test_private_and_unlisted_urls_are_refused(server):
 def test_webhook_announces_new_rounds_signed(server):
     received = []
 
-    class Hook(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
+    class Hook(LabHandler):
         def do_POST(self):
-            body = self.rfile.read(int(self.headers["Content-Length"]))
+            body = self.body()
             webhooks.verify(SECRET, dict(self.headers), body)  # raises (-> 500) on a bad signature
             received.append(json.loads(body))
             self.send_response(204)
             self.end_headers()
 
-    port = free_port()
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Hook)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    hook = LoopbackLab(Hook)
     try:
         spec = asktell_spec(iterations=1)
-        spec["oracle"]["webhook_url"] = f"http://127.0.0.1:{port}/lwl-events"
+        spec["oracle"]["webhook_url"] = f"http://127.0.0.1:{hook.port}/lwl-events"
         with Client(server.url) as c:
             job = c.submit(spec)
             wait_until(lambda: len(received) >= 1, 60, 0.1, "first webhook")
@@ -229,4 +204,4 @@ def test_webhook_announces_new_rounds_signed(server):
         # the check of its result
         assert [r["batch_ids"][0] for r in received] == [f"{k}.0" for k in range(1, 10)]
     finally:
-        httpd.shutdown()
+        hook.close()

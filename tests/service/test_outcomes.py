@@ -15,7 +15,7 @@ from lwl import run_job
 from lwl.client import Client
 from lwl.oracles import make_oracle
 from tests.lwl.test_outcomes import FlakyLab, fails
-from tests.service.conftest import Server, small_job, wait_until
+from tests.service.conftest import Server, server_fixture, small_job, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -98,11 +98,7 @@ def label_all(c: Client, job: str, *, partial_first: bool, timeout: float = 180)
         told_failed += len(told)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("outcomes")).start()
-    yield srv
-    srv.stop()
+server = server_fixture("outcomes")
 
 
 def test_tells_are_checked_point_by_point_and_a_partial_batch_stays_pending(server):

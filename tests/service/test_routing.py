@@ -15,7 +15,7 @@ import pytest
 
 from service.core.routing import QUEUE_CPU, QUEUE_GPU, queue_for, worker_queues
 from service.processes import ENV_BASE, Proc
-from tests.service.conftest import Server, small_job, wait_until
+from tests.service.conftest import server_fixture, small_job, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -32,11 +32,7 @@ def test_queue_rules():
     assert worker_queues("cpu") == [QUEUE_CPU] and worker_queues("cuda") == [QUEUE_GPU, QUEUE_CPU]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("routing")).start()
-    yield srv
-    srv.stop()
+server = server_fixture("routing")
 
 
 def workers(server):

@@ -16,7 +16,6 @@ import socket
 import stat
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import numpy as np
@@ -25,7 +24,7 @@ import pytest
 from service.guard import owner_for_key
 from service.openapi import generate
 from tests.lwl.test_arrays import npy, npy_header, zip_bomb
-from tests.service.conftest import Server, free_port, small_job, wait_until
+from tests.service.conftest import LabHandler, LoopbackLab, Server, http_job, small_job, wait_until
 
 pytestmark = pytest.mark.server
 
@@ -112,7 +111,7 @@ def dir_bytes(path) -> int:
 
 
 # -- labs ---------------------------------------------------------------------------------------
-class Lab:
+class Lab(LoopbackLab):
     """A lab endpoint on loopback recording every request: ``redirect`` answers 302 to
     ``location``; ``trickle`` sends a head and then one byte of body every 0.25 s (and records
     when lwl hung up); ``record`` answers 204."""
@@ -122,13 +121,9 @@ class Lab:
         self.got_request = threading.Event()
         lab = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
+        class Handler(LabHandler):
             def _any(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(n)
+                self.body()
                 lab.requests.append((self.command, self.path, time.monotonic()))
                 lab.got_request.set()
                 if lab.mode == "redirect":
@@ -153,22 +148,7 @@ class Lab:
 
             do_GET = do_POST = _any
 
-        self.port = free_port()
-        self.httpd = ThreadingHTTPServer((host, self.port), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://{host}:{self.port}/label"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def http_job(url: str, timeout_s: float, attempts: int = 1) -> dict:
-    spec = small_job(iterations=2)
-    spec["oracle"] = {"name": "http", "url": url, "timeout_s": timeout_s, "attempts": attempts}
-    spec["evaluation"] = {"enabled": False}
-    return spec
+        super().__init__(Handler, host)
 
 
 def job_status(srv, job_id):

@@ -10,14 +10,10 @@ import json
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
 from lwl import run_job
 from lwl.client import Client
 from lwl.models import from_spec
-from service.app import create_app
-from service.core.settings import Settings
-from service.core.store import Store
 from tests.service.conftest import small_job
 
 HOST = {"host": "127.0.0.1:80"}
@@ -41,14 +37,6 @@ def budgeted(model: dict | None) -> dict:
 def results() -> dict:
     return {"gp": run_job(budgeted({"name": "gp", "restarts": 0, "max_fit_points": 100})),
             "krr": run_job(budgeted({"name": "krr", "lengthscale": 3.0}))}
-
-
-@pytest.fixture
-def api(tmp_path):
-    store = Store(f"sqlite:///{tmp_path}/x.db")
-    app = create_app(Settings(data_dir=tmp_path), store=store, enqueue=lambda *_: None)
-    with TestClient(app) as client:
-        yield client, store
 
 
 def _job(client, store, result: dict | None, spec: dict | None = None) -> str:

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lwl.client import Client
 from lwl.oracles import make_oracle
-from tests.service.conftest import Server, free_port, small_job, wait_until
+from tests.service.conftest import (Server, client_fixture, http_job, server_fixture, small_job, unreachable_lab,
+                                    wait_until)
 
 ALICE, BOB, CAROL = "key-alice", "key-bob", "key-carol"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -31,20 +31,10 @@ pytestmark = [pytest.mark.server, pytest.mark.browser,
                                                           "(scripts/setup.sh --system installs it)")]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    env = {"LWL_API_KEYS": f"alice:{ALICE},bob:{BOB},carol:{CAROL}",
-           "LWL_ORACLE_ALLOWED_HOSTS": "127.0.0.1", "LWL_ORACLE_ALLOWED_NETWORKS": "127.0.0.1/32",
-           "LWL_ORACLE_BACKOFF_S": "0.05"}
-    srv = Server(tmp_path_factory.mktemp("ui"), env=env).start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def alice(server):
-    with Client(server.url, api_key=ALICE) as c:
-        yield c
+server = server_fixture("ui", {"LWL_API_KEYS": f"alice:{ALICE},bob:{BOB},carol:{CAROL}",
+                              "LWL_ORACLE_ALLOWED_HOSTS": "127.0.0.1", "LWL_ORACLE_ALLOWED_NETWORKS": "127.0.0.1/32",
+                              "LWL_ORACLE_BACKOFF_S": "0.05"})
+alice = client_fixture(ALICE, scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -675,11 +665,7 @@ def test_a_wrong_labels_file_shows_the_problem(tab, alice, tmp_path):
 
 
 def test_failed_job_shows_its_problem_document(tab, alice):
-    spec = small_job(iterations=5)
-    spec["oracle"] = {"name": "http", "url": f"http://127.0.0.1:{free_port()}/label", "attempts": 1,
-                      "timeout_s": 0.5}  # nothing listens there
-    spec["evaluation"] = {"enabled": False}
-    job_id = alice.submit(spec)
+    job_id = alice.submit(http_job(unreachable_lab(), timeout_s=0.5, iterations=5))
     wait_status(alice, job_id, "failed", 60)
     page = tab.go(f"#/jobs/{job_id}")
     page.wait_for_selector("#job-header .problem")

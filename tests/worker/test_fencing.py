@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from lwl.oracles import make_oracle
 from lwl.spec import parse_job_spec
 from service.core.settings import Settings
 from service.core.store import JobStatus, Store, jobs
-from tests.service.conftest import small_job
+from tests.service.conftest import LabHandler, LoopbackLab, small_job
 from worker.tasks import LEASE_LOST, run_slice_now
 
 FRIEDMAN = make_oracle({"name": "friedman1"})
@@ -25,7 +24,7 @@ HEARTBEAT = 0.25  # the slice's heartbeat interval
 SLACK = 0.75  # a call already on the wire when the heartbeat fired, on a loaded machine
 
 
-class CountingLab:
+class CountingLab(LoopbackLab):
     """A lab on loopback that labels with Friedman-1, taking ``delay`` seconds a call, and
     records when each call arrived (monotonic) with its batch id. ``on_call(n, batch_id)`` runs
     in the handler before it answers the n-th call (1-based)."""
@@ -35,31 +34,17 @@ class CountingLab:
         self.lock = threading.Lock()
         lab = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
+        class Handler(LabHandler):
             def do_POST(self):
-                doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                doc = json.loads(self.body())
                 with lab.lock:
                     lab.calls.append((time.monotonic(), doc["batch_id"]))
                     n = len(lab.calls)
                 on_call(n, doc["batch_id"])
                 time.sleep(delay)
-                out = json.dumps({"labels": FRIEDMAN.label(np.asarray(doc["inputs"])).tolist()}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                self.send_json({"labels": FRIEDMAN.label(np.asarray(doc["inputs"])).tolist()})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/label"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def job_row(store: Store, job_id: str) -> dict:

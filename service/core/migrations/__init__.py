@@ -1,5 +1,5 @@
 """The job store's schema migrations (Alembic): :func:`upgrade` brings a store of any earlier
-lwl to the schema of :mod:`service.core.store`; each change of a table there comes with a
+lwl to the schema of :mod:`service.core.store.tables`; each change of a table there comes with a
 revision in ``versions/`` (``tests/service/core/test_migrations.py`` fails on a table that differs
 from what the revisions build).
 

@@ -18,7 +18,7 @@ depends_on = None
 
 def upgrade() -> None:
     have = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("jobs")}
-    if "dispatched_at" not in have:  # a store made before migrations gained it from store.py already
+    if "dispatched_at" not in have:  # a store made before migrations gained it from the store's tables already
         op.add_column("jobs", sa.Column("dispatched_at", sa.Float))
 
 
