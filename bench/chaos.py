@@ -27,26 +27,20 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lwl import run_job  # noqa: E402
-from service.processes import Backends, Server, start_worker, wait_until  # noqa: E402
+from service.processes import wait_until  # noqa: E402
+from service.stack import LoopbackStack, small_job  # noqa: E402
 
 
 def spec(seed: int, iterations: int) -> dict:
-    eye = np.eye(5)
-    return {"oracle": {"name": "friedman1"},
-            "test_distributions": {"members": [{"gaussian": {"mean": [0.0] * 5, "cov": (2 * eye).tolist()}, "size": 300},
-                                               {"gaussian": {"mean": [1, 0, 1, 0, 1], "cov": eye.tolist()}, "size": 300}],
-                                   "validation_per_member": 100},
-            "family": {"name": "gaussian", "mean": [0.5] * 5},
-            "model": {"name": "krr", "lengthscale": 3.0},
-            "algorithm": {"name": "bilevel", "iterations": iterations, "samples_per_iteration": 100,
-                          "check_every": 10_000},  # no early stop: every job runs all its iterations
-            "evaluation": {"enabled": False}, "seed": seed, "device": "cpu"}
+    job = small_job(iterations, seed, samples=100)
+    job["algorithm"]["check_every"] = 10_000  # no early stop: every job runs all its iterations
+    job["evaluation"] = {"enabled": False}
+    return job
 
 
 def main() -> None:
@@ -59,13 +53,11 @@ def main() -> None:
     args = ap.parse_args()
     rng = random.Random(args.seed)
     d = Path(tempfile.mkdtemp(prefix="lwl-chaos-"))
-    backends = Backends(d)
     # random kills can hit one job several times before any of its slices finishes: the guard
     # that fails a job which keeps killing its workers (LWL_MAX_ATTEMPTS, 3) would end it
-    env = {**backends.env, "LWL_SLICE_SECONDS": "5", "LWL_MAX_ATTEMPTS": str(args.kills + 5)}
-    api = Server(d, env=env, no_worker=True).start()
-    workers = [start_worker(d, env, f"w{i}") for i in range(args.workers)]
-    url = api.url
+    env = {"LWL_SLICE_SECONDS": "5", "LWL_MAX_ATTEMPTS": str(args.kills + 5)}
+    st = LoopbackStack(d, workers=args.workers, env=env, poll_s=None)  # no poller: the loop reads the views
+    workers, url = st.workers, st.url
     try:
         specs = [spec(s, args.iterations) for s in range(args.jobs)]
         ids = [httpx.post(f"{url}/v1/jobs", json=s).json()["id"] for s in specs]
@@ -88,7 +80,7 @@ def main() -> None:
             os.kill(victim["pid"], signal.SIGKILL)
             t_kill = time.monotonic()
             workers[idx].p.wait()
-            workers[idx] = start_worker(d, env, f"w{idx}-{k}")  # the orchestrator's restart
+            st.replace_worker(idx, f"worker{idx}-{k}")  # the orchestrator's restart
 
             before = (at_kill["progress"] or {}).get("iteration", 0)
 
@@ -102,8 +94,7 @@ def main() -> None:
             print(f"kill {k + 1:>2}: worker pid {victim['pid']} running {job_id[:8]} at iteration {before}: "
                   f"moving again after {recoveries[-1]:.1f} s")
             k += 1
-        wait_until(lambda: all(httpx.get(f"{url}/v1/jobs/{j}").json()["status"] in ("succeeded", "failed")
-                               for j in ids), 900, 0.5, "every job")
+        st.wait_all(ids)
         wall = time.monotonic() - t_start
         equal = 0
         for s, j in zip(specs, ids):
@@ -120,10 +111,7 @@ def main() -> None:
             print(f"recovery (kill -> the job moving again): median {statistics.median(recoveries):.1f} s, "
                   f"max {max(recoveries):.1f} s, min {min(recoveries):.1f} s")
     finally:
-        for w in workers:
-            w.stop()
-        api.stop()
-        backends.stop()
+        st.stop()
         shutil.rmtree(d, ignore_errors=True)
 
 

@@ -39,7 +39,7 @@ one Err. Squared errors of a fitted model are heavy-tailed across training draws
 poorly fitted lengthscale carries most of the mean), and a symmetric interval on the linear
 difference Err_a^2 - Err_b^2 (``scale="linear"``, the rule before issue #46's calibration) then
 reaches below -Err_b^2, an impossible value: a design 3.7-16x below every one of five mixture draws
-was called a tie. On the gp budget study's own problems (``scripts/comparison_coverage.py``,
+was called a tie. On the gp budget study's own problems (docs/results/comparison-coverage,
 docs/method/evaluation.md "Comparisons: the verdict's interval is on the log of the Err ratio") the log rule
 covers the population's ratio 92-93% where the design clearly wins and calls every such
 replication better, where the linear rule's interval reaches ratio 0 and ties 7-21% of them; the

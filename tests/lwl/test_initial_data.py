@@ -80,7 +80,7 @@ def test_initial_data_saves_labels_is_kept_and_helps_no_less(friedman_spec):
     print(f"held-out Err with initial data {err:.4f} ({res['labels_used']} oracle labels), "
           f"without {err_plain:.4f} ({plain['labels_used']})")
     # close to the plain job for N0 fewer oracle labels (this draw: 1.04; over seeds 0-4 with
-    # scripts/initial_data_seeds.py 0.95-1.13, geometric mean 1.05: Q-mixture points are worth
+    # docs/results/initial-data-seeds 0.95-1.13, geometric mean 1.05: Q-mixture points are worth
     # less than designed ones, docs/method/budgets.md "Initial data")
     assert err <= 1.2 * err_plain
     # and the initial points are worth something: better than the job with only the labels it asked for

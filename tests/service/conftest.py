@@ -14,6 +14,7 @@ import pytest
 
 from service.processes import (ENV_BASE, Proc, Server, free_port, start_postgres, start_redis,  # noqa: F401
                                start_worker, wait_until)
+from service.stack import small_job  # noqa: F401  (the tests' job, shared with the benches)
 
 
 @pytest.fixture(scope="session")
@@ -126,23 +127,3 @@ def http_job(url: str, timeout_s: float, attempts: int = 1, iterations: int = 2)
     spec["oracle"] = {"name": "http", "url": url, "timeout_s": timeout_s, "attempts": attempts}
     spec["evaluation"] = {"enabled": False}
     return spec
-
-
-def small_job(iterations: int = 30, seed: int = 0) -> dict:
-    """A bilevel job that runs in about a second."""
-    return {
-        "oracle": {"name": "friedman1"},
-        "test_distributions": {
-            "members": [
-                {"gaussian": {"mean": [0, 0, 0, 0, 0], "cov": (2 * __import__("numpy").eye(5)).tolist()}, "size": 300},
-                {"gaussian": {"mean": [1, 0, 1, 0, 1], "cov": __import__("numpy").eye(5).tolist()}, "size": 300},
-            ],
-            "validation_per_member": 100,
-        },
-        "family": {"name": "gaussian", "mean": [0.5] * 5},
-        "model": {"name": "krr", "lengthscale": 3.0},
-        "algorithm": {"name": "bilevel", "iterations": iterations, "samples_per_iteration": 60},
-        "evaluation": {"train_size": 100, "baselines": ["normal", "mixture"]},
-        "seed": seed,
-        "device": "cpu",
-    }

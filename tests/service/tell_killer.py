@@ -2,7 +2,7 @@
 whose API SIGKILLs itself between a round-completing tell's commit and its message (the one
 moment a crash could strand a told job), through ``create_app``'s ``after_tell_commit`` hook.
 Production code reads no variable for it: only this module installs the hook
-(tests/service/test_outages.py, scripts/fault_table.py)."""
+(tests/service/test_outages.py, bench/faults.py)."""
 
 from __future__ import annotations
 

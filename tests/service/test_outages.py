@@ -14,22 +14,18 @@ recovery that took the wait's whole time fails.
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 import time
 
 import httpx
 import numpy as np
 import pytest
-import redis
 
 from lwl import run_job
 from lwl.client import Client
 from service.core.outage import LONGEST_WAIT
-from service.core.store import JobStatus, Store
-from service.processes import Postgres, start_redis
-from tests.service.conftest import Server, small_job, start_worker, wait_until
+from service.core.store import JobStatus
+from service.stack import LoopbackStack
+from tests.service.conftest import Server, small_job, wait_until
 from tests.service.test_external import FRIEDMAN, builtin_distribution
 
 KILLER = "tests.service.tell_killer"  # lwl serve with create_app's after_tell_commit hook: SIGKILL
@@ -46,71 +42,12 @@ SLACK = 3.0
 RESEND_BOUND = REDISPATCH + ROUND + SLACK  # a lost message, from the broker being back
 
 
-class Stack:
-    """Redis + PostgreSQL of one test, the API and ``workers`` workers, and a poller that reads
-    every job's view every 0.2 s and counts the answers by status."""
-
-    def __init__(self, tmp_path, workers: int = 1, env: dict | None = None):
-        self.tmp = tmp_path
-        self.redis_dir = tmp_path / "redis"
-        self.redis_dir.mkdir()
-        self.redis_url, self.redis = start_redis(self.redis_dir)
-        self.redis_port = int(self.redis_url.rsplit(":", 1)[1].split("/")[0])
-        self.pg = Postgres()
-        self.env = {"LWL_BROKER_URL": self.redis_url, "LWL_DATABASE_URL": self.pg.url, **ENV, **(env or {})}
-        self.api = Server(tmp_path, env=self.env, no_worker=True).start()
-        self.workers = [start_worker(tmp_path, self.env, f"worker{i}") for i in range(workers)]
-        self.store = Store(self.pg.url)
-        self.statuses: dict[int | str, int] = {}
-        self.watched: list[str] = []
-        self._stop = threading.Event()
-        threading.Thread(target=self._poll, daemon=True).start()
-
-    def _poll(self) -> None:
-        with httpx.Client(timeout=10) as http:
-            while not self._stop.wait(0.2):
-                for job_id in list(self.watched):
-                    try:
-                        r = http.get(f"{self.api.url}/v1/jobs/{job_id}")
-                    except httpx.TransportError:  # the API is down (killed on purpose)
-                        continue
-                    key = r.status_code
-                    if key == 503 and not (r.headers.get("retry-after")
-                                           and r.headers["content-type"] == "application/problem+json"):
-                        key = "503 without Retry-After or problem+json"
-                    self.statuses[key] = self.statuses.get(key, 0) + 1
-
-    def server_errors(self) -> dict[int, int]:
-        """Answers 5xx other than 503 (a 503 says: come back; a 500 is a bug)."""
-        return {s: n for s, n in self.statuses.items() if not isinstance(s, int) or (s >= 500 and s != 503)}
-
-    def kill_redis(self) -> None:
-        os.killpg(self.redis.pid, signal.SIGKILL)
-        self.redis.p.wait()
-        self.redis.stop()
-
-    def restart_redis(self) -> None:
-        _, self.redis = start_redis(self.redis_dir, port=self.redis_port)
-
-    def waiting(self, queue: str = "lwl.cpu") -> int:
-        return redis.Redis(port=self.redis_port).llen(queue)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for w in self.workers:
-            w.stop()
-        self.api.stop()
-        self.redis.stop()
-        self.store.engine.dispose()
-        self.pg.stop()
-
-
 @pytest.fixture
 def stack_factory(tmp_path):
     made = []
 
-    def make(**kw) -> Stack:
-        made.append(Stack(tmp_path, **kw))
+    def make(workers: int = 1, env: dict | None = None) -> LoopbackStack:
+        made.append(LoopbackStack(tmp_path, workers=workers, env={**ENV, **(env or {})}))
         return made[-1]
 
     yield make
@@ -208,6 +145,16 @@ def labels_for(url: str, job_id: str) -> dict:
     return {"batch_id": q["batch_id"], "labels": FRIEDMAN.label(np.asarray(q["inputs"])).tolist()}
 
 
+def label_to_the_end(c: Client, url: str, job_id: str) -> dict:
+    """Label every round the job asks for until it ends; its last view."""
+    while (job := c.job(job_id))["status"] not in ("succeeded", "failed"):
+        if job["status"] == "awaiting_labels":
+            r = httpx.post(f"{url}/v1/jobs/{job_id}/labels", json=labels_for(url, job_id))
+            assert r.status_code == 200, r.text
+        time.sleep(0.1)
+    return job
+
+
 def test_a_tell_committed_by_an_api_killed_before_its_message_still_resumes_the_job(stack_factory, tmp_path):
     """The API SIGKILLs itself between a tell's commit and its message (the test-only launcher
     tests/service/tell_killer.py installs the hook). Round 1:
@@ -241,11 +188,7 @@ def test_a_tell_committed_by_an_api_killed_before_its_message_still_resumes_the_
             # commit (which was before ``told``) and a round, and the idle worker takes it
             bound = SLACK if retry else RESEND_BOUND
             assert resumed_after <= bound, f"resumed {resumed_after:.1f} s after the tell (retry: {retry})"
-        while (job := c.job(job_id))["status"] not in ("succeeded", "failed"):
-            if job["status"] == "awaiting_labels":
-                r = httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=labels_for(st.api.url, job_id))
-                assert r.status_code == 200, r.text
-            time.sleep(0.1)
+        job = label_to_the_end(c, st.api.url, job_id)
         assert job["status"] == "succeeded", job
         assert c.result(job_id)["distribution"] == builtin_distribution(spec)
     assert st.server_errors() == {}, st.statuses
@@ -273,11 +216,7 @@ def test_a_tell_while_redis_is_down_is_kept_and_resumes_the_job(stack_factory):
                    "the message sent again")
         resent_after = time.monotonic() - back
         wait_until(lambda: c.job(job_id)["status"] != "queued", 120, 0.1, "job resumed")
-        while (job := c.job(job_id))["status"] not in ("succeeded", "failed"):
-            if job["status"] == "awaiting_labels":
-                r = httpx.post(f"{st.api.url}/v1/jobs/{job_id}/labels", json=labels_for(st.api.url, job_id))
-                assert r.status_code == 200, r.text
-            time.sleep(0.1)
+        job = label_to_the_end(c, st.api.url, job_id)
         assert job["status"] == "succeeded", job
         assert c.result(job_id)["distribution"] == builtin_distribution(spec)
     assert resent_after <= RESEND_BOUND, f"sent again {resent_after:.1f} s after Redis was back"

@@ -60,13 +60,13 @@ def test_paper_models_only_with_checkpoints_resume_to_the_same_numbers(tmp_path)
 
 
 def test_gpu_check_script_runs_its_smoke_size_on_a_cpu(tmp_path):
-    """scripts/gpu_eit_check.py (the device check of the paper-size run) at smoke size: both
+    """bench/eit_gpu.py (the device check of the paper-size run) at smoke size: both
     precisions train, the loss is reported, the extrapolation is written."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[3] / "scripts" / "gpu_eit_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_eit_check", path)
+    path = Path(__file__).resolve().parents[3] / "bench" / "eit_gpu.py"
+    spec = importlib.util.spec_from_file_location("eit_gpu", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path / "check.json"

@@ -45,7 +45,7 @@ The jobs are smaller than the issue's README job (300 iterations of examples/fri
 ``--iterations`` (default 60) of the small bilevel job of the service tests, so that the whole
 table runs in minutes on two shared cores. Writes docs/results/faults/table.md and .json.
 
-Usage: python scripts/fault_table.py [--iterations 60] [--out docs/results/faults] [--rows a,b]
+Usage: python bench/faults.py [--iterations 60] [--out docs/results/faults] [--rows a,b]
 """
 
 from __future__ import annotations
@@ -70,107 +70,30 @@ sys.path.insert(0, str(ROOT))
 
 from lwl import run_job  # noqa: E402
 from lwl.oracles import make_oracle  # noqa: E402
-from service.processes import Postgres, Server, start_redis, start_worker, wait_until  # noqa: E402
+from service.processes import Server, wait_until  # noqa: E402
+from service.stack import TERMINAL, LoopbackStack, small_job  # noqa: E402
 
 FRIEDMAN = make_oracle({"name": "friedman1"})
 # the defaults of the service except the ones a table of minutes needs: a dead worker's job is
 # resumed after 10 s as by default; lost messages are sent again after 20 s as by default
 ENV = {"LWL_SLICE_SECONDS": "60"}
-TERMINAL = ("succeeded", "failed", "cancelled")
-
-
-def design_spec(seed: int, iterations: int) -> dict:
-    eye = np.eye(5)
-    return {"oracle": {"name": "friedman1"},
-            "test_distributions": {"members": [{"gaussian": {"mean": [0.0] * 5, "cov": (2 * eye).tolist()}, "size": 300},
-                                               {"gaussian": {"mean": [1, 0, 1, 0, 1], "cov": eye.tolist()}, "size": 300}],
-                                   "validation_per_member": 100},
-            "family": {"name": "gaussian", "mean": [0.5] * 5},
-            "model": {"name": "krr", "lengthscale": 3.0},
-            "algorithm": {"name": "bilevel", "iterations": iterations, "samples_per_iteration": 60},
-            "evaluation": {"train_size": 100, "baselines": ["normal", "mixture"]},
-            "seed": seed, "device": "cpu"}
 
 
 def asktell_spec(seed: int) -> dict:
-    s = design_spec(seed, 3)
+    s = small_job(3, seed)
     s["oracle"] = {"name": "external"}
     s.pop("evaluation")
     return s
 
 
-class Stack:
+class FaultStack(LoopbackStack):
+    """A row's stack: two workers (``skew``: worker 1's clock off by that much, libfaketime's
+    FAKETIME, e.g. "+60s"), the poller every 0.25 s, and what the rows read from its views,
+    logs and store."""
+
     def __init__(self, d: Path, appendonly: bool = False, env: dict | None = None, skew: str | None = None):
-        self.d = d
-        self.redis_dir = d / "redis"
-        self.redis_dir.mkdir(parents=True)
-        self.appendonly = appendonly
-        self.redis_url, self.redis = start_redis(self.redis_dir, appendonly=appendonly)
-        self.redis_port = int(self.redis_url.rsplit(":", 1)[1].split("/")[0])
-        self.pg = Postgres()
-        self.env = {"LWL_BROKER_URL": self.redis_url, "LWL_DATABASE_URL": self.pg.url, **ENV, **(env or {})}
-        self.api = Server(d, env=self.env, no_worker=True).start()
-        # ``skew``: worker w1 runs with its clock off by that much (libfaketime's FAKETIME, e.g. "+60s")
-        self.workers = [start_worker(d, {**self.env, **(faketime_env(skew) if skew and i == 1 else {})}, f"w{i}")
-                        for i in range(2)]
-        self.url = self.api.url
-        self.statuses: dict[int, int] = {}
-        self.views: dict[str, list[tuple[float, dict]]] = {}
-        self.jobs: list[str] = []
-        self._stop = threading.Event()
-        threading.Thread(target=self._poll, daemon=True).start()
-
-    def count(self, status: int) -> None:
-        self.statuses[status] = self.statuses.get(status, 0) + 1
-
-    def _poll(self) -> None:
-        with httpx.Client(timeout=10) as http:
-            while not self._stop.wait(0.25):
-                for j in list(self.jobs):
-                    try:
-                        r = http.get(f"{self.url}/v1/jobs/{j}")
-                    except httpx.TransportError:
-                        continue  # the API is down (a row that kills it)
-                    self.count(r.status_code)
-                    if r.status_code == 200:
-                        self.views.setdefault(j, []).append((time.monotonic(), r.json()))
-
-    def job(self, j: str) -> dict:
-        return wait_until(lambda: httpx.get(f"{self.url}/v1/jobs/{j}", timeout=10).json(), 60, 0.25, "job view")
-
-    def submit(self, spec: dict) -> str:
-        r = httpx.post(f"{self.url}/v1/jobs", json=spec, timeout=30)
-        self.count(r.status_code)
-        r.raise_for_status()
-        self.jobs.append(r.json()["id"])
-        return r.json()["id"]
-
-    def wait_all(self, timeout: float = 900) -> list[dict]:
-        wait_until(lambda: all(self.job(j)["status"] in TERMINAL for j in self.jobs), timeout, 0.5, "jobs to end")
-        return [self.job(j) for j in self.jobs]
-
-    def kill_redis(self, sig=signal.SIGKILL) -> None:
-        os.killpg(self.redis.pid, sig)
-        self.redis.p.wait(30)
-        self.redis.stop()
-
-    def start_redis(self, appendonly: bool | None = None) -> None:
-        _, self.redis = start_redis(self.redis_dir, port=self.redis_port,
-                                    appendonly=self.appendonly if appendonly is None else appendonly)
-
-    def llen(self) -> int:
-        import redis
-
-        return redis.Redis(port=self.redis_port).llen("lwl.cpu")
-
-    def stop(self) -> None:
-        self._stop.set()
-        for w in self.workers:
-            w.stop()
-        self.api.stop()
-        self.redis.stop()
-        self.pg.stop()
-        shutil.rmtree(self.d, ignore_errors=True)
+        super().__init__(d, workers=2, env={**ENV, **(env or {})}, appendonly=appendonly,
+                         worker_env={1: faketime_env(skew)} if skew else None, poll_s=0.25)
 
     def moved_after(self, t: float, ids: list[str]) -> float | None:
         """Seconds from ``t`` until every job of ``ids`` was seen moving (a higher iteration
@@ -201,10 +124,9 @@ class Stack:
         later = [s for s, v in self.views.get(j, []) if s > t and v["status"] != "queued"]
         return later[0] - t if later else None
 
-
     def logged(self, text: str) -> int:
         """Lines of the stack's logs (API, workers) that contain ``text``."""
-        return sum(line.count(text) > 0 for p in self.d.glob("*.log")
+        return sum(line.count(text) > 0 for p in self.dir.glob("*.log")
                    for line in p.read_text(errors="replace").splitlines())
 
     def store_rows(self, sql: str) -> list[tuple]:
@@ -231,12 +153,8 @@ def measured_offset(offset: str) -> float:
     return float(out) - (t0 + time.time()) / 2
 
 
-def unfinished(st: Stack) -> list[str]:
-    return [j for j in st.jobs if st.job(j)["status"] not in TERMINAL]
-
-
 # -- rows ------------------------------------------------------------------------------------
-def design_round(st: Stack, specs: list[dict]) -> list[str]:
+def design_round(st: FaultStack, specs: list[dict]) -> list[str]:
     """Two jobs running, the third waiting in Redis."""
     ids = [st.submit(s) for s in specs]
     wait_until(lambda: sum(st.job(j)["status"] == "running" for j in ids) == 2
@@ -245,27 +163,27 @@ def design_round(st: Stack, specs: list[dict]) -> list[str]:
     return ids
 
 
-def row_redis(st: Stack, specs, sig, restart_aof: bool) -> dict:
+def row_redis(st: FaultStack, specs, sig, restart_aof: bool) -> dict:
     ids = design_round(st, specs)
     queued = [j for j in ids if st.job(j)["status"] == "queued"]
-    waiting_before = st.llen()
+    waiting_before = st.waiting()
     st.kill_redis(sig)
     down = time.monotonic()
     # a submission while Redis is down: 503 and nothing stored
     r = httpx.post(f"{st.url}/v1/jobs", json=specs[0], timeout=60)
-    st.count(r.status_code)
+    st.count(r)
     during_post = r.status_code
     time.sleep(10)
-    st.start_redis(appendonly=restart_aof)
+    st.restart_redis(appendonly=restart_aof)
     back = time.monotonic()
-    waiting_after = st.llen()
+    waiting_after = st.waiting()
     return {"fault_s": round(back - down, 1), "ids": ids, "t": back, "queued": queued,
             "notes": f"Redis {'SIGTERM' if sig == signal.SIGTERM else 'SIGKILL'}; messages waiting before "
                      f"{waiting_before}, after the restart {waiting_after}; POST /v1/jobs during the outage: "
                      f"{during_post}"}
 
 
-def row_postgres(st: Stack, specs) -> dict:
+def row_postgres(st: FaultStack, specs) -> dict:
     ids = design_round(st, specs)
     queued = [j for j in ids if st.job(j)["status"] == "queued"]
     st.pg.stop_immediately()
@@ -277,25 +195,25 @@ def row_postgres(st: Stack, specs) -> dict:
             "notes": "pg_ctl stop -m immediate, started again after 15 s"}
 
 
-def busy_worker(st: Stack, ids: list[str]) -> tuple[str, int]:
+def busy_worker(st: FaultStack, ids: list[str]) -> tuple[str, int]:
     job = next(st.job(j) for j in ids if st.job(j)["status"] == "running")
     return job["id"], int(job["worker"].rsplit(":", 1)[1])
 
 
-def row_worker_kill(st: Stack, specs) -> dict:
+def row_worker_kill(st: FaultStack, specs) -> dict:
     ids = design_round(st, specs)
     job, pid = busy_worker(st, ids)
     os.kill(pid, signal.SIGKILL)
     t = time.monotonic()
     victim = next(i for i, w in enumerate(st.workers) if w.pid == pid)
-    st.workers[victim] = start_worker(st.d, st.env, f"w{victim}-restarted")  # as an orchestrator would
+    st.replace_worker(victim, f"worker{victim}-restarted")  # as an orchestrator would
     st.wait_all()
     return {"fault_s": 0.0, "ids": [job], "t": None, "queued": [], "recovery_s": st.taken_over_after(t, job),
             "notes": "a busy worker SIGKILLed and started again at once; recovery: until its job runs on "
                      "another worker (the stale timeout, 10 s, then a free worker)"}
 
 
-def row_worker_stop(st: Stack, specs, seconds: float) -> dict:
+def row_worker_stop(st: FaultStack, specs, seconds: float) -> dict:
     ids = design_round(st, specs)
     job, pid = busy_worker(st, ids)
     os.kill(pid, signal.SIGSTOP)
@@ -309,7 +227,7 @@ def row_worker_stop(st: Stack, specs, seconds: float) -> dict:
                      "its job runs on another worker"}
 
 
-def label_until_done(st: Stack, ids: list[str], on_tell=None) -> None:
+def label_until_done(st: FaultStack, ids: list[str], on_tell=None) -> None:
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         states = {j: st.job(j)["status"] for j in ids}
@@ -328,20 +246,20 @@ def label_until_done(st: Stack, ids: list[str], on_tell=None) -> None:
     raise TimeoutError("ask/tell jobs did not end")
 
 
-def tell(st: Stack, j: str, body: dict) -> httpx.Response:
+def tell(st: FaultStack, j: str, body: dict) -> httpx.Response:
     r = httpx.post(f"{st.url}/v1/jobs/{j}/labels", json=body, timeout=60)
-    st.count(r.status_code)
+    st.count(r)
     return r
 
 
-def row_api_kills(st: Stack, specs) -> dict:
+def row_api_kills(st: FaultStack, specs) -> dict:
     """The API with the kill hook: every tell that completes a round commits, then the API
     SIGKILLs itself before sending the job's message. The client restarts it and retries the
     tell (200 duplicate), as a client whose request died would."""
     ids = [st.submit(s) for s in specs]
     kills, recoveries = [0], []
     # the test-only launcher installs the kill hook (create_app's after_tell_commit); no variable does
-    killer = Server(st.d, env={**st.env, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get(
+    killer = Server(st.dir, env={**st.env, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get(
         "PYTHONPATH"))))}, no_worker=True, port=st.api.port, launcher="tests.service.tell_killer")
     st.api.stop()
     killer.start()
@@ -373,7 +291,7 @@ def row_api_kills(st: Stack, specs) -> dict:
                      f"the retried tell answered duplicate and re-drove the job"}
 
 
-def row_tell_redis_down(st: Stack, specs) -> dict:
+def row_tell_redis_down(st: FaultStack, specs) -> dict:
     ids = [st.submit(s) for s in specs]
     j = ids[0]
     wait_until(lambda: st.job(j)["status"] == "awaiting_labels", 300, 0.2, "awaiting labels")
@@ -384,7 +302,7 @@ def row_tell_redis_down(st: Stack, specs) -> dict:
     r = tell(st, j, body)
     answer = f"{r.status_code} {r.json().get('outcome')}"
     time.sleep(10)
-    st.start_redis()
+    st.restart_redis()
     back = time.monotonic()
     wait_until(lambda: st.job(j)["status"] != "queued", 120, 0.1, "resumed")
     recovery = time.monotonic() - back
@@ -468,7 +386,7 @@ class CountingLab:
         self.httpd.server_close()
 
 
-def row_lease_stolen(st: Stack, specs) -> dict:
+def row_lease_stolen(st: FaultStack, specs) -> dict:
     """A design job labelled by an ``http`` lab; its worker is SIGSTOPped until the reaper has
     requeued the job (stale timeout) and the other worker runs it, 2 s more, then SIGCONT: the
     stopped slice wakes up holding a lease that is no longer the job's."""
@@ -531,16 +449,16 @@ def row_lease_stolen(st: Stack, specs) -> dict:
                      f"recovery: from the SIGSTOP until the job runs on the other worker"}
 
 
-def row_clock_skew(st: Stack, specs, offset: str) -> dict:
+def row_clock_skew(st: FaultStack, specs, offset: str) -> dict:
     """The three design jobs while worker w1's clock is ``offset`` off (libfaketime)."""
     seen = measured_offset(offset)
     t0 = time.monotonic()
     design_round(st, specs)
     st.wait_all()
-    busy = {v["worker"] for j in st.jobs for _, v in st.views.get(j, []) if v.get("worker")}
+    busy = {v["worker"] for j in st.watched for _, v in st.views.get(j, []) if v.get("worker")}
     skewed = f":{st.workers[1].pid}"
     reaps, lost = st.logged("heartbeat older than"), st.logged("lease lost")
-    return {"fault_s": round(time.monotonic() - t0, 1), "ids": st.jobs, "t": None, "queued": [], "recovery_s": None,
+    return {"fault_s": round(time.monotonic() - t0, 1), "ids": st.watched, "t": None, "queued": [], "recovery_s": None,
             "extra": {"measured_offset_s": round(seen, 1), "reaps_logged": reaps, "lease_lost_logged": lost,
                       "skewed_worker_ran_jobs": any(w.endswith(skewed) for w in busy)},
             "notes": f"worker w1 under libfaketime FAKETIME=\"{offset}\" (its clock read {seen:+.0f} s off) for the "
@@ -548,7 +466,7 @@ def row_clock_skew(st: Stack, specs, offset: str) -> dict:
                      f"reaps logged {reaps}, 'lease lost' logged {lost}; fault lasted: the jobs' run"}
 
 
-def row_concurrent_tells(st: Stack, specs, instruments: int = 4) -> dict:
+def row_concurrent_tells(st: FaultStack, specs, instruments: int = 4) -> dict:
     """Ask/tell jobs whose rounds are several batches of 15 points, labelled by ``instruments``
     client threads per job: per round each thread takes every ``instruments``-th batch of
     ``Client.batches``, asks for each with its batch id (``ask(batch_id=)``), labels and tells
@@ -565,7 +483,7 @@ def row_concurrent_tells(st: Stack, specs, instruments: int = 4) -> dict:
 
     def client() -> Client:
         c = Client(st.url, timeout=60)
-        c.http.event_hooks["response"] = [lambda r: st.count(r.status_code)]
+        c.http.event_hooks["response"] = [st.count]
         return c
 
     def tell_one(c: Client, j: str, batch_id: str, y) -> None:
@@ -689,7 +607,7 @@ ROWS = {
 }
 
 
-def check_design(st: Stack, j: str, ref: dict) -> str | None:
+def check_design(st: FaultStack, j: str, ref: dict) -> str | None:
     """None when the job equals its undisturbed run, else what differs."""
     view = st.job(j)
     if view["status"] != "succeeded":
@@ -713,7 +631,7 @@ def main() -> None:
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--merge", action="store_true", help="replace these rows in the existing table.json")
     args = ap.parse_args()
-    design = [design_spec(s, args.iterations) for s in (11, 12, 13)]
+    design = [small_job(args.iterations, s) for s in (11, 12, 13)]
     asktell = [asktell_spec(s) for s in (21, 22, 23)]
     batched = [{**s, "oracle": {"name": "external", "batch_size": 15}} for s in asktell]  # 4 batches a round
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -729,7 +647,7 @@ def main() -> None:
     for key in args.rows.split(","):
         title, kind, run, opts = ROWS[key]
         d = Path(tempfile.mkdtemp(prefix=f"lwl-fault-{key}-"))
-        st = Stack(d, **opts)
+        st = FaultStack(d, **opts)
         t0 = time.monotonic()
         try:
             specs = {"design": design, "design1": design[:1], "asktell3": asktell, "asktell1": asktell[:1],
@@ -742,7 +660,7 @@ def main() -> None:
                 taken = [st.taken_after(info["t"], j) for j in info["queued"]]
                 info["recovery_s"] = None if rec is None or None in taken else max([rec, *taken])
             problems = {}
-            for i, (j, view) in enumerate(zip(st.jobs, ends)):  # st.jobs: in the order of specs
+            for i, (j, view) in enumerate(zip(st.watched, ends)):  # st.watched: in the order of specs
                 if kind.startswith("design"):
                     why = check_design(st, j, refs[i])
                 elif view["status"] != "succeeded":
@@ -752,8 +670,8 @@ def main() -> None:
                     why = None if res["distribution"] == ask_refs[i] else "distribution differs"
                 if why:
                     problems[j] = why
-            attempts = max(max((v["attempts"] for _, v in st.views.get(j, [])), default=0) for j in st.jobs)
-            row = {"row": key, "fault": title, "jobs": len(st.jobs), "succeeded_equal": len(st.jobs) - len(problems),
+            attempts = max(max((v["attempts"] for _, v in st.views.get(j, [])), default=0) for j in st.watched)
+            row = {"row": key, "fault": title, "jobs": len(st.watched), "succeeded_equal": len(st.watched) - len(problems),
                    "problems": problems, "fault_s": info["fault_s"],
                    "recovery_s": None if info["recovery_s"] is None else round(info["recovery_s"], 1),
                    "http_500": sum(n for s, n in st.statuses.items() if s >= 500 and s != 503),
@@ -764,6 +682,7 @@ def main() -> None:
                    "logs": {p.name: p.read_text(errors="replace")[-2000:] for p in d.glob("*.log")}}
         finally:
             st.stop()
+            shutil.rmtree(d, ignore_errors=True)
         row["commit"] = commit  # a row merged into an earlier table (--merge) keeps its own
         print(json.dumps({k: v for k, v in row.items() if k != "logs"}), flush=True)
         rows.append(row)
@@ -781,7 +700,7 @@ def write(out: Path, rows: list[dict], iterations: int) -> None:
            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (out / "table.json").write_text(json.dumps(doc, indent=1) + "\n")
     lines = [f"# Faults injected into the distributed stack (issues #48 and #84), {doc['when']}, commit {commit}", "",
-             f"`python scripts/fault_table.py` (design jobs of {iterations} iterations, not the README job's 300; "
+             f"`python bench/faults.py` (design jobs of {iterations} iterations, not the README job's 300; "
              "2 workers; see the script's docstring for what is counted).", "",
              "| fault | jobs ended succeeded, equal to the undisturbed run | fault lasted | recovery | 500s | 503s "
              "| most attempts of a job | notes |", "|---|---|---|---|---|---|---|---|"]
@@ -799,7 +718,7 @@ def write(out: Path, rows: list[dict], iterations: int) -> None:
               "500s: none allowed. Attempts: 1 is a job's one slice; 2 in the worker rows is the slice that "
               "died with its worker (by design: a job that keeps killing its workers fails after "
               "LWL_MAX_ATTEMPTS); no attempt was spent on a broker or store outage. Recovery is defined in "
-              "scripts/fault_table.py; the lost messages are re-sent by the dispatcher 20 s "
+              "bench/faults.py; the lost messages are re-sent by the dispatcher 20 s "
               "(LWL_REDISPATCH_SECONDS) after their last send, which had passed in the Redis rows by the "
               "restart; in the told-while-Redis-was-down row it had not (the tell was 11 s before).", "",
               "Issue #84's rows. Lease stolen: the job's worker was stopped past the stale timeout with an "

@@ -7,8 +7,8 @@ last epoch's loss (the loss must fall: exit 1 otherwise), peak GPU memory, and t
 `paper` preset and `--models paper` would take at that speed (steps per epoch x epochs x models;
 data generation not counted). With ``--out FILE`` it writes the same as JSON.
 
-    python scripts/gpu_eit_check.py [--conductivities 64] [--epochs 4] [--out gpu-eit.json]
-    python scripts/gpu_eit_check.py --smoke     # CPU, a tiny model: checks the script itself
+    python bench/eit_gpu.py [--conductivities 64] [--epochs 4] [--out gpu-eit.json]
+    python bench/eit_gpu.py --smoke     # CPU, a tiny model: checks the script itself (a test runs it)
 """
 
 from __future__ import annotations
@@ -17,12 +17,16 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
-import numpy as np
-import torch
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from lwl.experiments import eit
-from lwl.models.amino import AMINORegressor
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from lwl.experiments import eit  # noqa: E402
+from lwl.models.amino import AMINORegressor  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="CPU, smoke-size model and grid")
     args = ap.parse_args(argv)
     if not args.smoke and not torch.cuda.is_available():
-        print("gpu_eit_check: no CUDA device (use --smoke to check the script on a CPU)", file=sys.stderr)
+        print("eit_gpu: no CUDA device (use --smoke to check the script on a CPU)", file=sys.stderr)
         return 2
     preset = eit.PRESETS["smoke" if args.smoke else "paper"]
     device = "cpu" if args.smoke else "cuda"
