@@ -344,6 +344,10 @@ def run(preset: str = "quick", *, progress=None, problems: list[str] | None = No
                 cfg["gp_fit_draws"] = int(gp_fit_draws)
             # rows before it: size - validation (4,500); the smoke preset keeps its own small count
             cfg["heldout_per_member"] = cfg.pop("gp_heldout_per_member", GP_HELDOUT_PER_MEMBER)
+    if problems:  # whole keys or their pNN prefixes; a name that matches none is refused, naming it
+        from lwl.experiments.robustness import pick_keys
+
+        problems = pick_keys([key for key, _ in problem_specs(cfg)], problems)
     reuse = reusable_rows(previous, cfg)
     if rerun is not None:
         if not rerun:

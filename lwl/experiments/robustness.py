@@ -205,15 +205,21 @@ def run(preset: str = "quick", *, count: int | None = None, progress=None, worke
             "workers": previous.get("workers", 1), "reruns": reruns}
 
 
+def pick_keys(known: list[str], names: list[str]) -> list[str]:
+    """The problem keys of ``known`` named by ``names`` (whole keys or their ``pNN`` prefixes), in
+    ``known``'s order; a ValueError naming ``--columns`` and the name that matches none."""
+    picked = set()
+    for name in names:
+        hits = [k for k in known if k == name or k.split("-")[0] == name]
+        if not hits:
+            raise ValueError(f"--columns: no problem {name!r} in this preset (known: {', '.join(known)})")
+        picked.update(hits)
+    return [k for k in known if k in picked]
+
+
 def _pick(todo: list[Problem], keys: list[str]) -> list[Problem]:
     """The problems named by ``keys`` (whole keys or their ``pNN`` prefixes), in the study's order."""
-    known = {p.key: p for p in todo}
-    picked = set()
-    for key in keys:
-        hits = [k for k in known if k == key or k.split("-")[0] == key]
-        if not hits:
-            raise ValueError(f"--columns: no problem {key!r} in this preset (known: {', '.join(known)})")
-        picked.update(hits)
+    picked = set(pick_keys([p.key for p in todo], keys))
     return [p for p in todo if p.key in picked]
 
 

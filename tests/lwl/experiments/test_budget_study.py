@@ -246,3 +246,17 @@ def test_a_row_records_its_jobs_race_with_who_was_overtaken_and_by_which_rule():
     held = race_summary(history[:3])
     assert held["looks"] == 2 and held["overtook"] is None and held["by"] is None and held["last_z"] == -1.0
     assert race_summary([{"round": 1}]) is None
+
+
+def test_problems_are_named_by_key_or_prefix_and_an_unknown_one_is_refused():
+    """``--columns p00`` picks the problem whose key starts p00- (as the robustness study does); a
+    name that matches no problem is refused naming it, never a study of no rows."""
+    from lwl.experiments import budget
+
+    keys = [k for k, _ in budget.problem_specs(budget.PRESETS["quick"])]
+    p00 = next(k for k in keys if k.startswith("p00-"))
+    with pytest.raises(ValueError, match="p99"):
+        budget.run("quick", problems=["p99"])
+    from lwl.experiments.robustness import pick_keys
+
+    assert pick_keys(keys, ["p00", keys[0]]) == [keys[0], p00]
