@@ -5,7 +5,9 @@ design passes (failed solves paid for and never trained on; a restart pays no so
 
 import numpy as np
 
+from lwl.oracles.counting import CountingOracle
 from lwl.runner import run_job
+from lwl.spec import parse_job_spec
 
 
 class FailingSolver:
@@ -25,6 +27,12 @@ class FailingSolver:
 
     def output_grid(self, dim):
         return self.inner.output_grid(dim)
+
+
+def solver(spec: dict, fail_every: int = 0) -> CountingOracle:
+    """The spec's solver (Darcy, RTE, EIT…), every solve counted (``fail_every`` > 0: some of them failing)."""
+    inner = parse_job_spec(spec).oracle.build()
+    return CountingOracle(FailingSolver(inner, fail_every) if fail_every else inner)
 
 
 def ask_tell(stepper, solver) -> tuple[dict, int]:

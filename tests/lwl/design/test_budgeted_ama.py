@@ -8,15 +8,14 @@ import pytest
 
 from lwl.design.budgeted_ama import BudgetedAMA, start_points, w2_projection
 from lwl.measures.kle_family import KLEFamily
-from lwl.oracles.counting import CountingOracle
 from lwl.runner import run_job
 from lwl.spec import SpecError, parse_job_spec
 from tests.lwl.design.operator_labs import (
-    FailingSolver,
     SolverLab,
     ask_tell,
     check_failed_solves_are_paid_for_and_never_training_data,
     check_restart_pays_no_solve_twice,
+    solver,
 )
 
 
@@ -29,12 +28,6 @@ def budgeted_ama(ama_spec) -> dict:
     # (the default explore_min leaves a budget this small to Q's law alone; test_a_small_budget_...)
     s["algorithm"]["explore_min"] = 1
     return s
-
-
-def solver(spec: dict, fail_every: int = 0) -> CountingOracle:
-    """The spec's solver, every solve counted (``fail_every`` > 0: some of them failing)."""
-    inner = parse_job_spec(spec).oracle.build()
-    return CountingOracle(FailingSolver(inner, fail_every) if fail_every else inner)
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ from lwl.oracles.eit import MAX_TERMS
 from lwl.runner import build_stepper, run_job
 from lwl.spec import SpecError, parse_job_spec
 from tests.lwl.design.operator_labs import (
-    FailingSolver,
     check_restart_pays_no_solve_twice,
+    solver,
 )
 
 PAIRS = 4  # the conformance example's L: one point = 4 solves
@@ -25,12 +25,6 @@ def budgeted_interval(eit_spec) -> dict:
     s["algorithm"].update(pairs=PAIRS, explore_min=1, round_size=16)  # the selection machinery at a test's budget
     s["budget"] = 200
     return s
-
-
-def solver(spec: dict, fail_every: int = 0) -> CountingOracle:
-    """The spec's EIT solver, every solve counted (``fail_every`` > 0: some of them failing)."""
-    inner = parse_job_spec(spec).oracle.build()
-    return CountingOracle(FailingSolver(inner, fail_every) if fail_every else inner)
 
 
 @pytest.mark.parametrize("budget", [200, 203])
@@ -130,7 +124,7 @@ def test_ask_tell_a_client_computes_every_solve(budgeted_interval):
     """An external oracle (ask/tell): the job asks for the pairs' rows, a client solves them with
     the eit solver, the job never labels itself; the lab's grid is ``algorithm.grid``."""
     from lwl.runner import label_width
-    from tests.lwl.design.operator_labs import ask_tell
+    from tests.lwl.design.operator_labs import ask_tell, solver
 
     eit = parse_job_spec(budgeted_interval).oracle.build()
     spec = parse_job_spec(lab_spec(budgeted_interval, {"name": "external"}))

@@ -17,11 +17,11 @@ from lwl.oracles.counting import CountingOracle
 from lwl.runner import run_job
 from lwl.spec import SpecError, parse_job_spec
 from tests.lwl.design.operator_labs import (
-    FailingSolver,
     SolverLab,
     ask_tell,
     check_failed_solves_are_paid_for_and_never_training_data,
     check_restart_pays_no_solve_twice,
+    solver,
 )
 
 
@@ -33,12 +33,6 @@ def budgeted_particles(particle_spec) -> dict:
     s["budget"] = 100
     s["algorithm"]["explore_min"] = 1  # the selection machinery at a test's budget (as budgeted_ama's)
     return s
-
-
-def solver(spec: dict, fail_every: int = 0) -> CountingOracle:
-    """The spec's RTE solver, every solve counted (``fail_every`` > 0: some of them failing)."""
-    inner = parse_job_spec(spec).oracle.build()
-    return CountingOracle(FailingSolver(inner, fail_every) if fail_every else inner)
 
 
 @pytest.mark.parametrize("budget, pool", [(40, None), pytest.param(100, None, marks=pytest.mark.slow),
