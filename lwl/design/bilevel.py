@@ -20,6 +20,13 @@ The returned distribution is the best checked iterate (``keep: "best"``); the ad
 also returns to the best iterate and halves its step after ``patience`` checks without
 progress, and stops once the step has been halved ``max_halvings`` times.
 
+This module holds the iteration itself (steps 1-5), the spec block and its registration; the
+other pieces have a module each: the state and its checkpoint (:mod:`lwl.design.bilevel_state`),
+the validation check, where it looks and how it scores (:mod:`lwl.design.bilevel_check`), the
+keep-which check with its bars and spread rule (:mod:`lwl.design.bilevel_keep`) and its words
+(:mod:`lwl.design.bilevel_report`), the step and nugget schedules
+(:func:`lwl.design.schedules.bilevel_schedules`).
+
 This is the exact derivative of 1/2 E_Q|G_hat - G*|^2 with respect to theta when the empirical
 training measure is importance-reweighted, nu_theta^N = sum_i (p_theta(u_i) / (N p_k(u_i)))
 delta_{u_i}; tests check it against finite differences of that objective.
@@ -37,14 +44,10 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from lwl.defaults import (
-    LENGTHSCALE_FACTORS,
-    LENGTHSCALE_LIMITS,
-    edge_note,
-    select_widening,
-)
+from lwl.defaults import LENGTHSCALE_FACTORS, edge_note
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient
 from lwl.design import bilevel_keep, bilevel_report
+from lwl.design.bilevel_check import ValidationCheck, ValidationPoints
 from lwl.design.bilevel_keep import TOP_POINTS, Bars, Improvement, Selection
 from lwl.design.bilevel_report import (
     no_iterate_improved_warning,
@@ -114,8 +117,8 @@ class BilevelDesign(StepperDefaults):
         self.q = q
         self.algo = spec.algorithm
         self.device = resolve_device(spec.device)
-        self._bound: bytes | None = b"unbound"
-        self._bind(None)  # every validation point until a state says which came back
+        self.points = ValidationPoints(q, self.device)  # every one until a state says which came back
+        self.checker = ValidationCheck(spec, self.points, self.device)
         a = MetaTestSamples.point_weights(q.validation, q.weights)
         centre, cov = moment_matched(np.concatenate(q.validation), a)
         self.coords = WhitenedGaussian(centre, regularised_cholesky(cov))
@@ -140,29 +143,6 @@ class BilevelDesign(StepperDefaults):
             if why:
                 raise ValueError(f"test_distributions.members.{k}: {why}")
         return cls(fill_from_data(spec, q), q)
-
-    def _bind(self, ok: np.ndarray | None) -> None:
-        """Point the adjoint, the checks and the noise estimates at the validation points whose
-        labels came back (``ok``, a state's ``validation_ok``; None: all of them, before the
-        validation round or when none failed): ``_v``, ``_a`` (weights w_k / M'_k over the M'_k
-        usable points of member k) and ``_val_parts``. A failed validation point is left out, not
-        given a label."""
-        key = None if ok is None or ok.all() else np.asarray(ok, dtype=bool).tobytes()
-        if key == self._bound:
-            return
-        parts, start = [], 0
-        for k, x in enumerate(self.q.validation):
-            part = x if key is None else x[np.asarray(ok[start:start + len(x)], dtype=bool)]
-            start += len(x)
-            if len(part) == 0:
-                raise ValueError(f"labels: every validation label of test_distributions.members.{k} failed; "
-                                 "the design cannot score anything on that member")
-            parts.append(part)
-        self._v = torch.as_tensor(np.concatenate(parts), dtype=DTYPE, device=self.device)
-        self._a = torch.as_tensor(MetaTestSamples.point_weights(parts, self.q.weights), dtype=DTYPE,
-                                  device=self.device)
-        self._val_parts = parts
-        self._bound = key
 
     # -- stepper protocol -------------------------------------------------------------------
     def init(self) -> BilevelState:
@@ -258,9 +238,9 @@ class BilevelDesign(StepperDefaults):
             # the adjoint and the checks use the points that came back
             new = state.replace(phase=Phase.CHECK, validation_labels=labels[~failed],
                                 validation_ok=~failed if failed.any() else state.validation_ok)
-            self._bind(new.validation_ok)  # raises when a member of Q has no validation label left
+            self.points.bind(new.validation_ok)  # raises when a member of Q has no validation label left
             return new
-        self._bind(state.validation_ok)
+        self.points.bind(state.validation_ok)
         if state.phase == Phase.CHECK:
             return self._check(state, labels)
         return self._iterate(state, labels)
@@ -276,7 +256,7 @@ class BilevelDesign(StepperDefaults):
         """The kept distribution (best checked iterate, or the last with ``keep: "last"``), the
         last iterate, the history, the checks and which iterate was selected and why
         (:mod:`lwl.design.bilevel_keep`, in words by :mod:`lwl.design.bilevel_report`)."""
-        self._bind(state.validation_ok)
+        self.points.bind(state.validation_ok)
         last = self.distribution(state)
         checks = state.checks
         sel = self._selection(state)
@@ -339,66 +319,24 @@ class BilevelDesign(StepperDefaults):
         ``input_scale`` (inputs less ``input_loc``, divided by it, training and validation alike) give the KRR form of
         a fitted GP (:func:`lwl.models.gp.as_kernel_ridge`); the weights c stay those of the
         points U, whose density the score differentiates."""
-        self._bind(validation_ok)
+        self.points.bind(validation_ok)
         model = KernelRidge(kernel or self.spec.model.kernel, lengthscale, sigma2, device=str(self.device))
         divisor = None if input_scale is None else torch.as_tensor(input_scale, dtype=DTYPE, device=self.device)
         loc = np.zeros(np.shape(U)[1]) if input_loc is None else np.asarray(input_loc, dtype=np.float64)
         centre = torch.as_tensor(loc, dtype=DTYPE, device=self.device)  # (a fitted GP's: its inputs' mean)
         model.fit(U if divisor is None else (np.asarray(U) - loc) / input_scale, y)
         yv = torch.as_tensor(validation_labels, dtype=DTYPE, device=self.device)
-        objective, c = bilevel_gradient_weights(model, self._v if divisor is None else (self._v - centre) / divisor,
-                                                yv, self._a)
-        scale = float(self._a @ yv.square())  # E_Q(0) on the validation samples
+        v = self.points.v if divisor is None else (self.points.v - centre) / divisor
+        objective, c = bilevel_gradient_weights(model, v, yv, self.points.a)
+        scale = float(self.points.a @ yv.square())  # E_Q(0) on the validation samples
         if self.algo.gradient_scale == "relative" or self.algo.optimizer == "adaptive":
             c = c / scale
         return objective, float(np.sqrt(objective / scale)), c.cpu().numpy()
 
-    def check_residuals(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
-                        lengthscale: float) -> np.ndarray:
-        """|G_hat(v) - G*(v)|^2 on Q's validation samples for KRR trained on (U, y) with the
-        evaluation's ridge; Err = sqrt(sum a e / sum a G*^2)."""
-        ridge = self.spec.evaluation.ridge
-        model = KernelRidge(self.spec.model.kernel, lengthscale, ridge / len(U), device=str(self.device)).fit(U, y)
-        pred = model.predict(self._v)
-        return (pred - validation_labels) ** 2
-
-    def _checked(self, U, y, validation_labels, lengthscale) -> tuple[float, np.ndarray | None]:
-        """(Err, squared residuals) of a check; (inf, None) when the model cannot be trained."""
-        try:
-            sq = self.check_residuals(U, y, validation_labels, lengthscale)
-        except np.linalg.LinAlgError:
-            return float("inf"), None
-        a = self._a.cpu().numpy()
-        err = float(np.sqrt((a @ sq) / (a @ validation_labels**2)))
-        return (err, sq) if np.isfinite(err) else (float("inf"), None)
-
     def lengthscale_grid(self, current: float, iteration: int) -> list[float]:
-        """Lengthscales a check tries when the spec left it to lwl: the median distance times
-        every factor of LENGTHSCALE_FACTORS for a start point, the ``current`` one (the state's)
-        and its two grid neighbours for an iterate. The lengthscale is chosen with the design, not
-        once for Q: a design broader than Q wants a shorter one (docs/method.md, "Lengthscale
-        chosen with the design")."""
-        grid = [f * self.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
-        if iteration == 0:
-            return grid
-        # the current lengthscale may lie beyond the grid after a widening
-        return [current * 2, current, current / 2]
-
-    def select_lengthscale(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
-                           grid: list[float]) -> dict[float, tuple[float, np.ndarray | None]]:
-        """(check Err, squared residuals) of the batch (U, y) for each lengthscale of ``grid``,
-        widened while the best sits at its edge (:func:`lwl.defaults.select_widening`, within
-        LENGTHSCALE_LIMITS times the median distance); the labels are the check's, so trying
-        several costs no oracle call."""
-        tried: dict[float, tuple[float, np.ndarray | None]] = {}
-
-        def score(ell: float) -> float:
-            tried[ell] = self._checked(U, y, validation_labels, ell)
-            return tried[ell][0]
-
-        median = self.spec.model.lengthscale
-        select_widening(score, grid, *(f * median for f in LENGTHSCALE_LIMITS))
-        return tried
+        """Lengthscales a check tries when the spec left it to lwl
+        (:meth:`lwl.design.bilevel_check.ValidationCheck.lengthscale_grid`)."""
+        return self.checker.lengthscale_grid(current, iteration)
 
     @property
     def bars(self) -> Bars:
@@ -413,8 +351,8 @@ class BilevelDesign(StepperDefaults):
         """How many standard errors the check's Err^2 improved from ``sq_old`` to ``sq_new``, and
         how concentrated that difference is, paired on the validation points whose labels came
         back (:func:`lwl.design.bilevel_keep.improvement`)."""
-        return bilevel_keep.improvement(sq_new, sq_old, validation_labels, self._a.cpu().numpy(), self._val_parts,
-                                        self.q.weights)
+        a = self.points.a.cpu().numpy()
+        return bilevel_keep.improvement(sq_new, sq_old, validation_labels, a, self.points.parts, self.q.weights)
 
     def improvement_z(self, sq_new: np.ndarray, sq_old: np.ndarray, validation_labels: np.ndarray) -> float:
         """:meth:`improvement`'s z alone."""
@@ -435,7 +373,7 @@ class BilevelDesign(StepperDefaults):
 
     def _selection(self, state: BilevelState) -> Selection:
         """Which check is returned and why (:func:`lwl.design.bilevel_keep.select`)."""
-        self._bind(state.validation_ok)
+        self.points.bind(state.validation_ok)
         return bilevel_keep.select(state, self.algo.keep, self.bars, self)
 
     def transport_to_q(self, params: Params) -> float:
@@ -474,13 +412,14 @@ class BilevelDesign(StepperDefaults):
         if len(y) == 0:  # the whole check batch failed: nothing to score, the check counts as lost
             err, sq = float("inf"), None
         elif self.selects_lengthscale:  # the pair (theta_k, lengthscale) with the lowest check Err
-            tried = self.select_lengthscale(U, y, state.validation_labels, self.lengthscale_grid(state.lengthscale, k))
+            grid = self.lengthscale_grid(state.lengthscale, k)
+            tried = self.checker.select_lengthscale(U, y, state.validation_labels, grid)
             lengthscale = float(min(tried, key=lambda ell: tried[ell][0]))
             err, sq = tried[lengthscale]
             record["lengthscale_edge"] = edge_note(lengthscale, self.spec.model.lengthscale) is not None
             record.update(lengthscales={repr(ell): e for ell, (e, _) in tried.items()}, lengthscale=lengthscale)
         else:
-            err, sq = self._checked(U, y, state.validation_labels, lengthscale)
+            err, sq = self.checker.score(U, y, state.validation_labels, lengthscale)
         record.update(err=err, best=err < state.best.err, action=None)
         new = state
         if record["best"]:
@@ -490,7 +429,7 @@ class BilevelDesign(StepperDefaults):
         elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
             new = new.replace(stale_checks=state.stale_checks + 1)
             if new.stale_checks >= self.algo.patience:
-                new = self._revert(new)
+                new = revert(new, self.family)
                 record["action"] = "reverted"
         if sq is not None:
             start = self._start_name(state.start_index) if k == 0 else None  # None for an iterate
@@ -509,13 +448,6 @@ class BilevelDesign(StepperDefaults):
             record["action"] = "stopped"  # the step has shrunk to nothing: converged
         return new.replace(phase=Phase.DONE if stop else Phase.ITERATE)
 
-    def _revert(self, state: BilevelState) -> BilevelState:
-        """Back to the best iterate with half the step and fresh Adam moments."""
-        phi = self.family.to_phi(state.best.params)
-        return state.replace(params=dict(state.best.params), phi=phi, adam_m1=np.zeros_like(phi),
-                             adam_m2=np.zeros_like(phi), adam_t=0, step_scale=0.5 * state.step_scale,
-                             halvings=state.halvings + 1, stale_checks=0)
-
     def _iterate(self, state: BilevelState, y: np.ndarray) -> BilevelState:
         """One gradient step (steps 1-5 of the module docstring) on the labelled batch ``y``."""
         t0 = time.perf_counter()
@@ -530,8 +462,8 @@ class BilevelDesign(StepperDefaults):
             objective, err, *grads = self.gradient(state, U, y, sigma2)
         except np.linalg.LinAlgError:  # a degenerate sample (or no label came back): no step this iteration
             objective, err, grads = float("nan"), float("nan"), None
-        update = self._adaptive if self.algo.optimizer == "adaptive" else self._plain
-        new, event, grad_norm = update(state, grads, step)
+        update = adaptive_step if self.algo.optimizer == "adaptive" else plain_step
+        new, event, grad_norm = update(state, self.family, grads, step)
         if len(y) == 0:
             event = "failed_round"
         record = {"iteration": k, "objective": objective, "validation_err": err,
@@ -543,40 +475,54 @@ class BilevelDesign(StepperDefaults):
         check = k >= self.algo.iterations or k % self.algo.check_every == 0
         return new.replace(iteration=k, history=[*state.history, record], phase=Phase.CHECK if check else new.phase)
 
-    def _plain(self, state: BilevelState, grads, step: float) -> tuple[BilevelState, str | None, float]:
-        """The paper's step theta <- theta - t_k grad (diag(L) clamped), refusing non-finite results."""
-        if grads is None:
-            return state, "rejected", float("nan")
-        params, norm = self.family.plain_step(state.params, tuple(grads), step)
-        if not all(np.all(np.isfinite(v)) for v in params.values()) or not self._admissible(params):
-            return state, "rejected", norm
-        return state.replace(params=params), None, norm
+# -- step 5: the step on theta (pure functions of the state and the family) --
 
-    def _admissible(self, params: Params) -> bool:
-        """A family restricted to an input domain refuses laws with (almost) no mass inside it."""
-        check = getattr(self.family, "admissible", None)
-        return check is None or check(params)
+def revert(state: BilevelState, family: BilevelFamily) -> BilevelState:
+    """Back to the best iterate with half the step and fresh Adam moments."""
+    phi = family.to_phi(state.best.params)
+    return state.replace(params=dict(state.best.params), phi=phi, adam_m1=np.zeros_like(phi),
+                         adam_m2=np.zeros_like(phi), adam_t=0, step_scale=0.5 * state.step_scale,
+                         halvings=state.halvings + 1, stale_checks=0)
 
-    def _adaptive(self, state: BilevelState, grads, step: float) -> tuple[BilevelState, str | None, float]:
-        """Guarded Adam in whitened coordinates, projected on the parameter box."""
-        if grads is None:
-            return state, "rejected", float("nan")
-        phi = state.phi
-        grad = self.family.phi_gradient(phi, tuple(grads)) * self.family.mask()
-        norm = float(np.sqrt(np.sum(grad**2))) if np.all(np.isfinite(grad)) else float("inf")
-        grad, grad_ms, event = guard_gradient(grad, state.grad_ms, state.adam_t)
-        if grad is None:
-            return state, event, norm
-        t = state.adam_t + 1
-        new_phi, m1, m2 = adam_step(phi, grad, state.adam_m1, state.adam_m2, t, step * state.step_scale)
-        lo, hi = self.family.bounds(state.phi0)
-        bounded = np.clip(new_phi, lo, hi)
-        if not np.array_equal(bounded, new_phi):
-            event = event or "bounded"
-        params = self.family.from_phi(bounded)
-        if not all(np.all(np.isfinite(v)) for v in params.values()) or not self._admissible(params):
-            return state.replace(grad_ms=grad_ms), "rejected", norm
-        return state.replace(phi=bounded, params=params, adam_m1=m1, adam_m2=m2, adam_t=t, grad_ms=grad_ms), event, norm
+
+def admissible(family: BilevelFamily, params: Params) -> bool:
+    """A family restricted to an input domain refuses laws with (almost) no mass inside it."""
+    check = getattr(family, "admissible", None)
+    return check is None or check(params)
+
+
+def plain_step(state: BilevelState, family: BilevelFamily, grads,
+               step: float) -> tuple[BilevelState, str | None, float]:
+    """The paper's step theta <- theta - t_k grad (diag(L) clamped), refusing non-finite results."""
+    if grads is None:
+        return state, "rejected", float("nan")
+    params, norm = family.plain_step(state.params, tuple(grads), step)
+    if not all(np.all(np.isfinite(v)) for v in params.values()) or not admissible(family, params):
+        return state, "rejected", norm
+    return state.replace(params=params), None, norm
+
+
+def adaptive_step(state: BilevelState, family: BilevelFamily, grads,
+                  step: float) -> tuple[BilevelState, str | None, float]:
+    """Guarded Adam in whitened coordinates, projected on the parameter box."""
+    if grads is None:
+        return state, "rejected", float("nan")
+    phi = state.phi
+    grad = family.phi_gradient(phi, tuple(grads)) * family.mask()
+    norm = float(np.sqrt(np.sum(grad**2))) if np.all(np.isfinite(grad)) else float("inf")
+    grad, grad_ms, event = guard_gradient(grad, state.grad_ms, state.adam_t)
+    if grad is None:
+        return state, event, norm
+    t = state.adam_t + 1
+    new_phi, m1, m2 = adam_step(phi, grad, state.adam_m1, state.adam_m2, t, step * state.step_scale)
+    lo, hi = family.bounds(state.phi0)
+    bounded = np.clip(new_phi, lo, hi)
+    if not np.array_equal(bounded, new_phi):
+        event = event or "bounded"
+    params = family.from_phi(bounded)
+    if not all(np.all(np.isfinite(v)) for v in params.values()) or not admissible(family, params):
+        return state.replace(grad_ms=grad_ms), "rejected", norm
+    return state.replace(phi=bounded, params=params, adam_m1=m1, adam_m2=m2, adam_t=t, grad_ms=grad_ms), event, norm
 
 
 def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BilevelDesign:
