@@ -77,7 +77,7 @@ class BilevelState(StepperState):
     checks: list[dict[str, Any]] = field(default_factory=list)
     """One record per validation check: iteration, err, best, action, start, z, lengthscale(s)."""
     start_index: int = 0
-    """Which start point (:meth:`BilevelDesign.start_points`) the iteration-0 check scores."""
+    """Which start point (:meth:`lwl.design.bilevel.BilevelDesign.start_points`) the iteration-0 check scores."""
     best: Kept
     """The best checked iterate (lowest check Err): returned with ``keep: "best"`` unless its
     improvement over theta^0 is within validation noise."""
