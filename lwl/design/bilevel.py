@@ -20,6 +20,13 @@ The returned distribution is the best checked iterate (``keep: "best"``); the ad
 also returns to the best iterate and halves its step after ``patience`` checks without
 progress, and stops once the step has been halved ``max_halvings`` times.
 
+This module holds the iteration itself (steps 1-5), the spec block and its registration; the
+other pieces have a module each: the state and its checkpoint (:mod:`lwl.design.bilevel_state`),
+the validation check, where it looks and how it scores (:mod:`lwl.design.bilevel_check`), the
+keep-which check with its bars and spread rule (:mod:`lwl.design.bilevel_keep`) and its words
+(:mod:`lwl.design.bilevel_report`), the step and nugget schedules
+(:func:`lwl.design.schedules.bilevel_schedules`).
+
 This is the exact derivative of 1/2 E_Q|G_hat - G*|^2 with respect to theta when the empirical
 training measure is importance-reweighted, nu_theta^N = sum_i (p_theta(u_i) / (N p_k(u_i)))
 delta_{u_i}; tests check it against finite differences of that objective.
@@ -31,26 +38,27 @@ out of place (the authors' code overwrote its held-out labels with an in-place `
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
 
-from lwl.defaults import (
-    LENGTHSCALE_FACTORS,
-    LENGTHSCALE_LIMITS,
-    edge_note,
-    select_widening,
-)
+from lwl.defaults import LENGTHSCALE_FACTORS, edge_note
 from lwl.design.adaptive import WhitenedGaussian, adam_step, guard_gradient
-from lwl.design.budget.settings import Explore, Hedge, MaxRounds, RoundSize, ValidationFraction
+from lwl.design import bilevel_keep, bilevel_report
+from lwl.design.bilevel_check import ValidationCheck, ValidationPoints
+from lwl.design.bilevel_keep import TOP_POINTS, Bars, Improvement, Selection
+from lwl.design.bilevel_report import (
+    no_iterate_improved_warning,
+    within_noise_warning,
+    worse_than_initial_warning,
+)
+from lwl.design.bilevel_state import BEST, PENDING, SIGNIFICANT, BilevelState, Phase
+from lwl.design.budget.settings import BudgetFields, Explore
 from lwl.design.families import BilevelFamily, Params, build_bilevel_family
-from lwl.design.schedules import cosine
-from lwl.design.state import Flat, Kept, KeptLayout, StepperState
+from lwl.design.schedules import bilevel_schedules
+from lwl.design.state import Flat, Kept
 from lwl.design.stepper import StepperDefaults
 from lwl.device import DTYPE, resolve_device
 from lwl.measures import Measure
@@ -65,107 +73,11 @@ from lwl.streams import STREAM_CHECK, STREAM_DESIGN
 if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
     from lwl.spec import JobSpec
 
-
-class Phase(StrEnum):
-    """Which labels a bilevel run waits for (the checkpoint stores the value)."""
-
-    VALIDATION = "label_validation"  # those of Q's validation samples (the adjoint's data)
-    CHECK = "check"                  # the fixed check batch of the current iterate or start point
-    ITERATE = "iterate"              # the N_k training samples of iteration k
-    DONE = "done"
-
-
-# where the kept records sit in a checkpoint: the family's parameters under a prefix
-# ("best_mean", "significant_logits", ...), the rest under the names of the dict-state code
-BEST = KeptLayout(params="best_", err="best_err", iteration="best_iteration", sq="best_sq",
-                  lengthscale="best_lengthscale")
-SIGNIFICANT = KeptLayout(params="significant_", err="significant_err", iteration="significant_iteration",
-                         lengthscale="significant_lengthscale")
-# a pending record is a start point (iteration 0): its checkpoint has no iteration key
-PENDING = KeptLayout(params="pending_", err="pending_err", sq="pending_sq", lengthscale="pending_lengthscale")
-
-_RECORD_FIELDS = ("params", "best", "significant", "significant_z", "significant_start", "pending", "pending_start")
-
-
-@dataclass(kw_only=True)
-class BilevelState(StepperState):
-    """The state of a bilevel run (paper Alg. 3 with lwl's validation checks).
-
-    ``iteration`` is k, the gradient steps taken; at k = 0 the phase CHECK walks through the start
-    points (``start_index``). The checkpoint is the flat layout of the dict-state code: the
-    family's parameters at top level under their ``param_names``, the kept records under the
-    prefixes of :data:`BEST`, :data:`SIGNIFICANT` and :data:`PENDING` (:meth:`to_flat`)."""
-
-    UNTIL_SET = ("validation_labels", "validation_ok", "initial_sq")
-
-    phase: Phase = Phase.VALIDATION
-    params: Params
-    """theta_k, the current iterate, in the family's parameters (for a Gaussian: mean, chol)."""
-    phi: np.ndarray
-    """theta_k in Q's whitened coordinates, where the adaptive optimiser moves (:mod:`lwl.design.adaptive`)."""
-    phi0: np.ndarray
-    """phi of the start the descent began from: the parameter box is built around it."""
-    adam_m1: np.ndarray
-    """Adam's first moment of the phi gradient."""
-    adam_m2: np.ndarray
-    """Adam's second moment."""
-    adam_t: int = 0
-    """Adam steps taken since the moments were last reset (a revert resets them)."""
-    grad_ms: float = 0.0
-    """Running mean square of the gradient norm, against which outliers are clipped (guard_gradient)."""
-    step_scale: float = 1.0
-    """Factor on the adaptive step: halved at each revert."""
-    halvings: int = 0
-    """Reverts so far; the run stops after ``max_halvings``."""
-    stale_checks: int = 0
-    """Checks since the last new best (a revert after ``patience``)."""
-    lengthscale: float
-    """The KRR lengthscale the gradient steps use (the best check's, when lwl selects it)."""
-    checks: list[dict[str, Any]] = field(default_factory=list)
-    """One record per validation check: iteration, err, best, action, start, z, lengthscale(s)."""
-    start_index: int = 0
-    """Which start point (:meth:`BilevelDesign.start_points`) the iteration-0 check scores."""
-    best: Kept
-    """The best checked iterate (lowest check Err): returned with ``keep: "best"`` unless its
-    improvement over theta^0 is within validation noise."""
-    initial_sq: np.ndarray | None = None
-    """theta^0's squared check residuals on Q's validation points (paired z-scores against it)."""
-    significant: Kept | None = None
-    """The surest check (largest z) that beats theta^0 by ``threshold`` standard errors (no sq kept)."""
-    significant_z: float | None = None
-    """Its improvement over theta^0 in standard errors (set with ``significant``)."""
-    significant_start: str | None = None
-    """Its start point's name when it was checked at iteration 0, else None."""
-    pending: Kept | None = None
-    """A start point checked before theta^0, judged once theta^0's residuals are known."""
-    pending_start: str | None = None
-    """Its start point's name (set with ``pending``)."""
-    validation_labels: np.ndarray | None = None
-    """G* at Q's validation points that came back (the adjoint's and the checks' data)."""
-    validation_ok: np.ndarray | None = None
-    """Which validation points came back; None when all did."""
-    labels_failed: int = 0
-    """Labels asked for that came back failed (NaN; counted as spent)."""
-
-    def to_flat(self) -> Flat:
-        flat = {k: v for k, v in super().to_flat().items() if k not in _RECORD_FIELDS}
-        flat.update(self.params)
-        flat.update(self.best.to_flat(BEST))
-        if self.significant is not None:
-            flat.update(self.significant.to_flat(SIGNIFICANT), significant_z=self.significant_z,
-                        significant_start=self.significant_start)
-        if self.pending is not None:
-            flat.update(self.pending.to_flat(PENDING), pending_start=self.pending_start)
-        return flat
-
-    @classmethod
-    def from_flat(cls, flat: Flat, *, param_names: Iterable[str], **fields: Any) -> Self:
-        """The state of a checkpoint; ``param_names`` are the family's (the flat keys of theta)."""
-        names = tuple(param_names)
-        return super().from_flat(flat, params={n: flat[n] for n in names},
-                                 best=Kept.from_flat(flat, BEST, names),
-                                 significant=Kept.from_flat(flat, SIGNIFICANT, names),
-                                 pending=Kept.from_flat(flat, PENDING, names), **fields)
+# the names this module has always offered, whose homes are now the state, keep-which and report modules
+__all__ = ["BEST", "DEFAULT_BASELINES", "LENGTHSCALE_FACTORS", "PENDING", "SIGNIFICANT", "TOP_POINTS",
+           "BilevelDesign", "BilevelSpec", "BilevelState", "Improvement", "Phase", "Selection",
+           "bilevel_gradient_weights", "build", "check_bilevel", "evaluate", "no_iterate_improved_warning",
+           "within_noise_warning", "worse_than_initial_warning"]
 
 
 def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tensor,
@@ -181,91 +93,6 @@ def bilevel_gradient_weights(model: KernelRidge, V: torch.Tensor, yV: torch.Tens
     lam = model.solve(rhs * n)
     train_residual = -n * model.sigma2 * model.coef_  # G_hat(U) - y
     return float(a @ residual_v.square()), train_residual * lam / n
-
-
-@dataclass(frozen=True)
-class Selection:
-    """Which check a run returns and why (:meth:`BilevelDesign._selection`)."""
-
-    kept: Params
-    """The returned distribution's parameters."""
-    iteration: int
-    """The iteration of its check (0: a start point, or theta0)."""
-    lengthscale: float
-    """The lengthscale its check used: the one its evaluation must use."""
-    z: float | None = None
-    """The best check's improvement over theta0 in standard errors (None: not measured)."""
-    top_share: float | None = None
-    """The share of that improvement's paired differences carried by its largest few
-    (:attr:`Improvement.top_share`; None: not measured)."""
-    within_noise: bool = False
-    """z is below the bar (:meth:`BilevelDesign.threshold`): the best check is not returned."""
-    fallback: bool = False
-    """The surest check that beats theta0 beyond noise is returned instead."""
-    spread: bool = False
-    """The best check is returned on the lower bar for spread improvements (no check clears the full bar)."""
-    nearest: str | None = None
-    """No check does: the start point returned, nearest Q of those validating below theta0."""
-
-
-TOP_POINTS = 5  # "a few validation points": how many the concentration of an improvement counts
-
-
-@dataclass(frozen=True)
-class Improvement:
-    """A check's improvement over theta0 on Q's validation points (:meth:`BilevelDesign.improvement`)."""
-
-    z: float
-    """In standard errors of the paired difference."""
-    top_share: float
-    """sum of the TOP_POINTS largest |a_i (e_new,i - e_old,i)| over the sum of all: near 1 when
-    a few validation points carry the difference (heavy-tailed labels, Sobol G at d >= 7), near
-    TOP_POINTS / M when every point carries a little."""
-
-
-def _given(value, default):
-    """``value`` unless it is None (a checkpoint predating the field)."""
-    return value if value is not None else default
-
-
-def _initial_err(checks: list[dict[str, Any]]) -> float | None:
-    """theta0's check Err (None before it is checked)."""
-    return next((c["err"] for c in checks if c.get("start") == "given"), None)
-
-
-def worse_than_initial_warning(err: float, initial: float) -> str:
-    return (f"the returned distribution is worse on the validation data than the initial one "
-            f"(check Err {err:.4g} > {initial:.4g})")
-
-
-def within_noise_warning(sel: Selection, threshold: float, significant_z: float | None) -> str:
-    """The best check's improvement over theta0 is within noise: what is returned instead."""
-    carried = (f"; its {TOP_POINTS} largest paired differences carry {sel.top_share:.0%} of their total"
-               if sel.top_share is not None else "")
-    head = (f"the best iterate's validation improvement over the initial distribution is within "
-            f"noise ({sel.z:.2f} standard errors < {threshold:g}{carried})")
-    if sel.fallback:
-        return (head + f": of the checks that beat it beyond noise the surest (z {significant_z:.2f}) is returned, "
-                f"the best checked iterate is best_distribution")
-    if sel.nearest is not None:
-        return (head + f", and so is every other check's: of the start points that validate below the initial "
-                f"distribution, {sel.nearest} is nearest Q (the transport term of the paper's bound) and is "
-                f"returned; the best checked iterate is best_distribution")
-    return head + (", and so is every other check's: the initial distribution is returned, the best checked "
-                   "iterate is best_distribution")
-
-
-def no_iterate_improved_warning(start: str | None) -> str:
-    """No gradient step beat the start point returned (a run that kept iteration 0)."""
-    if start == "moment_matched":
-        return ("no iterate improved on Q's moment-matched Gaussian (which validated better than "
-                "the given initial distribution); it is returned")
-    if str(start or "").startswith("broadened"):
-        return (f"no iterate improved on the start point {start} (Q's fit with its "
-                f"covariance scaled, which validated better than the given initial distribution); "
-                f"it is returned")
-    return ("no iterate improved on the initial distribution on the validation data; "
-            "the initial distribution is returned")
 
 
 class BilevelDesign(StepperDefaults):
@@ -290,8 +117,8 @@ class BilevelDesign(StepperDefaults):
         self.q = q
         self.algo = spec.algorithm
         self.device = resolve_device(spec.device)
-        self._bound: bytes | None = b"unbound"
-        self._bind(None)  # every validation point until a state says which came back
+        self.points = ValidationPoints(q, self.device)  # every one until a state says which came back
+        self.checker = ValidationCheck(spec, self.points, self.device)
         a = MetaTestSamples.point_weights(q.validation, q.weights)
         centre, cov = moment_matched(np.concatenate(q.validation), a)
         self.coords = WhitenedGaussian(centre, regularised_cholesky(cov))
@@ -316,29 +143,6 @@ class BilevelDesign(StepperDefaults):
             if why:
                 raise ValueError(f"test_distributions.members.{k}: {why}")
         return cls(fill_from_data(spec, q), q)
-
-    def _bind(self, ok: np.ndarray | None) -> None:
-        """Point the adjoint, the checks and the noise estimates at the validation points whose
-        labels came back (``ok``, a state's ``validation_ok``; None: all of them, before the
-        validation round or when none failed): ``_v``, ``_a`` (weights w_k / M'_k over the M'_k
-        usable points of member k) and ``_val_parts``. A failed validation point is left out, not
-        given a label."""
-        key = None if ok is None or ok.all() else np.asarray(ok, dtype=bool).tobytes()
-        if key == self._bound:
-            return
-        parts, start = [], 0
-        for k, x in enumerate(self.q.validation):
-            part = x if key is None else x[np.asarray(ok[start:start + len(x)], dtype=bool)]
-            start += len(x)
-            if len(part) == 0:
-                raise ValueError(f"labels: every validation label of test_distributions.members.{k} failed; "
-                                 "the design cannot score anything on that member")
-            parts.append(part)
-        self._v = torch.as_tensor(np.concatenate(parts), dtype=DTYPE, device=self.device)
-        self._a = torch.as_tensor(MetaTestSamples.point_weights(parts, self.q.weights), dtype=DTYPE,
-                                  device=self.device)
-        self._val_parts = parts
-        self._bound = key
 
     # -- stepper protocol -------------------------------------------------------------------
     def init(self) -> BilevelState:
@@ -434,9 +238,9 @@ class BilevelDesign(StepperDefaults):
             # the adjoint and the checks use the points that came back
             new = state.replace(phase=Phase.CHECK, validation_labels=labels[~failed],
                                 validation_ok=~failed if failed.any() else state.validation_ok)
-            self._bind(new.validation_ok)  # raises when a member of Q has no validation label left
+            self.points.bind(new.validation_ok)  # raises when a member of Q has no validation label left
             return new
-        self._bind(state.validation_ok)
+        self.points.bind(state.validation_ok)
         if state.phase == Phase.CHECK:
             return self._check(state, labels)
         return self._iterate(state, labels)
@@ -450,8 +254,9 @@ class BilevelDesign(StepperDefaults):
 
     def result(self, state: BilevelState) -> dict[str, Any]:
         """The kept distribution (best checked iterate, or the last with ``keep: "last"``), the
-        last iterate, the history, the checks and which iterate was selected and why."""
-        self._bind(state.validation_ok)
+        last iterate, the history, the checks and which iterate was selected and why
+        (:mod:`lwl.design.bilevel_keep`, in words by :mod:`lwl.design.bilevel_report`)."""
+        self.points.bind(state.validation_ok)
         last = self.distribution(state)
         checks = state.checks
         sel = self._selection(state)
@@ -459,9 +264,12 @@ class BilevelDesign(StepperDefaults):
         history = [dict(h) for h in state.history]
         for h in history:
             h["selected"] = h["iteration"] == sel.iteration
-        selected = self._selected(state, sel)
-        warnings = self._selection_warnings(state, sel, selected)
-        selected.update(self._headline(state, selected, kept))
+        keep, bars = self.algo.keep, self.bars
+        selected = bilevel_report.selected_block(state, sel, keep, bars)
+        warnings = bilevel_report.selection_warnings(state, sel, selected, keep, bars)
+        selected.update(bilevel_report.headline(state, selected, kept, iterations=self.algo.iterations,
+                                                max_halvings=self.algo.max_halvings, label=self.start_label,
+                                                kind=getattr(self.family, "kind", None)))
         if self.selects_lengthscale:
             note = edge_note(selected["lengthscale"], self.spec.model.lengthscale)
             if note:
@@ -481,111 +289,14 @@ class BilevelDesign(StepperDefaults):
             out["family_diagnostics"] = facts
         return out
 
-    def _selected(self, state: BilevelState, sel: Selection) -> dict[str, Any]:
-        """The result's ``selected`` block before its headline: the returned check's iteration,
-        the rule that chose it, its improvement over theta0 (z), its check Err beside theta0's and
-        the last check's, its lengthscale and (keep best) its start point."""
-        checks = state.checks
-        kept_err = self._kept_err(state, sel)
-        selected = {"iteration": sel.iteration, "rule": f"{self.algo.keep} validation check",
-                    "improvement_z": sel.z if sel.z is None or np.isfinite(sel.z) else None,
-                    "improvement_top_share": sel.top_share,
-                    "check_err": kept_err if kept_err is None or np.isfinite(kept_err) else None,
-                    "initial_check_err": _initial_err(checks), "lengthscale": sel.lengthscale,
-                    "last_check_err": checks[-1]["err"] if checks else None}
-        starts = [c for c in checks if c["iteration"] == 0]
-        if starts and self.algo.keep == "best":
-            selected["start"] = min(starts, key=lambda c: c["err"])["start"]
-        if sel.fallback:
-            selected["rule"] = "surest check that beats the initial distribution beyond noise"
-            if sel.iteration == 0 and state.significant_start:
-                selected["start"] = state.significant_start  # the start point returned
-        elif sel.spread:
-            selected["rule"] = (f"{self.algo.keep} validation check on the lower bar for spread improvements (z "
-                                f"{sel.z:.2f} >= {self.threshold(state.best.iteration, sel.top_share):g}, its "
-                                f"{TOP_POINTS} largest paired differences carrying {sel.top_share:.0%}; no check "
-                                f"clears {self.threshold(state.best.iteration):g})")
-        elif sel.within_noise and sel.nearest is not None:
-            selected.update(rule="start point nearest Q of those that validate below the initial distribution "
-                                 "(every check was within noise of it)", start=sel.nearest)
-        elif sel.within_noise:
-            selected.update(rule="initial distribution: the best check was within noise of it", start="given")
-        return selected
-
-    def _kept_err(self, state: BilevelState, sel: Selection) -> float | None:
-        """The check Err of the returned distribution (None without checks)."""
-        checks = state.checks
-        kept_err = state.best.err if self.algo.keep == "best" else (checks[-1]["err"] if checks else None)
-        if not sel.within_noise:
-            return kept_err
-        if sel.fallback:
-            return state.significant.err
-        return next((c["err"] for c in checks if c.get("start") == (sel.nearest or "given")), kept_err)
-
-    def _selection_warnings(self, state: BilevelState, sel: Selection, selected: dict[str, Any]) -> list[str]:
-        """What a person should know about the returned distribution, in this order: it validates
-        worse than theta0; the best check was within noise of theta0 (and what is returned
-        instead); no iterate improved on the start point returned."""
-        warnings = []
-        initial, err = selected["initial_check_err"], selected["check_err"]
-        if initial is not None and err is not None and err > initial:
-            warnings.append(worse_than_initial_warning(err, initial))
-        if sel.within_noise:
-            # the bar the best check fell short of: the full one where a check cleared it instead
-            bar = self.threshold(state.best.iteration, None if sel.fallback else sel.top_share)
-            warnings.append(within_noise_warning(sel, bar, state.significant_z))
-        if state.checks and sel.iteration == 0 and self.algo.keep == "best" and state.iteration > 0 \
-                and not sel.within_noise:
-            warnings.append(no_iterate_improved_warning(selected.get("start")))
-        return warnings
-
-    def _headline(self, state: BilevelState, selected: dict[str, Any], kept: Params) -> dict[str, Any]:
-        """What a person reads first: which distribution was kept and why, and why the run
-        stopped (``summary``, ``stopped``), the kept start's readable ``start_label`` and, for
-        families that choose between kinds (auto), the ``family`` that won."""
-        out: dict[str, Any] = {}
-        kind = getattr(self.family, "kind", None)
-        if kind is not None:
-            out["family"] = kind(kept)
-        start = selected.get("start") if selected["iteration"] == 0 else None
-        if selected["iteration"] == 0 and start is None:
-            start = "given"
-        label = self.start_label(start) if selected["iteration"] == 0 else None
-        if label is not None:
-            out["start_label"] = label
-        given_label = self.start_label("given")
-        if selected["iteration"] == 0 and start == "given":
-            out["summary"] = (f"nothing beat {given_label} beyond noise on Q's validation samples: "
-                              f"{given_label} is returned")
-        elif selected["iteration"] == 0:
-            out["summary"] = f"kept {label}, at iteration 0 (no gradient step improved on it)"
-        else:
-            # selected["start"] is the best start point: the one the descent began from
-            origin = self.start_label(selected["start"]) if selected.get("start") else None
-            out["summary"] = f"kept iteration {selected['iteration']}" + (f" (from {origin})" if origin else "")
-        checks = state.checks
-        last = checks[-1] if checks else {}
-        if last.get("action") == "stopped":
-            out["stopped"] = (f"early, at iteration {last['iteration']} of {self.algo.iterations}: no check improved "
-                              f"after the step was halved {self.algo.max_halvings} times (converged)")
-        else:
-            out["stopped"] = f"at the last iteration ({state.iteration} of {self.algo.iterations})"
-        return out
-
     # -- pieces of Alg. 3 ----------------------------------------------------------------------
     def distribution(self, state: BilevelState) -> Measure:
         """nu_theta_k, the law of the current iterate."""
         return self.family.measure(state.params)
 
     def schedules(self, k: int) -> tuple[float, float]:
-        """(step size, nugget sigma_k^2) at iteration k: the paper's learning rate for
-        ``optimizer: "paper"``, Adam's step in Q standard deviations for ``"adaptive"``."""
-        a, T = self.algo, self.algo.iterations
-        if a.optimizer == "adaptive":
-            step = cosine(a.step, a.final_step, k, T)
-        else:
-            step = cosine(a.learning_rate, a.final_learning_rate, k, T)
-        return step, cosine(a.nugget, a.final_nugget, k, T)
+        """(step size, nugget sigma_k^2) at iteration k (:func:`lwl.design.schedules.bilevel_schedules`)."""
+        return bilevel_schedules(self.algo, k)
 
     def gradient(self, state: BilevelState, U: np.ndarray, y: np.ndarray, sigma2: float):
         """(objective, validation Err, *gradient) at the state's theta for data (U, y), the
@@ -608,110 +319,40 @@ class BilevelDesign(StepperDefaults):
         ``input_scale`` (inputs less ``input_loc``, divided by it, training and validation alike) give the KRR form of
         a fitted GP (:func:`lwl.models.gp.as_kernel_ridge`); the weights c stay those of the
         points U, whose density the score differentiates."""
-        self._bind(validation_ok)
+        self.points.bind(validation_ok)
         model = KernelRidge(kernel or self.spec.model.kernel, lengthscale, sigma2, device=str(self.device))
         divisor = None if input_scale is None else torch.as_tensor(input_scale, dtype=DTYPE, device=self.device)
         loc = np.zeros(np.shape(U)[1]) if input_loc is None else np.asarray(input_loc, dtype=np.float64)
         centre = torch.as_tensor(loc, dtype=DTYPE, device=self.device)  # (a fitted GP's: its inputs' mean)
         model.fit(U if divisor is None else (np.asarray(U) - loc) / input_scale, y)
         yv = torch.as_tensor(validation_labels, dtype=DTYPE, device=self.device)
-        objective, c = bilevel_gradient_weights(model, self._v if divisor is None else (self._v - centre) / divisor,
-                                                yv, self._a)
-        scale = float(self._a @ yv.square())  # E_Q(0) on the validation samples
+        v = self.points.v if divisor is None else (self.points.v - centre) / divisor
+        objective, c = bilevel_gradient_weights(model, v, yv, self.points.a)
+        scale = float(self.points.a @ yv.square())  # E_Q(0) on the validation samples
         if self.algo.gradient_scale == "relative" or self.algo.optimizer == "adaptive":
             c = c / scale
         return objective, float(np.sqrt(objective / scale)), c.cpu().numpy()
 
-    def check_residuals(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
-                        lengthscale: float) -> np.ndarray:
-        """|G_hat(v) - G*(v)|^2 on Q's validation samples for KRR trained on (U, y) with the
-        evaluation's ridge; Err = sqrt(sum a e / sum a G*^2)."""
-        ridge = self.spec.evaluation.ridge
-        model = KernelRidge(self.spec.model.kernel, lengthscale, ridge / len(U), device=str(self.device)).fit(U, y)
-        pred = model.predict(self._v)
-        return (pred - validation_labels) ** 2
-
-    def _checked(self, U, y, validation_labels, lengthscale) -> tuple[float, np.ndarray | None]:
-        """(Err, squared residuals) of a check; (inf, None) when the model cannot be trained."""
-        try:
-            sq = self.check_residuals(U, y, validation_labels, lengthscale)
-        except np.linalg.LinAlgError:
-            return float("inf"), None
-        a = self._a.cpu().numpy()
-        err = float(np.sqrt((a @ sq) / (a @ validation_labels**2)))
-        return (err, sq) if np.isfinite(err) else (float("inf"), None)
-
     def lengthscale_grid(self, current: float, iteration: int) -> list[float]:
-        """Lengthscales a check tries when the spec left it to lwl: the median distance times
-        every factor of LENGTHSCALE_FACTORS for a start point, the ``current`` one (the state's)
-        and its two grid neighbours for an iterate. The lengthscale is chosen with the design, not
-        once for Q: a design broader than Q wants a shorter one (docs/method/bilevel.md, "Lengthscale
-        chosen with the design")."""
-        grid = [f * self.spec.model.lengthscale for f in LENGTHSCALE_FACTORS]
-        if iteration == 0:
-            return grid
-        # the current lengthscale may lie beyond the grid after a widening
-        return [current * 2, current, current / 2]
+        """Lengthscales a check tries when the spec left it to lwl
+        (:meth:`lwl.design.bilevel_check.ValidationCheck.lengthscale_grid`)."""
+        return self.checker.lengthscale_grid(current, iteration)
 
-    def select_lengthscale(self, U: np.ndarray, y: np.ndarray, validation_labels: np.ndarray,
-                           grid: list[float]) -> dict[float, tuple[float, np.ndarray | None]]:
-        """(check Err, squared residuals) of the batch (U, y) for each lengthscale of ``grid``,
-        widened while the best sits at its edge (:func:`lwl.defaults.select_widening`, within
-        LENGTHSCALE_LIMITS times the median distance); the labels are the check's, so trying
-        several costs no oracle call."""
-        tried: dict[float, tuple[float, np.ndarray | None]] = {}
-
-        def score(ell: float) -> float:
-            tried[ell] = self._checked(U, y, validation_labels, ell)
-            return tried[ell][0]
-
-        median = self.spec.model.lengthscale
-        select_widening(score, grid, *(f * median for f in LENGTHSCALE_LIMITS))
-        return tried
+    @property
+    def bars(self) -> Bars:
+        """The bars of ``keep: "best"`` (read from the spec block at each use)."""
+        return Bars.of(self.algo)
 
     def threshold(self, iteration: int, top_share: float | None = None) -> float:
-        """Standard errors a check at ``iteration`` must beat theta0 by: ``significance`` for the
-        iterates (the best of many checks on one validation set: a winner's curse to guard
-        against), the lower ``start_significance`` for the few start points fixed in advance;
-        at most ``spread_significance`` when the improvement is spread over the validation
-        points (``top_share`` at most ``spread_share``, :class:`Improvement`): the bar the best
-        check must clear when no check clears the full one (:meth:`_selection`).
-        Why two bars: the z of a difference that a handful of huge labels carry is far from
-        normal, and the high bar keeps Sobol G at d >= 7 from returning designs that lose on
-        held-out data; the z of a spread difference is close to normal, and there the high bar
-        gave away designs that win (docs/method/bilevel.md, "A lower bar where the improvement is
-        spread")."""
-        bar = self.algo.significance
-        if iteration == 0:
-            bar = min(self.algo.start_significance, bar)
-        if self.algo.spread_share > 0 and top_share is not None and top_share <= self.algo.spread_share:
-            bar = min(self.algo.spread_significance, bar)
-        return bar
+        """Standard errors a check at ``iteration`` must beat theta0 by (:meth:`Bars.threshold`)."""
+        return self.bars.threshold(iteration, top_share)
 
     def improvement(self, sq_new: np.ndarray, sq_old: np.ndarray, validation_labels: np.ndarray) -> Improvement:
         """How many standard errors the check's Err^2 improved from ``sq_old`` to ``sq_new``, and
-        how concentrated that difference is (:class:`Improvement`).
-
-        Paired on the validation points: Delta = sum_i a_i (e_new,i - e_old,i) / sum_i a_i G*_i^2,
-        with Var(Delta) = sum_k (w_k / den)^2 Var_k(e_new - e_old) / M_k over Q's members (points
-        of one member are i.i.d.). Err is dominated by the largest labels; a few validation
-        points can make a distribution look better than it is, and ``top_share`` says when."""
-        a = self._a.cpu().numpy()
-        den = float(a @ validation_labels**2)
-        diff = sq_new - sq_old
-        delta = float(a @ diff) / den
-        var, start = 0.0, 0
-        for x, w in zip(self._val_parts, self.q.weights):
-            part = diff[start:start + len(x)]
-            start += len(x)
-            if len(x) > 1:
-                var += (w / den) ** 2 * float(part.var(ddof=1)) / len(x)
-        z = -delta / np.sqrt(var) if var > 0 else (float("inf") if delta < 0 else 0.0)
-        contribution = np.sort(np.abs(a * diff))
-        total = float(contribution.sum())
-        # no difference at all is not a spread one: nothing to lower the bar for
-        top_share = float(contribution[-TOP_POINTS:].sum()) / total if total > 0 else 1.0
-        return Improvement(z=z, top_share=top_share)
+        how concentrated that difference is, paired on the validation points whose labels came
+        back (:func:`lwl.design.bilevel_keep.improvement`)."""
+        a = self.points.a.cpu().numpy()
+        return bilevel_keep.improvement(sq_new, sq_old, validation_labels, a, self.points.parts, self.q.weights)
 
     def improvement_z(self, sq_new: np.ndarray, sq_old: np.ndarray, validation_labels: np.ndarray) -> float:
         """:meth:`improvement`'s z alone."""
@@ -731,54 +372,9 @@ class BilevelDesign(StepperDefaults):
         return self._selection(state).lengthscale
 
     def _selection(self, state: BilevelState) -> Selection:
-        """Which check is returned and why (:class:`Selection`): the best check (keep best), the
-        surest significant check when the best is within noise of theta0, else the best check if
-        its improvement is spread and clears the lower bar, else the start point nearest Q that
-        validates below theta0, or theta0 itself; the last iterate with keep last."""
-        self._bind(state.validation_ok)
-        checks = state.checks
-        if self.algo.keep != "best" or not checks:
-            # checks record a lengthscale only when they select one
-            lengthscale = checks[-1].get("lengthscale", state.lengthscale) if checks else state.lengthscale
-            return Selection(kept=dict(state.params), iteration=state.iteration, lengthscale=lengthscale)
-        best = state.best
-        lengthscale = _given(best.lengthscale, state.lengthscale)
-        gain = self._best_improvement(state)
-        z, share = (gain.z, gain.top_share) if gain is not None else (None, None)
-        if z is None or z >= self.threshold(best.iteration):
-            return Selection(kept=dict(best.params), iteration=best.iteration, lengthscale=lengthscale, z=z,
-                             top_share=share)
-        significant = state.significant
-        if significant is not None:  # the best check's improvement is within validation noise, another's is not
-            return Selection(kept=dict(significant.params), iteration=significant.iteration, z=z, top_share=share,
-                             within_noise=True, fallback=True,
-                             lengthscale=_given(significant.lengthscale, lengthscale))
-        # ... nor any other's: the best check still, if its improvement is spread over the
-        # validation points and clears the lower bar. After the surest check, not before: where
-        # a check clears the full bar it is the safer of the two (an independently judged Sobol G
-        # problem at d = 6: held-out Err 0.654 with the surest, 0.710 with the best; the judge's
-        # own 0.643 and 0.760; docs/method/bilevel.md)
-        if z >= self.threshold(best.iteration, share):
-            return Selection(kept=dict(best.params), iteration=best.iteration, lengthscale=lengthscale, z=z,
-                             top_share=share, spread=True)
-        # ... else the start nearest Q that validates below theta0
-        # (a theta0 that is Q's own mixture is nearest Q already: it is returned)
-        nearest = None if getattr(self.family, "initial_is_q", False) else self.nearest_start(checks)
-        kept = dict(self.start_points())[nearest] if nearest is not None else self.family.initial()
-        start = nearest or "given"
-        lengthscale = next((c.get("lengthscale", lengthscale) for c in checks
-                            if c["iteration"] == 0 and c.get("start") == start), lengthscale)
-        return Selection(kept=kept, iteration=0, lengthscale=lengthscale, z=z, top_share=share, within_noise=True,
-                         nearest=nearest)
-
-    def _best_improvement(self, state: BilevelState) -> Improvement | None:
-        """The best check's improvement over theta0 (:meth:`improvement`); None when the best is
-        theta0 itself or either's residuals are unknown."""
-        best, given = state.best, self.family.initial()
-        moved = not all(np.array_equal(best.params[n], given[n]) for n in self.family.param_names)
-        if moved and state.initial_sq is not None and best.sq is not None:
-            return self.improvement(best.sq, state.initial_sq, state.validation_labels)
-        return None
+        """Which check is returned and why (:func:`lwl.design.bilevel_keep.select`)."""
+        self.points.bind(state.validation_ok)
+        return bilevel_keep.select(state, self.algo.keep, self.bars, self)
 
     def transport_to_q(self, params: Params) -> float:
         """sum_k w_k W2^2(N(m, C), N(m_k, C_k)): the transport term of the paper's bound
@@ -793,78 +389,16 @@ class BilevelDesign(StepperDefaults):
                          for w, (mk, Ck) in zip(self.q.weights, self._member_moments)))
 
     def nearest_start(self, checks: list[dict]) -> str | None:
-        """When no check beats theta0 beyond noise: of the start points whose validation Err is
-        below theta0's, the one nearest Q in the bound's transport term (:meth:`transport_to_q`),
-        if it is nearer than theta0; else None. Validation cannot order these candidates, and
-        Cor. 3.2 bounds E_Q by the training error plus a multiple of that term, so the nearer
-        law is the safer guess (a far-off theta0 such as N(1/2, I) beside Q's moment-matched
-        Gaussian, whose model predicts ~0 on Q's support)."""
-        given = next((c["err"] for c in checks if c.get("start") == "given"), None)
-        if given is None:
-            return None
-        better = [c["start"] for c in checks if c["iteration"] == 0 and c.get("start") not in (None, "given")
-                  and c["err"] < given]
-        if not better:
-            return None
-        starts = dict(self.start_points())
-        try:
-            far = {name: self.transport_to_q(starts[name]) for name in [*better, "given"]}
-        except (ValueError, NotImplementedError, np.linalg.LinAlgError):  # a law without usable moments
-            return None
-        name = min(better, key=far.get)
-        return name if far[name] < far["given"] else None
+        """When no check beats theta0 beyond noise: of the start points that validate below it,
+        the one nearest Q in :meth:`transport_to_q`, if nearer than theta0
+        (:func:`lwl.design.bilevel_keep.nearest_start`); else None."""
+        return bilevel_keep.nearest_start(checks, lambda: dict(self.start_points()), self.transport_to_q)
 
     def _start_name(self, index: int) -> str:
         """The name of start point ``index`` (without copying every start's parameters)."""
         if self._start_points is None:
             self._start_points = self._build_start_points()
         return self._start_points[index][0]
-
-    def _track_significant(self, state: BilevelState, new: BilevelState, record: dict, err: float,
-                           sq: np.ndarray) -> BilevelState:
-        """Remember the surest check (largest z) that beats the given theta0 by ``significance`` standard
-        errors: what is returned when the overall best check does not. A start checked before
-        theta0 waits (``pending``) until theta0's residuals are known."""
-        k = record["iteration"]
-        start = self._start_name(state.start_index) if k == 0 else None  # None for an iterate
-        given_start = start == "given"
-        lengthscale = record.get("lengthscale", state.lengthscale)
-        checked = Kept(params=dict(state.params), iteration=k, err=err, sq=sq, lengthscale=lengthscale)
-        if k == 0 and not given_start and new.initial_sq is None:  # checked before theta0
-            return new.replace(pending=checked, pending_start=start)
-        if given_start:
-            new = new.replace(initial_sq=sq)  # what a kept iterate must beat beyond noise
-        if new.initial_sq is None:
-            return new
-        candidates = [(checked, record, start)]
-        if given_start and state.pending is not None:
-            pending = state.pending
-            if pending.lengthscale is None:  # a checkpoint predating pending_lengthscale
-                pending = Kept(params=pending.params, err=pending.err, sq=pending.sq, lengthscale=lengthscale)
-            # its z goes into its own check record (the last one), copied: the old state keeps its own
-            last = dict(new.checks[-1]) if new.checks else {}
-            if new.checks:
-                new = new.replace(checks=[*new.checks[:-1], last])
-            candidates.append((pending, last, state.pending_start))
-        for candidate, rec, name in candidates:
-            gain = self.improvement(candidate.sq, new.initial_sq, state.validation_labels)
-            z = gain.z
-            rec["z"] = z if np.isfinite(z) else None
-            rec["top_share"] = gain.top_share
-            # the surest of the checks that clear the bar, not the lowest: with heavy-tailed labels
-            # a broad design can buy a low validation Err from a few huge validation points, and
-            # its z then falls while its held-out Err rises (docs/method/bilevel.md, "Sobol G at d >= 7").
-            # The full bar, not the spread one: this record is returned only when the best check's
-            # improvement is within noise, and a best check held back (carried by a few points)
-            # marks heavy-tailed labels, where a spread-looking rival is no safer (Sobol G p04
-            # and p12 of robustness-full-selected ended 3-4% behind Q's mixture that way)
-            surest = new.significant_z if new.significant is not None else -float("inf")
-            if z >= self.threshold(candidate.iteration) and z > surest:
-                # the significant record keeps no residuals (its checkpoint has none)
-                significant = Kept(params=dict(candidate.params), iteration=candidate.iteration, err=candidate.err,
-                                   lengthscale=candidate.lengthscale)
-                new = new.replace(significant=significant, significant_z=z, significant_start=name)
-        return new
 
     def _check(self, state: BilevelState, y: np.ndarray) -> BilevelState:
         """Score theta_k on the fixed check batch; keep the best; revert and halve on stalls."""
@@ -878,13 +412,14 @@ class BilevelDesign(StepperDefaults):
         if len(y) == 0:  # the whole check batch failed: nothing to score, the check counts as lost
             err, sq = float("inf"), None
         elif self.selects_lengthscale:  # the pair (theta_k, lengthscale) with the lowest check Err
-            tried = self.select_lengthscale(U, y, state.validation_labels, self.lengthscale_grid(state.lengthscale, k))
+            grid = self.lengthscale_grid(state.lengthscale, k)
+            tried = self.checker.select_lengthscale(U, y, state.validation_labels, grid)
             lengthscale = float(min(tried, key=lambda ell: tried[ell][0]))
             err, sq = tried[lengthscale]
             record["lengthscale_edge"] = edge_note(lengthscale, self.spec.model.lengthscale) is not None
             record.update(lengthscales={repr(ell): e for ell, (e, _) in tried.items()}, lengthscale=lengthscale)
         else:
-            err, sq = self._checked(U, y, state.validation_labels, lengthscale)
+            err, sq = self.checker.score(U, y, state.validation_labels, lengthscale)
         record.update(err=err, best=err < state.best.err, action=None)
         new = state
         if record["best"]:
@@ -894,10 +429,11 @@ class BilevelDesign(StepperDefaults):
         elif self.algo.optimizer == "adaptive" and 0 < k < self.algo.iterations:
             new = new.replace(stale_checks=state.stale_checks + 1)
             if new.stale_checks >= self.algo.patience:
-                new = self._revert(new)
+                new = revert(new, self.family)
                 record["action"] = "reverted"
         if sq is not None:
-            new = self._track_significant(state, new, record, err, sq)
+            start = self._start_name(state.start_index) if k == 0 else None  # None for an iterate
+            new = bilevel_keep.track_significant(state, new, record, err, sq, start, self.bars, self)
         new = new.replace(checks=[*new.checks, record])
         if k == 0:  # starting points: check each, then start from the best
             starts = self.start_points()
@@ -911,13 +447,6 @@ class BilevelDesign(StepperDefaults):
         if stop and k < self.algo.iterations:
             record["action"] = "stopped"  # the step has shrunk to nothing: converged
         return new.replace(phase=Phase.DONE if stop else Phase.ITERATE)
-
-    def _revert(self, state: BilevelState) -> BilevelState:
-        """Back to the best iterate with half the step and fresh Adam moments."""
-        phi = self.family.to_phi(state.best.params)
-        return state.replace(params=dict(state.best.params), phi=phi, adam_m1=np.zeros_like(phi),
-                             adam_m2=np.zeros_like(phi), adam_t=0, step_scale=0.5 * state.step_scale,
-                             halvings=state.halvings + 1, stale_checks=0)
 
     def _iterate(self, state: BilevelState, y: np.ndarray) -> BilevelState:
         """One gradient step (steps 1-5 of the module docstring) on the labelled batch ``y``."""
@@ -933,8 +462,8 @@ class BilevelDesign(StepperDefaults):
             objective, err, *grads = self.gradient(state, U, y, sigma2)
         except np.linalg.LinAlgError:  # a degenerate sample (or no label came back): no step this iteration
             objective, err, grads = float("nan"), float("nan"), None
-        update = self._adaptive if self.algo.optimizer == "adaptive" else self._plain
-        new, event, grad_norm = update(state, grads, step)
+        update = adaptive_step if self.algo.optimizer == "adaptive" else plain_step
+        new, event, grad_norm = update(state, self.family, grads, step)
         if len(y) == 0:
             event = "failed_round"
         record = {"iteration": k, "objective": objective, "validation_err": err,
@@ -946,40 +475,54 @@ class BilevelDesign(StepperDefaults):
         check = k >= self.algo.iterations or k % self.algo.check_every == 0
         return new.replace(iteration=k, history=[*state.history, record], phase=Phase.CHECK if check else new.phase)
 
-    def _plain(self, state: BilevelState, grads, step: float) -> tuple[BilevelState, str | None, float]:
-        """The paper's step theta <- theta - t_k grad (diag(L) clamped), refusing non-finite results."""
-        if grads is None:
-            return state, "rejected", float("nan")
-        params, norm = self.family.plain_step(state.params, tuple(grads), step)
-        if not all(np.all(np.isfinite(v)) for v in params.values()) or not self._admissible(params):
-            return state, "rejected", norm
-        return state.replace(params=params), None, norm
+# -- step 5: the step on theta (pure functions of the state and the family) --
 
-    def _admissible(self, params: Params) -> bool:
-        """A family restricted to an input domain refuses laws with (almost) no mass inside it."""
-        check = getattr(self.family, "admissible", None)
-        return check is None or check(params)
+def revert(state: BilevelState, family: BilevelFamily) -> BilevelState:
+    """Back to the best iterate with half the step and fresh Adam moments."""
+    phi = family.to_phi(state.best.params)
+    return state.replace(params=dict(state.best.params), phi=phi, adam_m1=np.zeros_like(phi),
+                         adam_m2=np.zeros_like(phi), adam_t=0, step_scale=0.5 * state.step_scale,
+                         halvings=state.halvings + 1, stale_checks=0)
 
-    def _adaptive(self, state: BilevelState, grads, step: float) -> tuple[BilevelState, str | None, float]:
-        """Guarded Adam in whitened coordinates, projected on the parameter box."""
-        if grads is None:
-            return state, "rejected", float("nan")
-        phi = state.phi
-        grad = self.family.phi_gradient(phi, tuple(grads)) * self.family.mask()
-        norm = float(np.sqrt(np.sum(grad**2))) if np.all(np.isfinite(grad)) else float("inf")
-        grad, grad_ms, event = guard_gradient(grad, state.grad_ms, state.adam_t)
-        if grad is None:
-            return state, event, norm
-        t = state.adam_t + 1
-        new_phi, m1, m2 = adam_step(phi, grad, state.adam_m1, state.adam_m2, t, step * state.step_scale)
-        lo, hi = self.family.bounds(state.phi0)
-        bounded = np.clip(new_phi, lo, hi)
-        if not np.array_equal(bounded, new_phi):
-            event = event or "bounded"
-        params = self.family.from_phi(bounded)
-        if not all(np.all(np.isfinite(v)) for v in params.values()) or not self._admissible(params):
-            return state.replace(grad_ms=grad_ms), "rejected", norm
-        return state.replace(phi=bounded, params=params, adam_m1=m1, adam_m2=m2, adam_t=t, grad_ms=grad_ms), event, norm
+
+def admissible(family: BilevelFamily, params: Params) -> bool:
+    """A family restricted to an input domain refuses laws with (almost) no mass inside it."""
+    check = getattr(family, "admissible", None)
+    return check is None or check(params)
+
+
+def plain_step(state: BilevelState, family: BilevelFamily, grads,
+               step: float) -> tuple[BilevelState, str | None, float]:
+    """The paper's step theta <- theta - t_k grad (diag(L) clamped), refusing non-finite results."""
+    if grads is None:
+        return state, "rejected", float("nan")
+    params, norm = family.plain_step(state.params, tuple(grads), step)
+    if not all(np.all(np.isfinite(v)) for v in params.values()) or not admissible(family, params):
+        return state, "rejected", norm
+    return state.replace(params=params), None, norm
+
+
+def adaptive_step(state: BilevelState, family: BilevelFamily, grads,
+                  step: float) -> tuple[BilevelState, str | None, float]:
+    """Guarded Adam in whitened coordinates, projected on the parameter box."""
+    if grads is None:
+        return state, "rejected", float("nan")
+    phi = state.phi
+    grad = family.phi_gradient(phi, tuple(grads)) * family.mask()
+    norm = float(np.sqrt(np.sum(grad**2))) if np.all(np.isfinite(grad)) else float("inf")
+    grad, grad_ms, event = guard_gradient(grad, state.grad_ms, state.adam_t)
+    if grad is None:
+        return state, event, norm
+    t = state.adam_t + 1
+    new_phi, m1, m2 = adam_step(phi, grad, state.adam_m1, state.adam_m2, t, step * state.step_scale)
+    lo, hi = family.bounds(state.phi0)
+    bounded = np.clip(new_phi, lo, hi)
+    if not np.array_equal(bounded, new_phi):
+        event = event or "bounded"
+    params = family.from_phi(bounded)
+    if not all(np.all(np.isfinite(v)) for v in params.values()) or not admissible(family, params):
+        return state.replace(grad_ms=grad_ms), "rejected", norm
+    return state.replace(phi=bounded, params=params, adam_m1=m1, adam_m2=m2, adam_t=t, grad_ms=grad_ms), event, norm
 
 
 def build(spec: JobSpec, oracle, resolve: DatasetResolver = _no_datasets) -> BilevelDesign:
@@ -1016,22 +559,9 @@ def _bar(default: float, description: str):
     return Field(default=default, ge=0.0, le=100.0, description="keep=best: " + description)
 
 
-class BilevelSpec(StrictModel):
-    """Bilevel gradient descent (paper Alg. 3) with a cosine-annealed nugget.
-
-    ``optimizer="adaptive"`` (the default) needs no step size: Adam in Q's whitened coordinates,
-    ``step`` being the step length in standard deviations of Q (cosine-annealed to
-    ``final_step``), with a guarded gradient and a parameter box (docs/method/bilevel.md).
-    ``optimizer="paper"`` is the paper's plain step theta <- theta - t_k grad with t_k cosine
-    from ``learning_rate`` to ``final_learning_rate``; ``gradient_scale="relative"`` divides that
-    gradient by E_Q(0) (descends 1/2 Err^2); the paper's setting is "absolute".
-
-    Every ``check_every`` iterations (and after the last) the iterate is scored on Q's validation
-    samples by KRR trained on ``check_samples`` points drawn with one fixed seed (default: the
-    evaluation's train_size, at most 2048), with the evaluation's ridge. ``keep="best"`` returns
-    the best checked iterate; the adaptive optimiser also returns to it and halves its step after
-    ``patience`` checks without progress and stops after ``max_halvings`` halvings.
-    """
+class BilevelSettings(StrictModel):
+    """The fields of the bilevel stepper and its keep-which check: the first of a bilevel spec
+    block (:class:`BilevelSpec`, which adds the budget fields)."""
 
     name: Literal["bilevel"] = "bilevel"
     iterations: int = Field(default=1000, ge=1, le=1_000_000)
@@ -1075,12 +605,29 @@ class BilevelSpec(StrictModel):
                     "docs/method/bilevel.md, 'A lower bar where the improvement is spread')")
     patience: int = Field(default=2, ge=1, le=1000)
     max_halvings: int = Field(default=6, ge=0, le=60)
+
+
+class BilevelSpec(BudgetFields, BilevelSettings):
+    """Bilevel gradient descent (paper Alg. 3) with a cosine-annealed nugget.
+
+    ``optimizer="adaptive"`` (the default) needs no step size: Adam in Q's whitened coordinates,
+    ``step`` being the step length in standard deviations of Q (cosine-annealed to
+    ``final_step``), with a guarded gradient and a parameter box (docs/method/bilevel.md).
+    ``optimizer="paper"`` is the paper's plain step theta <- theta - t_k grad with t_k cosine
+    from ``learning_rate`` to ``final_learning_rate``; ``gradient_scale="relative"`` divides that
+    gradient by E_Q(0) (descends 1/2 Err^2); the paper's setting is "absolute".
+
+    Every ``check_every`` iterations (and after the last) the iterate is scored on Q's validation
+    samples by KRR trained on ``check_samples`` points drawn with one fixed seed (default: the
+    evaluation's train_size, at most 2048), with the evaluation's ridge. ``keep="best"`` returns
+    the best checked iterate; the adaptive optimiser also returns to it and halves its step after
+    ``patience`` checks without progress and stops after ``max_halvings`` halvings.
+    """
+
     # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted, docs/method/budgets.md
-    # "Designs for a label budget"); these fields (lwl.design.budget.settings) are read by it only
-    round_size: RoundSize = None
-    max_rounds: MaxRounds = 30
-    validation_fraction: ValidationFraction = 0.25
-    hedge: Hedge = 0.25
+    # "Designs for a label budget"); the budget fields (lwl.design.budget.settings, declared once
+    # for every algorithm) come after the stepper's and are read by it only; the one default of
+    # bilevel's own is explore's: null (every live candidate an equal share, Q's mixture halved too)
     explore: Explore = None
     inner_steps: int = Field(default=0, ge=0, le=100_000,
                              description="budgeted jobs: bilevel steps on a surrogate of G* between two rounds, "

@@ -42,16 +42,22 @@ PoolFactor = Annotated[int, Field(ge=2, le=100, description="budgeted operator j
                                                             "chosen from without replacement over the rounds)")]
 
 
-class CandidateBudgetFields(BaseModel):
-    """The budget fields of an algorithm whose budgeted design selects among fixed candidate laws
-    with Q's law the default (interval_search; the operator algorithms add a pool rule): read by
-    its budgeted design only (docs/job-spec.md)."""
+class BudgetFields(BaseModel):
+    """The budget fields every algorithm that takes a budget carries (bilevel: these alone, with
+    ``explore`` off by default): read by its budgeted design only (docs/job-spec.md)."""
 
     round_size: RoundSize = None
     max_rounds: MaxRounds = 30
     validation_fraction: ValidationFraction = 0.25
     hedge: Hedge = 0.25
     explore: Explore = 0.25
+
+
+class CandidateBudgetFields(BudgetFields):
+    """The budget fields of an algorithm whose budgeted design selects among fixed candidate laws
+    with Q's law the default (interval_search; the operator algorithms add a pool rule): read by
+    its budgeted design only (docs/job-spec.md)."""
+
     explore_min: ExploreMin = 8
 
 
