@@ -333,7 +333,7 @@ def test_loo_residuals_of_the_conditioned_model_are_its_refits_without_each_poin
     """GaussianProcess.loo_residuals (R&W eq. 5.12 from the model's own factor, in column blocks)
     equals GPs conditioned on n - 1 points at the same hyperparameters and mean, at any rows asked,
     per output; a block of one column gives the same numbers."""
-    import lwl.models.gp as gp_module
+    import lwl.models.gp.conditioned as gp_module
 
     X, y, _ = _problem("friedman1", 5, n=40, seed=3)
     Y = np.stack([y, np.sin(3 * X[:, 0]) + X[:, 1]], 1)

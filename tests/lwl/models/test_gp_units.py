@@ -157,7 +157,7 @@ def test_a_factor_that_fails_is_retried_with_jitter_and_recorded(monkeypatch):
     """A K_y that does not factor at the fitted noise is factored with the noise raised along the
     jitter ladder; the raise is in the served noise and in ``jitter_`` and the document, and the
     document reloads to the same numbers without a retry."""
-    import lwl.models.gp as gp_module
+    import lwl.models.gp.conditioned as gp_module
 
     U, y, T, *_ = _data(80, False, 0.0)
     real = torch.linalg.cholesky_ex
@@ -185,7 +185,7 @@ def test_a_factor_that_fails_is_retried_with_jitter_and_recorded(monkeypatch):
 
 
 def test_a_factor_that_never_succeeds_says_so(monkeypatch):
-    import lwl.models.gp as gp_module
+    import lwl.models.gp.conditioned as gp_module
 
     U, y, *_ = _data(40, False, 0.0)
     real = torch.linalg.cholesky_ex
@@ -360,7 +360,7 @@ def test_a_budgeted_job_posed_in_a_labs_units_succeeds_and_serves_the_reference_
 def test_the_matern_kernel_in_place_is_the_same_in_any_blocks_of_rows(monkeypatch):
     """Bounded memory: the in-place Matern kernel (conditioning, prediction) is formed by blocks of
     rows, its temporaries a block each; elementwise, so any block size gives the same numbers."""
-    import lwl.models.gp as gp_module
+    import lwl.models.gp.kernel as gp_module
 
     x, y = torch.rand(300, 4, dtype=torch.float64), torch.rand(200, 4, dtype=torch.float64)
     ell = torch.tensor([0.3, 0.5, 0.7, 1.1], dtype=torch.float64)
