@@ -35,7 +35,7 @@ def build_stepper(spec: JobSpec, resolve: DatasetResolver = _no_datasets, oracle
     """The stepper of the spec's algorithm: the ``build`` of its :data:`lwl.registry.ALGORITHMS`
     entry, called as ``build(spec, oracle, resolve)``."""
     entry = ALGORITHMS.get(spec.algorithm.name)
-    # a job with a label budget runs the algorithm's budgeted design (lwl.design.budget; bilevel's: lwl.design.budgeted)
+    # a job with a label budget runs the algorithm's budgeted design (lwl.design.budget; bilevel's: lwl.design.budgeted_bilevel)
     build = entry.resolve("budgeted") if spec.budget is not None else entry.resolve()
     return build(spec, oracle if oracle is not None else spec.oracle.build(), resolve)
 

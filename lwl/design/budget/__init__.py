@@ -3,7 +3,7 @@
 the state (:mod:`~lwl.design.budget.state`) and the rounds, selection, race and validation verdict
 (:mod:`~lwl.design.budget.design`). An algorithm gets a budget by subclassing
 :class:`BudgetedDesign` with its candidates and its scoring (the bilevel design's:
-:mod:`lwl.design.budgeted`)."""
+:mod:`lwl.design.budgeted_bilevel`)."""
 
 from lwl.design.budget.design import BudgetedDesign, Candidate
 from lwl.design.budget.plan import BudgetPlan, minimum_budget, plan_budget

@@ -48,7 +48,7 @@ oracle rows (:meth:`~BudgetedDesign.solve_rows`), its labels folded back
 (:meth:`~BudgetedDesign.fold_sq_errors`, :meth:`~BudgetedDesign.sq_norms`); the budget and every
 count are then in solves (:mod:`lwl.design.budgeted_interval`).
 The plan, the ledger, the rounds, selection, the race, the refinement and the validation verdict
-are here. The bilevel design's is :mod:`lwl.design.budgeted`.
+are here. The bilevel design's is :mod:`lwl.design.budgeted_bilevel`.
 
 The returned distribution is the final incumbent (for drawing more inputs later); the product
 is the training set. Every draw derives from (seed, stream, round, slot), so a state restored from
