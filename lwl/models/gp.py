@@ -978,6 +978,12 @@ class GaussianProcess:
             return self._lml_to_user(float(-0.5 * r @ a - torch.log(L.diagonal()).sum()
                                            - 0.5 * n * math.log(2 * math.pi)), output, n)
 
+    def diagnosis(self, document: dict, labels, weights, loo_rows=None):
+        """Its reading on Q's validation labels (lwl.models.diagnosis.Diagnosable; gp_diagnosis.served_diagnosis)."""
+        from lwl.models.gp_diagnosis import served_diagnosis
+
+        return served_diagnosis(self, document, labels, weights, loo_rows)
+
     # -- the document -------------------------------------------------------------------------
     def to_spec(self, training_set: bool = True) -> dict:
         """The versioned model document (:func:`lwl.models.from_spec` reads it back): every

@@ -226,7 +226,7 @@ def test_q_mixture_races_the_selected_candidate_with_its_hedge_share(budget_spec
 
 
 def test_the_rival_takes_over_when_its_points_validate_better_beyond_noise(budget_spec, monkeypatch):
-    import lwl.design.budget.design as budgeted
+    import lwl.design.budget.selection as budgeted  # the race reads RACE_MIN_POINTS there
 
     budget_spec["budget"] = 1000
     stepper, oracle, state = _after_selection(budget_spec, "broadened_4")
