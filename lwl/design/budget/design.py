@@ -13,7 +13,7 @@ when the served model validates better without them). The rounds, in order:
    Q's samples' *inputs* cost nothing.
 2. **Selection rounds** (successive halving; where the first of them would give a candidate
    fewer than ``algorithm.explore_min`` labels, an operator design's field, none but Q's mixture
-   runs, and one round of it settles selection: :meth:`BudgetedDesign._explores`). The
+   runs, and one round of it settles selection: :func:`~lwl.design.budget.candidates.explores`). The
    candidates are cheap distributions fixed in advance, supplied by the algorithm, and Q's own mixture, which every budgeted design adds. A
    round splits its labels equally among the live candidates; after it, each candidate is scored
    by two-fold validation of the job's model trained on half of the validation points plus *all*
