@@ -14,7 +14,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from lwl.design.state import StepperState, pack, unpack
-from lwl.design.stepper import State, Stepper
+from lwl.design.stepper import CountedState, CountsLabels, DesignsForQ, PlansSteps, State, Stepper
 from lwl.q_samples import DatasetResolver, _no_datasets
 from lwl.oracles import Oracle, as_numpy
 from lwl.outcomes import check_labels
@@ -35,7 +35,7 @@ def build_stepper(spec: JobSpec, resolve: DatasetResolver = _no_datasets, oracle
     """The stepper of the spec's algorithm: the ``build`` of its :data:`lwl.registry.ALGORITHMS`
     entry, called as ``build(spec, oracle, resolve)``."""
     entry = ALGORITHMS.get(spec.algorithm.name)
-    # a job with a label budget runs the algorithm's budgeted design (lwl.design.budget; bilevel's: lwl.design.budgeted)
+    # a job with a label budget runs the algorithm's budgeted design (lwl.design.budget; bilevel's: lwl.design.budgeted_bilevel)
     build = entry.resolve("budgeted") if spec.budget is not None else entry.resolve()
     return build(spec, oracle if oracle is not None else spec.oracle.build(), resolve)
 
@@ -94,10 +94,9 @@ def iterate(stepper: Stepper, oracle: Oracle, state: State, *, total: int | None
 def labels_spent(stepper: Stepper, state: State, record: dict | None) -> int | None:
     """Oracle labels the job has asked for so far, where its algorithm counts them: the
     stepper's ``labels_spent(state)``, else the state's or the step record's ``labels_used``."""
-    spent = getattr(stepper, "labels_spent", None)
-    if callable(spent):
-        return int(spent(state))
-    for v in (getattr(state, "labels_used", None), (record or {}).get("labels_used")):
+    if isinstance(stepper, CountsLabels):
+        return int(stepper.labels_spent(state))
+    for v in (state.labels_used if isinstance(state, CountedState) else None, (record or {}).get("labels_used")):
         if isinstance(v, (int, np.integer)):
             return int(v)
     return None
@@ -150,7 +149,7 @@ def run_job(spec: JobSpec | dict | str, *, oracle: Oracle | None = None,
             state = stepper.restore(state)
         state = state if state is not None else stepper.init()
         t0 = time.perf_counter()
-        total = getattr(stepper, "total_steps", None) or (
+        total = (stepper.total_steps if isinstance(stepper, PlansSteps) else None) or (
             spec.algorithm.iterations + entry.extra.get("final_steps", 0))  # AMA: + the final model step
         state = iterate(stepper, oracle, state, total=total, progress=progress, checkpoint=checkpoint,
                         should_stop=should_stop, checkpoint_history=checkpoint_history)
@@ -199,7 +198,7 @@ def _views(distribution: dict, stepper) -> dict:
     from lwl.q_samples import MetaTestSamples
     from lwl.views import design_views
 
-    q = getattr(stepper, "q", None)
+    q = stepper.q if isinstance(stepper, DesignsForQ) else None
     try:
         return design_views(distribution, q if isinstance(q, MetaTestSamples) else None)
     except (ValueError, np.linalg.LinAlgError) as exc:

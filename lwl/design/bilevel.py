@@ -624,7 +624,7 @@ class BilevelSpec(BudgetFields, BilevelSettings):
     ``patience`` checks without progress and stops after ``max_halvings`` halvings.
     """
 
-    # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted, docs/method/budgets.md
+    # a job with a ``budget`` runs the budgeted design (lwl.design.budgeted_bilevel, docs/method/budgets.md
     # "Designs for a label budget"); the budget fields (lwl.design.budget.settings, declared once
     # for every algorithm) come after the stepper's and are read by it only; the one default of
     # bilevel's own is explore's: null (every live candidate an equal share, Q's mixture halved too)
@@ -669,6 +669,6 @@ def check_bilevel(spec: JobSpec) -> None:
 
 ALGORITHMS.register("bilevel", BilevelSpec, build, check_bilevel, evaluate=evaluate, final_steps=0,
                     baselines=DEFAULT_BASELINES, domain=True, full_rank_members=True,
-                    budgeted="lwl.design.budgeted:build",
+                    budgeted="lwl.design.budgeted_bilevel:build",
                     budget_needs="lwl.design.budget.plan:check_budget",
                     budgeted_evaluate="lwl.evaluation.equal_labels:evaluate")

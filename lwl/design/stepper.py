@@ -47,6 +47,37 @@ class Stepper(Protocol):
         """The state of a checkpoint's flat dict (:func:`lwl.design.state.unpack`)."""
 
 
+@runtime_checkable
+class CountsLabels(Protocol):
+    """A stepper that counts the oracle labels its job has asked for (a budgeted design, bilevel):
+    the progress bar's ``labels_used``."""
+
+    def labels_spent(self, state: State) -> int: ...
+
+
+@runtime_checkable
+class PlansSteps(Protocol):
+    """A stepper that knows its number of steps in advance (a budgeted design: its rounds), for the
+    progress total; without it the total is the algorithm's ``iterations``."""
+
+    total_steps: int
+
+
+@runtime_checkable
+class DesignsForQ(Protocol):
+    """A stepper that holds Q's samples (``q``: a :class:`lwl.q_samples.MetaTestSamples`), which the
+    result's pictures draw beside the distribution."""
+
+    q: Any
+
+
+@runtime_checkable
+class CountedState(Protocol):
+    """A state that counts the labels its job has used (AMA's), where the stepper does not."""
+
+    labels_used: int
+
+
 class StepperDefaults:
     """The optional parts of :class:`Stepper` for algorithms that need nothing special;
     ``state_type`` names the state class whose ``from_flat`` restores a checkpoint (a stepper

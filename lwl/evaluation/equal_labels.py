@@ -233,7 +233,7 @@ def verdict(evaluation: dict, warnings: list[str] = (), family: str | None = Non
 
 def evaluate(stepper, state, spec, oracle, out: dict, run: Callable[..., dict]) -> dict:
     """The ``budgeted_evaluate`` hook of the bilevel algorithm (:func:`lwl.runner.run_job`): the
-    stepper is a ``lwl.design.budgeted.BudgetedBilevel`` and the state its ``BudgetedState``
+    stepper is a ``lwl.design.budgeted_bilevel.BudgetedBilevel`` and the state its ``BudgetedState``
     (named in words: the evaluation sits below the design); ``run`` runs a job spec
     (:func:`lwl.runner.run_job`, for lwl's KRR pipeline beside a gp job)."""
     X, y = stepper.training_set(state)

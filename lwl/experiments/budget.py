@@ -5,7 +5,7 @@ Problems: the six Table 1 columns (:mod:`lwl.experiments.table1`, seed 0's Q) an
 test functions, d, K, output scale and start), each with the lengthscale given as Table 1 gives
 it. For every problem, budget B and seed:
 
-- **budgeted**: the job with ``budget: B`` on lwl's defaults (:mod:`lwl.design.budgeted`), its
+- **budgeted**: the job with ``budget: B`` on lwl's defaults (:mod:`lwl.design.budgeted_bilevel`), its
   training set of n <= B labels (every label counted);
 - **Q's mixture** and the **NIPV anchor** (:mod:`lwl.evaluation.equal_labels`) at the same n labels,
   against which the training set is compared (better / tie / worse, :mod:`lwl.evaluation.comparison`; the
@@ -275,7 +275,7 @@ def decided_otherwise(row: dict) -> bool:
     stale with the rule off (its default since it was measured), and with the rule on, a check
     without rank_p whose z is in (0, leave_out_z] cannot be recomputed and is stale too. Every
     other row is what the current design gives."""
-    from lwl.design.budgeted import BudgetedBilevel  # the design the study's jobs run
+    from lwl.design.budgeted_bilevel import BudgetedBilevel  # the design the study's jobs run
 
     rule, bar = BudgetedBilevel.leave_out_rank_p, BudgetedBilevel.leave_out_z
     for cell in row["budgets"].values():

@@ -48,8 +48,11 @@ lab will see of fresh measurements by the served ``std`` (a calibrated Gaussian:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import numpy as np
+
+from lwl.models.diagnosis import FIT_ERRORS, ModelDiagnosis
 
 NOISE_FLOOR_WARNING = 0.01  # a floor on Err this high is worth a warning (a 1% relative error)
 # an estimated Err this high says the served model explains little of the labels on Q: the gp study's
@@ -160,3 +163,27 @@ def warnings(diagnosis: list[OutputDiagnosis]) -> list[str]:
                    f"budget (often a variation faster than the points are spaced): more labels lower it. If they "
                    f"do carry noise of about that size, this is expected and nothing needs doing.")
     return out
+
+
+class LeaveOneOut(Protocol):
+    """A conditioned GP's closed-form leave-one-out (:meth:`lwl.models.GaussianProcess.loo`)."""
+
+    def loo(self, rows=None) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def served_diagnosis(gp: LeaveOneOut, document: dict, labels, weights, loo_rows=None) -> ModelDiagnosis:
+    """The served GP's :class:`lwl.models.diagnosis.Diagnosable` hook: :func:`diagnose_document` of
+    its ``document`` on Q's validation ``labels``, with the leave-one-out residuals and stds at its
+    training rows ``loo_rows`` (:meth:`lwl.models.GaussianProcess.loo`; None: none), as the result's
+    ``model_diagnosis`` block (:func:`to_json`) and its :func:`warnings`. A reading that raises one of
+    the fit errors is missing, and a warning says why: the model is served as fitted."""
+    try:
+        # residuals and the std of each left-out prediction of the measurement (its coverage)
+        loo, loo_sd = gp.loo(loo_rows) if loo_rows is not None else (None, None)
+        diagnosis = diagnose_document(document, labels, weights, loo, loo_sd)
+        block = None if diagnosis is None else to_json(diagnosis, loo, loo_sd)
+    except FIT_ERRORS as exc:
+        failed = (f"the served GP's diagnosis (model_diagnosis) could not be computed "
+                  f"({type(exc).__name__.lstrip('_')}: {exc}); the model is served as fitted")
+        return ModelDiagnosis(None, [failed])
+    return ModelDiagnosis(block, warnings(diagnosis) if diagnosis is not None else [])

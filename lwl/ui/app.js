@@ -328,7 +328,7 @@ function convergence(history, result = null, done = false) {
   return box;
 }
 
-// A budgeted job buys its labels in rounds (lwl.design.budgeted): its validation Err against the
+// A budgeted job buys its labels in rounds (lwl.design.budgeted_bilevel): its validation Err against the
 // labels spent so far and the labels each round bought; once audited, the held-out Err of its
 // training set and of the baselines at the same number of labels beside them.
 function budgetCharts(history, result) {

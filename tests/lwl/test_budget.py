@@ -196,7 +196,7 @@ def _after_selection(spec: dict, incumbent: str):
     """The budgeted stepper of ``spec`` and its state once selection is over, ``incumbent``
     forced as the selected candidate (the race's own logic is what is tested)."""
     from lwl.design.budget.state import float_params
-    from lwl.design.budgeted import BudgetedBilevel
+    from lwl.design.budgeted_bilevel import BudgetedBilevel
 
     stepper = BudgetedBilevel.from_spec(parse_job_spec(spec))
     oracle = make_oracle(parse_job_spec(spec).oracle.model_dump())
@@ -226,7 +226,7 @@ def test_q_mixture_races_the_selected_candidate_with_its_hedge_share(budget_spec
 
 
 def test_the_rival_takes_over_when_its_points_validate_better_beyond_noise(budget_spec, monkeypatch):
-    import lwl.design.budget.design as budgeted
+    import lwl.design.budget.selection as budgeted  # the race reads RACE_MIN_POINTS there
 
     budget_spec["budget"] = 1000
     stepper, oracle, state = _after_selection(budget_spec, "broadened_4")
@@ -399,7 +399,7 @@ def test_a_typed_state_checkpoints_under_the_keys_of_a_legacy_checkpoint(path):
 def test_a_state_with_a_challenger_and_failed_validation_labels_round_trips(budget_spec):
     """The keys set only sometimes (chal_*, val_ok, incumbent_name) come back from a checkpoint."""
     from lwl.design.budget.state import float_params
-    from lwl.design.budgeted import BudgetedBilevel
+    from lwl.design.budgeted_bilevel import BudgetedBilevel
 
     stepper, _, state = _after_selection(budget_spec, "broadened_4")
     ok = np.ones(stepper.validation(state).n, dtype=bool)
@@ -550,7 +550,7 @@ def test_a_gp_job_whose_check_leaves_points_out_serves_a_gp_fitted_to_the_rest(b
 
 
 def test_a_left_out_check_whose_fit_fails_serves_every_point(budget_spec, monkeypatch):
-    from lwl.design.budgeted import BudgetedBilevel
+    from lwl.design.budgeted_bilevel import BudgetedBilevel
 
     def failing(self, state, rows):
         raise np.linalg.LinAlgError("K_y is not positive definite; raise the noise's lower bound")

@@ -169,7 +169,7 @@ def test_a_budgeted_job_whose_served_model_cannot_be_fitted_succeeds_with_its_la
     (nor pay its held-out labels) and the verdict is the validation one."""
     import torch
 
-    from lwl.design.budgeted import BudgetedBilevel
+    from lwl.design.budgeted_bilevel import BudgetedBilevel
     from lwl.oracles import make_oracle
 
     spec = copy.deepcopy(small_spec)

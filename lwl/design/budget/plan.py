@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lwl.design.budget.settings import solves_per_label as algorithm_solves_per_label
+
 if TYPE_CHECKING:  # annotations only: lwl.spec's unions are the built-ins', which import this module
     from lwl.spec import JobSpec
 
@@ -53,7 +55,7 @@ class BudgetPlan:
 
 def solves_per_label(spec: JobSpec) -> int:
     """Oracle solves of one labelled point of the job (its algorithm's ``solves_per_label``; 1 for most)."""
-    return int(getattr(spec.algorithm, "solves_per_label", 1))
+    return algorithm_solves_per_label(spec.algorithm)
 
 
 def initial_count(spec: JobSpec) -> int:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -67,3 +67,52 @@ class OperatorBudgetFields(CandidateBudgetFields):
 
     pool: Pool = "qbc"
     pool_factor: PoolFactor = 4
+
+
+@runtime_checkable
+class BudgetAlgorithm(Protocol):
+    """The contract of an algorithm spec block that takes a budget, as the budget layer reads it:
+    the fields above that every such block carries (bilevel's declares its own, the others
+    :class:`CandidateBudgetFields`). The fields only some blocks carry have their own protocols
+    below, read through :func:`explore`, :func:`explore_min` and :func:`solves_per_label`."""
+
+    round_size: int | None
+    max_rounds: int
+    validation_fraction: float
+    hedge: float
+
+
+@runtime_checkable
+class ExploresCandidates(Protocol):
+    """A block with ``explore``: Q's mixture the default of selection (None: the equal split)."""
+
+    explore: float | None
+
+
+@runtime_checkable
+class ExploreFloor(Protocol):
+    """A block with ``explore_min`` (the operator designs' and interval_search's)."""
+
+    explore_min: int
+
+
+@runtime_checkable
+class SeveralSolvesPerLabel(Protocol):
+    """A block whose labelled point costs several oracle solves (interval_search's ``pairs``)."""
+
+    solves_per_label: int
+
+
+def explore(algorithm: object) -> float | None:
+    """``algorithm.explore`` (None where the block has no such field: the equal split)."""
+    return algorithm.explore if isinstance(algorithm, ExploresCandidates) else None
+
+
+def explore_min(algorithm: object) -> int | None:
+    """``algorithm.explore_min`` (None where the block has no such field: always explore)."""
+    return algorithm.explore_min if isinstance(algorithm, ExploreFloor) else None
+
+
+def solves_per_label(algorithm: object) -> int:
+    """Oracle solves of one labelled point (1 where the block does not say)."""
+    return int(algorithm.solves_per_label) if isinstance(algorithm, SeveralSolvesPerLabel) else 1

@@ -112,7 +112,7 @@ def as_kernel_ridge(gp: ConditionedModel, output: int = 0) -> KernelRidgeForm:
     the inputs (squared exponential: x / (sqrt2 ell), for lwl's KRR convention exp(-r^2 / l^2);
     Matern 5/2: x / ell), the nugget noise / s^2 and the constant mean taken off the labels. The
     bilevel adjoint and score-function gradient (lwl.design.bilevel) then carry over unchanged
-    (:meth:`lwl.design.budgeted.BudgetedBilevel.propose` moves a gp job this way)."""
+    (:meth:`lwl.design.budgeted_bilevel.BudgetedBilevel.propose` moves a gp job this way)."""
     ell = np.asarray(gp.lengthscale_[output], dtype=np.float64)
     scale = math.sqrt(2.0) * ell if gp.kernel_ == "squared_exponential" else ell
     return KernelRidgeForm(gp.kernel_, scale, float(gp.noise_[output] / gp.output_scale_[output]),

@@ -138,3 +138,9 @@ class GaussianProcess(HyperparameterSearch, ModelDocument):
         self.evidence_checked_ = bool(check and self.optimize)
         return self
 
+
+    def diagnosis(self, document: dict, labels, weights, loo_rows=None):
+        """Its reading on Q's validation labels (lwl.models.diagnosis.Diagnosable; gp_diagnosis.served_diagnosis)."""
+        from lwl.models.gp_diagnosis import served_diagnosis
+
+        return served_diagnosis(self, document, labels, weights, loo_rows)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lwl.design.budgeted import BudgetedBilevel
+from lwl.design.budgeted_bilevel import BudgetedBilevel
 from lwl.experiments import budget
 
 

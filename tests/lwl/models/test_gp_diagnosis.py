@@ -122,3 +122,34 @@ def test_the_warnings_say_the_number_what_it_means_and_what_to_do():
     assert noise.startswith("The model reads 0.81% of the labels' mean square on Q as measurement noise")
     assert "0.09" in noise and "unresolved" in noise and "nothing needs doing" in noise
     assert "served GP takes" not in " ".join([poor, narrow, noise])  # the old jargon
+
+
+def test_the_served_gp_reads_itself_through_its_own_hook_and_a_reading_that_fails_is_a_warning():
+    """lwl.models.diagnosis.Diagnosable: the GP's hook gives the block diagnose_document and to_json
+    give (with its leave-one-out at the rows asked for), KRR has no hook, and a reading that raises
+    a fit error leaves the block null and says why."""
+    from lwl.models import KernelRidge
+    from lwl.models.diagnosis import Diagnosable, ModelDiagnosis
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(0.5, 0.3, (60, 6))
+    y = friedman1(X)
+    gp = GaussianProcess(restarts=0, random_state=0).fit(X, y)
+    assert isinstance(gp, Diagnosable)
+    assert not isinstance(KernelRidge("squared_exponential", 1.0, 1e-3, device="cpu").fit(X, y), Diagnosable)
+    doc, head, weights = gp.to_spec(training_set=False), np.arange(20), np.full(20, 1 / 20)
+    got = gp.diagnosis(doc, y[:20], weights, head)
+    loo, loo_sd = gp.loo(head)
+    want = diagnose_document(doc, y[:20], weights, loo, loo_sd)
+    assert got == ModelDiagnosis(to_json(want, loo, loo_sd), warnings(want))
+    assert gp.diagnosis(doc, y[:20], weights, None).document == to_json(diagnose_document(doc, y[:20], weights))
+
+    class Failing(GaussianProcess):
+        def loo(self, rows=None):
+            raise np.linalg.LinAlgError("K_y is not positive definite")
+
+    failing = Failing.__new__(Failing)
+    failing.__dict__.update(gp.__dict__)
+    out = failing.diagnosis(doc, y[:20], weights, head)
+    assert out.document is None and len(out.warnings) == 1
+    assert "diagnosis (model_diagnosis) could not be computed (LinAlgError: K_y is not positive" in out.warnings[0]

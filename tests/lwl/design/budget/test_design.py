@@ -590,7 +590,7 @@ def test_the_trend_rule_is_off_by_default_and_every_race_look_records_its_trend(
     """Measured on the bilevel studies' races (docs/method/budgets.md "The race's trend"): it mends Table 1's g4
     at 8,000 but fires on noise where the ratio is near 1, so no design sets it by default; each look
     records its trend_ratio either way, and the z rule alone decides."""
-    from lwl.design.budgeted import BudgetedBilevel
+    from lwl.design.budgeted_bilevel import BudgetedBilevel
     from lwl.design.budgeted_interval import BudgetedIntervalSearch
     from lwl.design.budgeted_operator import BudgetedOperatorDesign
 
