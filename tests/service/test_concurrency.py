@@ -229,7 +229,7 @@ def test_four_instruments_label_a_job_to_the_end_each_with_its_own_batch(tmp_pat
     import httpx
 
     from lwl.client import Client
-    from service.processes import Server, wait_until
+    from service.processes import Server
     from tests.service.test_external import FRIEDMAN, builtin_distribution
 
     spec = small_job(iterations=3)

@@ -282,7 +282,7 @@ def test_a_budgeted_gp_job_page_tells_what_was_paid_chosen_and_won(tab, alice, b
     outcome = v["outcomes"]["mixture"]
     assert page.inner_text("#story-word").lower() == WON[outcome]
     verdict = page.inner_text("#story-verdict")
-    assert f"at equal labels (300, each trained by the same gp)" in verdict and "Q's own mixture" in verdict
+    assert "at equal labels (300, each trained by the same gp)" in verdict and "Q's own mixture" in verdict
     assert shown_number(verdict.split("held-out Err")[1]) == pytest.approx(v["err"], rel=5e-3)
     if outcome == "tie":
         assert "more labels" in page.inner_text("#story-tie") and "another model" in page.inner_text("#story-tie")
