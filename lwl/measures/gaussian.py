@@ -38,11 +38,29 @@ def moment_matched(points: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
 
 def regularised_cholesky(cov: np.ndarray, rel: float = 1e-8) -> np.ndarray:
     """Cholesky factor of ``cov`` with its eigenvalues floored at ``rel`` times the largest
-    (rank-deficient Q samples still give a usable coordinate system)."""
-    w, v = np.linalg.eigh(0.5 * (cov + cov.T))
+    (rank-deficient Q samples still give a usable coordinate system).
+
+    Where ``cov`` needs the floor, it is applied to the correlation matrix R = D^-1 cov D^-1 (D the
+    inputs' standard deviations) and the factor returned is D chol(R_floored): a floor relative to
+    the largest eigenvalue of ``cov`` itself depends on the inputs' units. Inputs in a lab's units
+    with spreads from 1e-3 to 1e5 give eigenvalues 1e-6 and 1e10; floored at 1e-8 of the largest,
+    the 1e-3 input's variance became 100, and every candidate of a budgeted design spread 1e4 of its
+    own standard deviations along it (issue #83). With the floor on R the factor is equivariant
+    under a change of units: chol(S cov S) = S chol(cov). Without a floor the factor is the one it
+    always was, to the last bit."""
+    c = 0.5 * (cov + cov.T)
+    w, v = np.linalg.eigh(c)
     top = max(float(w.max()), 1e-300)
-    w = np.maximum(w, rel * top)
-    return np.linalg.cholesky((v * w) @ v.T)
+    if w.min() >= rel * top:
+        return np.linalg.cholesky((v * w) @ v.T)
+    sd = np.sqrt(np.clip(np.diag(c), 0.0, None))
+    constant = ~(sd > 0)
+    sd = np.where(constant, np.sqrt(rel) * max(float(sd.max()), 1e-300), sd)  # a constant input: the old floor's spread
+    r = c / np.outer(sd, sd)
+    r[constant, constant] = 1.0
+    w, v = np.linalg.eigh(0.5 * (r + r.T))
+    w = np.maximum(w, rel * max(float(w.max()), 1e-300))
+    return sd[:, None] * np.linalg.cholesky((v * w) @ v.T)
 
 
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, chol: torch.Tensor) -> torch.Tensor:

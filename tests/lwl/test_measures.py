@@ -124,3 +124,25 @@ def test_moment_matched_and_regularised_cholesky():
     same = np.tile(x[:1], (10, 1))  # rank-deficient samples still give a factor
     L = regularised_cholesky(moment_matched(same, np.full(10, 0.1))[1] + np.outer([1, 0], [1, 0]))
     assert np.all(np.isfinite(L)) and np.all(np.diag(L) > 0)
+
+
+def test_the_regularised_factor_follows_a_change_of_units():
+    """Issue #83: a lab's inputs with spreads 1e-3 and 1e5 (eigenvalues 1e-6 and 1e10) need the
+    floor, which on cov itself raised the small input's variance to 100 (1e4 of its own sd's);
+    floored on the correlation matrix the factor is the standard one scaled: chol(S C S) = S chol(C).
+    A covariance that needs no floor keeps its factor to the last bit."""
+    from lwl.measures.gaussian import regularised_cholesky
+
+    C = np.array([[1.0, 0.3], [0.3, 2.0]])
+    S = np.diag([1e-3, 1e5])
+    L = regularised_cholesky(C)
+    w, v = np.linalg.eigh(C)
+    assert np.array_equal(L, np.linalg.cholesky((v * w) @ v.T))
+    Lp = regularised_cholesky(S @ C @ S)
+    np.testing.assert_allclose(Lp, S @ L, rtol=1e-10)
+    assert (Lp @ Lp.T)[0, 0] == pytest.approx(1e-6, rel=1e-9)  # the small input keeps its own variance
+    # a rank-deficient covariance in those units is floored relative to each input's spread
+    D = S @ np.array([[1.0, 1.0], [1.0, 1.0]]) @ S
+    Ld = regularised_cholesky(D)
+    assert np.all(np.isfinite(Ld)) and np.all(np.diag(Ld) > 0)
+    np.testing.assert_allclose(np.diag(Ld @ Ld.T), np.diag(D), rtol=1e-6)
