@@ -31,9 +31,13 @@ VANISHED = 1e-3  # a component with less weight than this is reported as vanishe
 DEFAULT_MAX_COMPONENTS = 16
 
 
-def _floored_cov(cov: np.ndarray, floor: float) -> np.ndarray:
-    """cov + floor I, factorised and rebuilt so it is positive definite to the last bit."""
-    L = regularised_cholesky(cov + floor * np.eye(len(cov)), rel=1e-6)
+def _floored_cov(cov: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """cov + diag(floor), factorised and rebuilt so it is positive definite to the last bit.
+    ``floor`` is per input (:func:`initial_components`: 1e-6 of each input's variance over Q's
+    validation samples), so the fitted components follow a change of units, C -> S C S: an
+    isotropic floor of 1e-6 of the average variance raised an input spread 1e-3 beside one
+    spread 1e5 to a component sd of 76 (tests/lwl/design/families/test_mixture.py)."""
+    L = regularised_cholesky(cov + np.diag(floor), rel=1e-6)
     return L @ L.T
 
 
@@ -41,8 +45,8 @@ def initial_components(q, components: int | None, init: str | None, seed) -> dic
     """Weights, means and covariances of the initial mixture from Q's validation samples.
 
     ``init="members"`` fits one Gaussian per member of Q (needs ``components`` = K);
-    ``"kmeans"`` clusters the stacked validation samples into ``components`` groups (k-means++,
-    seeded) and fits each group, weighting points by w_k / M_k. ``None`` picks members when the
+    ``"kmeans"`` clusters the stacked validation samples, each input standardised, into
+    ``components`` groups (k-means++, seeded) and fits each group, weighting points by w_k / M_k. ``None`` picks members when the
     count matches Q's members and k-means otherwise; the default count is min(K, 16).
     """
     K = len(q.members)
@@ -50,7 +54,7 @@ def initial_components(q, components: int | None, init: str | None, seed) -> dic
     init = init or ("members" if C == K else "kmeans")
     pts = np.concatenate(q.validation)
     a = q.point_weights(q.validation, q.weights)
-    floor = 1e-6 * float(np.trace(moment_matched(pts, a)[1])) / q.dim + 1e-300
+    floor = 1e-6 * np.diag(moment_matched(pts, a)[1]) + 1e-300  # per input: in each input's own units
     if init == "members":
         if C != K:
             raise ValueError(f"family.components: init 'members' fits one component per member of Q ({K}), not {C}")
@@ -63,7 +67,11 @@ def initial_components(q, components: int | None, init: str | None, seed) -> dic
             kmeans2,  # scipy.cluster loads lazily: importing lwl stays fast
         )
 
-        _, label = kmeans2(pts, C, minit="++", seed=np.random.default_rng(seed))
+        # clustered on each input standardised: Euclidean k-means in a lab's units sees only the input
+        # of largest spread (1e5 beside 1e-3), and the clusters would move with a change of units
+        centre, spread = pts.mean(0), pts.std(0)
+        spread[~(spread > 0)] = 1.0
+        _, label = kmeans2((pts - centre) / spread, C, minit="++", seed=np.random.default_rng(seed))
         fits, weights = [], []
         for k in range(C):
             rows = label == k

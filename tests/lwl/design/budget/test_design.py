@@ -602,3 +602,40 @@ def test_the_trend_rule_is_off_by_default_and_every_race_look_records_its_trend(
     state, records = _race_looks(stepper, closing, monkeypatch)
     assert state.rival is not None and all("outcome" not in r["race"] for r in records)
     assert records[-1]["race"]["trend_ratio"] > 1.05 and records[-1]["race"]["incumbent"] == "wide"
+
+
+
+@pytest.mark.parametrize("family, K", [(None, 2), (None, 20), ("mixture", 2)],
+                         ids=["default-family", "default-family-kmeans", "mixture"])
+def test_a_job_posed_in_a_labs_units_starts_from_the_same_distribution(family, K):
+    """The same budgeted gp job, Q's recorded operating points posed once in standard units and once
+    in a lab's (x -> o + S x, spreads 1e-3, 1 and 1e5, offsets 300 and 1e5): the family's start
+    filled from Q (the default family is ``auto``: Q's mixture, or with more than 16 members
+    k-means clusters) is the same distribution mapped, m -> o + S m and C -> S C S. Before (issue 83) the mixture's components were
+    floored by 1e-6 of the average variance, isotropically: in the lab's units the input spread 1e-3
+    started with a component sd of 76, and the two jobs selected different candidates."""
+    from lwl.defaults import fill_from_data
+    from lwl.spec import parse_job_spec
+
+    d = 3
+    rng = np.random.default_rng(5)
+    members = [rng.normal(rng.uniform(0.2, 0.8, d), 0.1, size=(120, d)) for _ in range(K)]
+
+    def start(offset, scale):
+        spec = {"oracle": {"name": "external"}, "budget": 200, "seed": 0,
+                "test_distributions": {"members": [{"samples": (offset + scale * m).tolist()} for m in members],
+                                       "validation_per_member": 60},
+                "model": {"name": "gp"}, "algorithm": {"name": "bilevel"}}
+        if family:
+            spec["family"] = {"name": family}
+        job = parse_job_spec(spec)
+        q = MetaTestSamples.from_spec(job.test_distributions, job.seed)
+        return fill_from_data(job, q).family
+
+    o, S = np.array([3e2, -5.0, 1e5]), np.array([1e-3, 1.0, 1e5])
+    plain, lab = start(np.zeros(d), np.ones(d)), start(o, S)
+    assert plain.name == lab.name and len(plain.means) == len(lab.means) == min(K, 16)
+    np.testing.assert_allclose(lab.weights, plain.weights, rtol=1e-9)
+    for m0, m1, c0, c1 in zip(plain.means, lab.means, plain.covs, lab.covs):
+        np.testing.assert_allclose((np.asarray(m1) - o) / S, m0, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(c1) / np.outer(S, S), c0, rtol=1e-6, atol=1e-12)

@@ -179,3 +179,26 @@ def test_broadened_mixture_scales_every_component_covariance(small_spec):
         np.testing.assert_allclose(b.cov, 3.0 * c.cov, rtol=1e-12)
     fixed, _, _ = _design(_mixture_spec(small_spec, free=["weights", "means"]))
     assert fixed.family.broadened(params, 3.0) is None
+
+
+@pytest.mark.parametrize("init", ["members", "kmeans"])
+def test_the_fitted_components_follow_a_change_of_units(init):
+    """Q's samples posed in a lab's units (x -> o + S x, spreads 1e-3 and 1e5, an offset of 1e6):
+    every fitted component moves with them (m -> o + S m, C -> S C S). The floor that keeps a
+    component positive definite was 1e-6 of the *average* variance, isotropic: the input spread
+    1e-3 got a component sd of 76."""
+    from lwl.design.families.mixture import initial_components
+    from lwl.q_samples import MetaTestSamples
+
+    rng = np.random.default_rng(0)
+    members = [rng.standard_normal((300, 2)) @ np.array([[1.0, 0.3], [0.0, 0.5]]) + shift
+               for shift in ([0.0, 0.0], [2.0, 1.0])]
+    S, o = np.array([1e-3, 1e5]), np.array([1e6, 0.0])
+    C = 2 if init == "kmeans" else None
+    plain = initial_components(MetaTestSamples(members, np.array([0.5, 0.5]), 150), C, init, [0, 1])
+    posed = initial_components(MetaTestSamples([o + S * m for m in members], np.array([0.5, 0.5]), 150),
+                               C, init, [0, 1])
+    for m0, m1 in zip(plain["means"], posed["means"]):
+        np.testing.assert_allclose((np.asarray(m1) - o) / S, m0, rtol=1e-6, atol=1e-6)
+    for c0, c1 in zip(plain["covs"], posed["covs"]):
+        np.testing.assert_allclose(np.asarray(c1) / np.outer(S, S), c0, rtol=1e-6, atol=1e-9)
