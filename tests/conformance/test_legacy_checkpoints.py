@@ -43,6 +43,14 @@ def _run(case: str, **kwargs) -> dict:
 DIVERGENT_ALGORITHMS = {"ama", "particle_ama", "interval_search"}
 
 
+#: Cases whose start the code has changed since their files were written: their files carry the old
+#: start's digits, so they are checked as the divergent algorithms are (this machine's digits in the
+#: file's layout). bilevel-mixture: the mixture family's components are floored per input since
+#: issue 83 (was 1e-6 of the average variance, isotropic: not equivariant under a change of units),
+#: which moves its start by about 1e-6 relative and its end at 1e-5 relative, past the tolerance.
+RESTARTED_CASES = {"bilevel-mixture"}
+
+
 def _algorithm(case: str) -> str:
     return CASES[case][0]()["algorithm"]["name"]
 
@@ -85,7 +93,7 @@ def test_every_case_has_a_checkpoint():
 @pytest.mark.parametrize("path", _params())
 def test_a_checkpoint_from_before_typed_states_resumes_to_the_same_end(path: Path):
     case = _case(path)
-    if _algorithm(case) in DIVERGENT_ALGORITHMS:
+    if _algorithm(case) in DIVERGENT_ALGORITHMS or case in RESTARTED_CASES:
         _assert_resumes_with_this_machines_digits(path)
         return
     full = _uninterrupted(case)
