@@ -46,9 +46,9 @@ def initial_components(q, components: int | None, init: str | None, seed) -> dic
 
     ``init="members"`` fits one Gaussian per member of Q (needs ``components`` = K);
     ``"kmeans"`` clusters the stacked validation samples, each input standardised, into
-    ``components`` groups (k-means++, seeded) and fits each group, weighting points by w_k / M_k. ``None`` picks members when the
-    count matches Q's members and k-means otherwise; the default count is min(K, 16).
-    """
+    ``components`` groups (k-means++, seeded) and fits each group, weighting points by w_k / M_k.
+    ``None`` picks members when the count matches Q's members and k-means otherwise; the default
+    count is min(K, 16)."""
     K = len(q.members)
     C = components or min(K, DEFAULT_MAX_COMPONENTS)
     init = init or ("members" if C == K else "kmeans")

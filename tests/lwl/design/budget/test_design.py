@@ -604,16 +604,16 @@ def test_the_trend_rule_is_off_by_default_and_every_race_look_records_its_trend(
     assert records[-1]["race"]["trend_ratio"] > 1.05 and records[-1]["race"]["incumbent"] == "wide"
 
 
-
 @pytest.mark.parametrize("family, K", [(None, 2), (None, 20), ("mixture", 2)],
                          ids=["default-family", "default-family-kmeans", "mixture"])
 def test_a_job_posed_in_a_labs_units_starts_from_the_same_distribution(family, K):
     """The same budgeted gp job, Q's recorded operating points posed once in standard units and once
     in a lab's (x -> o + S x, spreads 1e-3, 1 and 1e5, offsets 300 and 1e5): the family's start
     filled from Q (the default family is ``auto``: Q's mixture, or with more than 16 members
-    k-means clusters) is the same distribution mapped, m -> o + S m and C -> S C S. Before (issue 83) the mixture's components were
-    floored by 1e-6 of the average variance, isotropically: in the lab's units the input spread 1e-3
-    started with a component sd of 76, and the two jobs selected different candidates."""
+    k-means clusters) is the same distribution mapped, m -> o + S m and C -> S C S. Before (issue
+    83) the mixture's components were floored by 1e-6 of the average variance, isotropically: in
+    the lab's units the input spread 1e-3 started with a component sd of 76, and the two jobs
+    selected different candidates."""
     from lwl.defaults import fill_from_data
     from lwl.spec import parse_job_spec
 
