@@ -65,6 +65,12 @@ PRESETS = {
     # rerun beside CI (about an hour with two workers on two cores)
     "full-2000": dict(budgets=(2000,), seeds=(0,), columns=6, robustness=16, size=5000, validation=500,
                       unbudgeted_iterations=150, draws=BASELINE_DRAWS),
+    # full-2000 over five seeds (the design's own randomness: its training draw, Q's samples and the held-out
+    # points of each seed), for chosen problems (``--columns``): a row's verdict covers the baselines' draws and
+    # the held-out points, not the design's draw; the per-problem verdict over seeds (``over_seeds``) does.
+    # The NIPV anchor is off (anchor_max 0: its greedy selection costs more than the rest of a row)
+    "full-2000-seeds": dict(budgets=(2000,), seeds=(0, 1, 2, 3, 4), columns=6, robustness=16, size=5000,
+                            validation=500, unbudgeted_iterations=150, draws=BASELINE_DRAWS, anchor_max=0),
     # the gp study's budget 8,000 at seed 0 alone (``--model gp``), its other half (about an hour and a
     # half with two workers on two cores; the NIPV anchor does not run at this size, ANCHOR_MAX)
     "full-8000": dict(budgets=(8000,), seeds=(0,), columns=6, robustness=16, size=5000, validation=500,
