@@ -250,3 +250,43 @@ def compare(sq_a: np.ndarray, sq_b: np.ndarray, y2: np.ndarray, sizes, weights,
     return Comparison(outcome=outcome, err=float(np.sqrt(ea)), other_err=float(np.sqrt(eb)), ratio=ratio,
                       ratio_interval=ratio_interval, diff_sq=float(ea - eb), diff_sq_interval=(float(lo), float(hi)),
                       draws=R, level=level)
+
+
+@dataclass(frozen=True)
+class OverSeeds:
+    """Candidate a against b replicated over independent seeds (each seed its own training draw of
+    a, its own draws of b and its own held-out points): ``ratio`` is the geometric mean of the
+    seeds' Err ratios Err_a / Err_b, ``ratio_interval`` its interval (:func:`compare_over_seeds`)."""
+
+    outcome: Outcome
+    ratio: float
+    ratio_interval: tuple[float, float]
+    ratios: tuple[float, ...]
+    level: float = LEVEL
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["outcome"] = self.outcome.value
+        out["ratio_interval"], out["ratios"] = list(self.ratio_interval), list(self.ratios)
+        return out
+
+
+def compare_over_seeds(ratios, level: float = LEVEL) -> OverSeeds:
+    """The verdict of a over b from S >= 2 seeds' Err ratios r_s = Err_a,s / Err_b,s: Student's t
+    interval of the mean of log r_s with S - 1 degrees of freedom, exp'd (the geometric mean of the
+    ratios). Why: a comparison within one seed (:func:`compare`) holds one of the candidates' training
+    sets fixed (a job's training set is one product), so its interval covers b's draws and the held-out
+    points but not a's own draw; repeated over seeds, the spread of log r_s carries every source of
+    randomness at once (a's draw, b's, Q's samples, the held-out points). Better / worse when the
+    interval lies below / above 1, tie otherwise."""
+    r = np.asarray(ratios, dtype=np.float64).ravel()
+    if len(r) < 2:
+        raise ValueError(f"ratios: a verdict over seeds needs at least two seeds' ratios, got {len(r)}")
+    if not np.all(np.isfinite(r) & (r > 0)):
+        raise ValueError(f"ratios: every seed's Err ratio must be a positive finite number, got {r.tolist()}")
+    logs = np.log(r)
+    half = _quantile(len(r) - 1, level) * float(logs.std(ddof=1)) / np.sqrt(len(r))
+    lo, hi = float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+    outcome = Outcome.BETTER if hi < 1 else Outcome.WORSE if lo > 1 else Outcome.TIE
+    return OverSeeds(outcome=outcome, ratio=float(np.exp(logs.mean())), ratio_interval=(lo, hi),
+                     ratios=tuple(float(x) for x in r), level=level)

@@ -435,6 +435,9 @@ def summary(rows: list[dict], budgets) -> dict:
                         "worse": sum(c["outcome"] == "worse" for c in comps),
                         "lower_err": sum(c["err"] < c["other_err"] for c in comps),
                         "median_ratio": float(np.median([c["ratio"] for c in comps]))}
+        seeds = over_seeds(rows, B)
+        if seeds:
+            s["over_seeds"] = seeds
         s["median_design_seconds"] = float(np.median([c["design_seconds"] for c in cells]))
         pipes = [(c["err"], c["krr_pipeline"]) for c in cells if c.get("krr_pipeline")]
         if pipes:  # the gp study: the design (and Q's mixture + GP) against lwl's KRR pipeline
@@ -462,6 +465,26 @@ def summary(rows: list[dict], budgets) -> dict:
     unb = [r["unbudgeted"]["design_labels"] for r in rows if r.get("unbudgeted")]
     out["unbudgeted_median_design_labels"] = float(np.median(unb)) if unb else None
     return out
+
+
+def over_seeds(rows: list[dict], B: int) -> dict | None:
+    """Per problem run at two or more seeds: the design against Q's mixture over its seeds
+    (:func:`lwl.evaluation.comparison.compare_over_seeds` of the rows' Err ratios), and the counts of
+    better / tie / worse over those problems; None where no problem has two seeds (a problem with a
+    seed whose ratio is undefined, an exact interpolant's, is left out). A row's own verdict holds
+    the job's training set fixed; this one carries the design's draw too."""
+    from lwl.evaluation.comparison import compare_over_seeds
+
+    ratios: dict[str, list] = {}
+    for r in rows:
+        c = r["budgets"].get(str(B)) or {}
+        ratios.setdefault(r["problem"], []).append((c.get("mixture") or {}).get("ratio"))
+    problems = {p: compare_over_seeds(v).to_json() for p, v in ratios.items()
+                if len(v) >= 2 and all(x is not None and x > 0 for x in v)}
+    if not problems:
+        return None
+    return {"problems": problems, **{o: sum(v["outcome"] == o for v in problems.values())
+                                     for o in ("better", "tie", "worse")}}
 
 
 def heldout_words(settings: dict) -> str:
@@ -550,6 +573,7 @@ def markdown_gp(doc: dict) -> str:
                                 "(z, points each) | NIPV+GP Err | vs NIPV | KRR pipeline Err | KRR data + GP Err | "
                                 "left-out check (points, z, rank p) | design s | audit s |",
                                 "|---|---:|---:|---|---|---:|---|---:|---:|---|---:|---:|", row)
+    lines += _over_seeds_lines(doc)
     agreement = [(B, s[str(B)]["validation_verdict"]) for B in budgets if s[str(B)].get("validation_verdict")]
     if agreement:
         lines += ["## The job's own verdict against held-out data", "",
@@ -564,6 +588,28 @@ def markdown_gp(doc: dict) -> str:
                          f"{a['better_where_heldout_worse']} | {a['worse_where_heldout_better']} | {pairs} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _over_seeds_lines(doc: dict) -> list[str]:
+    """results.md's table of the verdicts over seeds (:func:`over_seeds`), where a problem has two or more."""
+    out = []
+    for B in doc["settings"]["budgets"]:
+        seeds = doc["summary"][str(B)].get("over_seeds")
+        if not seeds:
+            continue
+        out += [f"## Over seeds, budget {B}", "",
+                "The design against Q's mixture + GP over the seeds each problem ran at: the geometric mean of the "
+                "rows' Err ratios with Student's t interval over the seeds (95%), which carries the design's own "
+                "training draw (a row's verdict holds it fixed; lwl.evaluation.comparison.compare_over_seeds). "
+                f"Better / tie / worse: **{seeds['better']} / {seeds['tie']} / {seeds['worse']}**.", "",
+                "| problem | seeds | Err ratio per seed | ratio (geometric mean) | 95% interval | over seeds |",
+                "|---|---:|---|---:|---|---|"]
+        for p, v in seeds["problems"].items():
+            lo, hi = v["ratio_interval"]
+            out.append(f"| {p} | {len(v['ratios'])} | {', '.join(f'{x:.3f}' for x in v['ratios'])} | "
+                       f"{v['ratio']:.3f} | [{lo:.3f}, {hi:.3f}] | {v['outcome']} |")
+        out.append("")
+    return out
 
 
 def _rerun_lines(doc: dict) -> list[str]:

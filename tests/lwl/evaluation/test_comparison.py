@@ -182,3 +182,36 @@ def test_a_failed_held_out_label_gets_no_verdict():
     y2[7] = np.nan
     with pytest.raises(NonFiniteErrors, match="held-out labels: 1 of 240"):
         compare(np.ones((2, sum(SIZES))), np.ones((2, sum(SIZES))), y2, SIZES, WEIGHTS)
+
+
+def test_the_interval_over_seeds_covers_the_geometric_mean_ratio_95_percent():
+    """Five seeds' Err ratios scattered log-normally about a known ratio: the t interval (4 degrees
+    of freedom) covers it 95% +- 2%; a normal quantile would cover about 88%."""
+    from lwl.evaluation.comparison import compare_over_seeds
+
+    rng = np.random.default_rng(11)
+    reps = 2000
+    hits = sum(lo <= 1.1 <= hi for lo, hi in (
+        compare_over_seeds(1.1 * np.exp(rng.normal(0, 0.08, 5))).ratio_interval for _ in range(reps)))
+    assert 0.93 <= hits / reps <= 0.97
+
+
+def test_one_seed_worse_beyond_its_own_noise_is_a_tie_over_seeds():
+    """The case the verdict over seeds is for (the gp study's p04): seed 0's design 1.13 times Q's mixture
+    with a within-seed interval above 1, the other seeds' designs level or ahead."""
+    from lwl.evaluation.comparison import compare_over_seeds
+
+    v = compare_over_seeds([1.13, 0.95, 1.04, 0.91, 1.0])
+    assert v.outcome is Outcome.TIE and v.ratio_interval[0] < 1 < v.ratio_interval[1]
+    assert v.ratio == pytest.approx(float(np.exp(np.mean(np.log([1.13, 0.95, 1.04, 0.91, 1.0])))))
+    assert compare_over_seeds([1.2, 1.25, 1.15, 1.22, 1.18]).outcome is Outcome.WORSE
+    assert compare_over_seeds([0.5, 0.6, 0.45, 0.55]).outcome is Outcome.BETTER
+    assert compare_over_seeds([0.8, 0.8]).ratio_interval == pytest.approx((0.8, 0.8))  # no spread: a point
+
+
+@pytest.mark.parametrize("ratios", [[1.1], [1.0, 0.0], [1.0, float("nan")]])
+def test_a_verdict_over_seeds_needs_two_positive_ratios_and_names_them(ratios):
+    from lwl.evaluation.comparison import compare_over_seeds
+
+    with pytest.raises(ValueError, match="ratios"):
+        compare_over_seeds(ratios)

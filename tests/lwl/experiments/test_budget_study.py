@@ -260,3 +260,25 @@ def test_problems_are_named_by_key_or_prefix_and_an_unknown_one_is_refused():
     from lwl.experiments.robustness import pick_keys
 
     assert pick_keys(keys, ["p00", keys[0]]) == [keys[0], p00]
+
+
+def test_problems_run_at_several_seeds_get_a_verdict_over_their_seeds():
+    """over_seeds: a problem with two or more seeds is judged on its rows' Err ratios together (the
+    design's own draw included); a problem with one seed, or a seed without a ratio, gets none; results.md
+    shows the table."""
+    from lwl.experiments.budget import _over_seeds_lines, over_seeds
+
+    def row(problem, seed, ratio):
+        return {"problem": problem, "seed": seed, "budgets": {"2000": {"mixture": {"ratio": ratio}}}}
+
+    rows = ([row("p04", s, r) for s, r in enumerate([1.13, 0.95, 1.04, 0.91, 1.0])]
+            + [row("p12", s, r) for s, r in enumerate([1.3, 1.25, 1.35])]
+            + [row("g1", 0, 0.2)] + [row("p03", s, r) for s, r in enumerate([0.5, None])])
+    seeds = over_seeds(rows, 2000)
+    assert sorted(seeds["problems"]) == ["p04", "p12"]
+    assert (seeds["better"], seeds["tie"], seeds["worse"]) == (0, 1, 1)
+    assert seeds["problems"]["p04"]["outcome"] == "tie" and seeds["problems"]["p12"]["outcome"] == "worse"
+    assert over_seeds(rows[-3:], 2000) is None
+    doc = {"settings": {"budgets": [2000]}, "summary": {"2000": {"over_seeds": seeds}}}
+    text = "\n".join(_over_seeds_lines(doc))
+    assert "**0 / 1 / 1**" in text and "| p04 | 5 | 1.130, 0.950, 1.040, 0.910, 1.000 |" in text
