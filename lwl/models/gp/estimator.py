@@ -141,6 +141,8 @@ class GaussianProcess(HyperparameterSearch, ModelDocument):
 
     def diagnosis(self, document: dict, labels, weights, loo_rows=None):
         """Its reading on Q's validation labels (lwl.models.diagnosis.Diagnosable; gp_diagnosis.served_diagnosis)."""
-        from lwl.models.gp_diagnosis import served_diagnosis
+        from lwl.models.gp_diagnosis import served_diagnosis, stalled_search_warnings
 
-        return served_diagnosis(self, document, labels, weights, loo_rows)
+        out = served_diagnosis(self, document, labels, weights, loo_rows)
+        out.warnings[:0] = stalled_search_warnings(self.search_stalled(), self.kernel_)
+        return out

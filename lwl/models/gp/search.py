@@ -414,21 +414,45 @@ class HyperparameterSearch(ConditionedModel):
         self.kernel_evidence_ = {g.kernel_: float(np.sum(g.fit_log_marginal_likelihood_)) for g in fits}
         self.kernel_loo_error_ = {g.kernel_: float(np.sum(g.fit_loo_error_)) for g in fits}
 
+    def _start(self, j: int) -> tuple[np.ndarray, float, float]:
+        """Output j's first start in the user's units: the hyperparameters as given, else the data's
+        scales (each input's spread, Var(y), Var(y) / 100)."""
+        d, p = self.n_features_in_, self.Y_.shape[1]
+        s = self.standardisation_
+        v = float(s.y_scale[j]) ** 2
+        given_ell = _per_output(self.lengthscale, p, "lengthscale", d)
+        given_s2, given_noise = _per_output(self.output_scale, p, "output_scale"), _per_output(self.noise, p, "noise")
+        ell0 = given_ell[j] if given_ell is not None else s.x_scale.copy()
+        s0 = float(given_s2[j]) if given_s2 is not None else v
+        n0 = float(given_noise[j]) if given_noise is not None else v / 100.0
+        return np.asarray(ell0, dtype=np.float64), s0, n0
+
+    def search_stalled(self) -> np.ndarray:
+        """Per output: whether the fitted hyperparameters are the search's first start itself
+        (:meth:`_start`, clipped to the bounds) to round-off, i.e. the likelihood search never moved
+        from it (False without ``optimize``: nothing was searched). Why: L-BFGS-B's first step from
+        the data's scales can land where K_y does not factor; ``_maximise`` answers that region with a
+        wall, and the search then ends at its start, reported as converged (p04 of the gp budget
+        study, docs/results/budget-full-2000-gp-units/README.md, 2026-12-07). Such hyperparameters
+        are not fitted to the labels; the served model's diagnosis says so
+        (:meth:`lwl.models.GaussianProcess.diagnosis`)."""
+        p = self.Y_.shape[1]
+        if not self.optimize:
+            return np.zeros(p, dtype=bool)
+        out = np.zeros(p, dtype=bool)
+        for j in range(p):
+            lo, hi = self._bounds(j)
+            start = np.clip(self._to_standard(j, *self._start(j)), lo, hi)
+            out[j] = bool(np.allclose(self._theta(j), start, rtol=0.0, atol=1e-9))
+        return out
+
     def _fit_output(self, j: int, fit_points: int,
                     warm: np.ndarray | None = None) -> tuple[np.ndarray, float, float, float, float]:
         """(lengthscales, output scale, noise, LML and leave-one-out error on the fitting points)
         of output j, in the user's units, at the local optimum ``select`` keeps among the
         starts' (fitted on the standardised data); the hyperparameters as given (and NaN, NaN)
         without ``optimize``; ``warm``: see ``_fit_hyperparameters``."""
-        d, p = self.n_features_in_, self.Y_.shape[1]
-        s = self.standardisation_
-        v = float(s.y_scale[j]) ** 2
-        given_ell = _per_output(self.lengthscale, p, "lengthscale", d)
-        given_s2, given_noise = _per_output(self.output_scale, p, "output_scale"), _per_output(self.noise, p, "noise")
-        # the data's scales in the user's units: each input's spread, Var(y), Var(y) / 100
-        ell0 = given_ell[j] if given_ell is not None else s.x_scale.copy()
-        s0 = float(given_s2[j]) if given_s2 is not None else v
-        n0 = float(given_noise[j]) if given_noise is not None else v / 100.0
+        ell0, s0, n0 = self._start(j)
         if not self.optimize:  # (a score of a budgeted design: conditioning is all it needs)
             return np.asarray(ell0, dtype=np.float64).copy(), s0, n0, math.nan, math.nan
         lo, hi = self._bounds(j)

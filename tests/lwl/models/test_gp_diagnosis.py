@@ -153,3 +153,39 @@ def test_the_served_gp_reads_itself_through_its_own_hook_and_a_reading_that_fail
     out = failing.diagnosis(doc, y[:20], weights, head)
     assert out.document is None and len(out.warnings) == 1
     assert "diagnosis (model_diagnosis) could not be computed (LinAlgError: K_y is not positive" in out.warnings[0]
+
+
+def test_a_search_that_never_left_its_start_is_said_to_be_unfitted(monkeypatch):
+    """GaussianProcess.search_stalled and its warning: where every step of the likelihood search meets
+    K_y's not-positive-definite wall (a wall everywhere but the data-scaled start, as p04's 2,000 points
+    of the gp budget study met it at the box's corner), the served hyperparameters are that start, and
+    the diagnosis says they are not a fit; the same points fitted without the wall are not flagged."""
+    import torch
+
+    import lwl.models.gp.search as search
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(0.5, 0.3, (60, 6))
+    y = friedman1(X)
+    fitted_gp = GaussianProcess(restarts=2, random_state=0).fit(X, y)
+    assert not fitted_gp.search_stalled().any()
+    real, seen = search._lml_and_gradient, []
+
+    def walled(kind, Xf, yf, theta):
+        if not seen:
+            seen.append(theta.detach().clone())
+        if not torch.allclose(theta, seen[0], rtol=0.0, atol=1e-12):
+            raise torch.linalg.LinAlgError("K_y is not positive definite")
+        return real(kind, Xf, yf, theta)
+
+    monkeypatch.setattr(search, "_lml_and_gradient", walled)
+    gp = GaussianProcess(kernel="squared_exponential", restarts=2, random_state=0).fit(X, y)
+    assert gp.search_stalled().tolist() == [True]
+    np.testing.assert_allclose(gp.lengthscale_[0], X.std(0), rtol=1e-9)  # each input's spread
+    np.testing.assert_allclose([gp.output_scale_[0], gp.noise_[0]], [y.var(), y.var() / 100], rtol=1e-9)
+    doc, head, weights = gp.to_spec(training_set=False), np.arange(20), np.full(20, 1 / 20)
+    said = gp.diagnosis(doc, y[:20], weights, head).warnings
+    assert said[0].startswith("The served GP's hyperparameters (squared_exponential) are the likelihood search's "
+                              "start, not a fit to the labels")
+    assert not any("search's start" in w for w in fitted_gp.diagnosis(doc, y[:20], weights, head).warnings)
+    assert not GaussianProcess(optimize=False).fit(X, y).search_stalled().any()  # nothing searched
