@@ -711,5 +711,28 @@ def write_outputs(doc: dict, out_dir) -> list:
         axes[0][0].set_ylabel("held-out Err")
         axes[0][0].legend(fontsize=6)
         paths.append(save_figure(fig, out / "err_vs_labels.png", dpi=110))
+    for B in budgets:  # the verdicts over seeds: each seed's ratio, their geometric mean and its interval
+        seeds = doc["summary"][str(B)].get("over_seeds")
+        if not seeds:
+            continue
+        items = list(seeds["problems"].items())
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        fig, ax = plt.subplots(figsize=(max(4.0, 1.2 + 1.1 * len(items)), 3.4))
+        for i, (p, v) in enumerate(items):
+            ax.plot([i] * len(v["ratios"]), v["ratios"], "o", color="0.6", ms=4)
+            lo, hi = v["ratio_interval"]
+            ax.errorbar([i + 0.15], [v["ratio"]], yerr=[[v["ratio"] - lo], [hi - v["ratio"]]], fmt="s", color="C0",
+                        capsize=3)
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xticks(range(len(items)), [p.split("-")[0] if p.startswith("p") else p for p, _ in items], fontsize=8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 7.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(-0.5, len(items) - 0.5)
+        ax.set_ylabel("Err ratio, design / Q's mixture")
+        ax.set_title(f"budget {B}: each seed (grey),\ngeometric mean and 95% interval (blue)", fontsize=8)
+        paths.append(save_figure(fig, out / f"over_seeds_{B}.png", dpi=110))
     return paths
 
