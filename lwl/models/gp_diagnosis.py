@@ -166,19 +166,19 @@ def warnings(diagnosis: list[OutputDiagnosis]) -> list[str]:
 
 
 def stalled_search_warnings(stalled, kernel: str) -> list[str]:
-    """A warning for each output whose likelihood search never left its start
-    (:meth:`lwl.models.GaussianProcess.search_stalled`): its hyperparameters are the data's scales,
-    not a fit to the labels."""
+    """One warning naming the outputs whose likelihood search never left its start
+    (:meth:`lwl.models.GaussianProcess.search_stalled`; none if no output's did): their
+    hyperparameters are the start's, not a fit to the labels."""
     stalled = np.asarray(stalled, dtype=bool)
-    which = "" if len(stalled) == 1 else " of output " + ", ".join(str(j) for j in np.flatnonzero(stalled))
     if not stalled.any():
         return []
+    which = "" if len(stalled) == 1 else " of output " + ", ".join(str(j) for j in np.flatnonzero(stalled))
     return [f"The served GP's hyperparameters{which} ({kernel}) are the likelihood search's start, not a fit to the "
-            "labels: each input's spread as its lengthscale, Var(y) as the output scale and Var(y)/100 as the "
-            "noise (the search's first step met a region where the kernel matrix does not factor, and it stopped "
-            "there). Its predictions are smoother, and its std wider, than a fitted GP's would be; more random "
-            "starts (model.restarts) give the search other places to begin "
-            "(docs/method/gp.md, \"The served GP in a lab's units\")."]
+            "labels: the values given as the start or, by default, the data's scales (each input's spread as its "
+            "lengthscale, Var(y) as the output scale, Var(y)/100 as the noise). The search's first step met a "
+            "region where the kernel matrix does not factor and it stopped there, so the predictions and the std "
+            "are those of these scales, not of the labels' best fit; more random starts (model.restarts) give "
+            "the search other places to begin (docs/method/gp.md, \"The served GP in a lab's units\")."]
 
 
 class LeaveOneOut(Protocol):
