@@ -711,13 +711,13 @@ def write_outputs(doc: dict, out_dir) -> list:
         axes[0][0].set_ylabel("held-out Err")
         axes[0][0].legend(fontsize=6)
         paths.append(save_figure(fig, out / "err_vs_labels.png", dpi=110))
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     for B in budgets:  # the verdicts over seeds: each seed's ratio, their geometric mean and its interval
         seeds = doc["summary"][str(B)].get("over_seeds")
         if not seeds:
             continue
         items = list(seeds["problems"].items())
-        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
         fig, ax = plt.subplots(figsize=(max(4.0, 1.2 + 1.1 * len(items)), 3.4))
         for i, (p, v) in enumerate(items):
             ax.plot([i] * len(v["ratios"]), v["ratios"], "o", color="0.6", ms=4)

@@ -436,11 +436,8 @@ class HyperparameterSearch(ConditionedModel):
         study, docs/results/budget-full-2000-gp-units/README.md, 2026-12-07). Such hyperparameters
         are not fitted to the labels; the served model's diagnosis says so
         (:meth:`lwl.models.GaussianProcess.diagnosis`)."""
-        p = self.Y_.shape[1]
-        if not self.optimize:
-            return np.zeros(p, dtype=bool)
-        out = np.zeros(p, dtype=bool)
-        for j in range(p):
+        out = np.zeros(self.Y_.shape[1], dtype=bool)
+        for j in range(len(out) if self.optimize else 0):
             lo, hi = self._bounds(j)
             start = np.clip(self._to_standard(j, *self._start(j)), lo, hi)
             out[j] = bool(np.allclose(self._theta(j), start, rtol=0.0, atol=1e-9))
